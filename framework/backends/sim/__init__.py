@@ -1,0 +1,1 @@
+"""Backend `sim`: the performance simulator in sims/, driven from the Hydra config."""

@@ -1,0 +1,29 @@
+"""Adapter of the simulator backend: no library to prepare, the config converts to a SimJob."""
+
+from __future__ import annotations
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from framework.backends.sim.config import SimJob
+from framework.core.adapter import BackendAdapter
+
+
+class SimAdapter(BackendAdapter):
+    name = "sim"
+    trainers = {
+        "sim": "framework.backends.sim.trainers:SimTrainer",
+    }
+
+    def convert_config(self, cfg: DictConfig) -> SimJob:
+        return SimJob(
+            task=instantiate(cfg.sim),
+            model_name=cfg.model.name,
+            hf_config=OmegaConf.to_container(cfg.model.hf_config, resolve=True),
+            hardware=OmegaConf.to_container(cfg.hardware, resolve=True),
+        )
+
+    def detect_backend_version(self) -> str:
+        import sims
+
+        return sims.__version__

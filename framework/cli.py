@@ -1,0 +1,116 @@
+"""Command-line guard around the Hydra app: fast option checks and one-line errors.
+
+Errors from bad input (a CrucibleError, a Hydra composition or override error) are printed as one
+line on stderr and exit with status 2; a failed run exits with status 1. CRUCIBLE_DEBUG=1 or the
+override debug=true shows the traceback too.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Callable
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CONF_DIR = REPO_ROOT / "conf"
+EXIT_BAD_INPUT, EXIT_RUN_FAILED = 2, 1
+
+
+def _debug(argv: list[str]) -> bool:
+    return os.environ.get("CRUCIBLE_DEBUG", "") not in ("", "0") or any(a in ("debug=true", "debug=True") for a in argv)
+
+
+def _group_options(group: str) -> list[str] | None:
+    folder = CONF_DIR / group
+    if not folder.is_dir():
+        return None
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def check_group_options(argv: list[str]) -> str | None:
+    """The first `group=option` override naming an option that does not exist, as an error line."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    args = [a for a in argv if "=" in a and not a.startswith("-")]
+    try:
+        overrides = OverridesParser.create().parse_overrides(args)
+    except OverrideParseException:
+        return None  # Hydra reports the syntax error itself
+    for override in overrides:
+        group = override.key_or_group
+        options = _group_options(group) if not group.startswith("hydra/") else None
+        if options is None or override.is_delete():
+            continue
+        values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+        for value in values:
+            if isinstance(value, str) and value not in options:
+                return f"unknown {group} option '{value}'; valid: {', '.join(options)}"
+    return None
+
+
+def _unknown_key(exc: BaseException) -> str | None:
+    """'Key not in struct' (a typo in an override) says which keys exist there."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    cause = exc.__cause__
+    if not isinstance(cause, (ConfigAttributeError, ConfigKeyError)) or "not in struct" not in str(cause):
+        return None
+    full_key = getattr(cause, "full_key", "") or str(getattr(cause, "key", ""))
+    parent = getattr(cause, "parent_node", None)
+    valid = ", ".join(str(k) for k in parent.keys()) if parent is not None else ""
+    where = full_key.rpartition(".")[0] or "the top level"
+    hint = f"; valid keys under {where}: {valid}" if valid else ""
+    return f"unknown key '{full_key}'{hint} (use +{full_key}=... to add a new key)"
+
+
+def one_line(exc: BaseException) -> str:
+    """A Hydra/OmegaConf error message folded into one line, with its cause when that says more."""
+    special = _unknown_key(exc)
+    if special:
+        return special
+    parts = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    cause = exc.__cause__
+    if cause is not None and str(cause) and str(cause) not in str(exc):
+        parts += [line.strip() for line in str(cause).splitlines() if line.strip()]
+    return " ".join(parts) or type(exc).__name__
+
+
+def run_guarded(app: Callable[[], object], argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    debug = _debug(argv)
+    # Hydra re-raises instead of printing a multi-line report; we print one line below.
+    os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+    problem = check_group_options(argv)
+    if problem:
+        sys.stderr.write(f"error: {problem}\n")
+        sys.exit(EXIT_BAD_INPUT)
+    try:
+        app()
+    except Exception as exc:
+        fail(exc, debug)
+
+
+def fail(exc: BaseException, debug: bool | None = None) -> None:
+    """Print `exc` as one line on stderr and exit: 2 for bad input, 1 for a failed run."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from framework.core.errors import CrucibleError
+
+    if debug if debug is not None else _debug(sys.argv[1:]):
+        traceback.print_exception(exc)
+    if isinstance(exc, (CrucibleError, HydraException, OmegaConfBaseException)):
+        sys.stderr.write(f"error: {one_line(exc)}\n")
+        sys.exit(EXIT_RUN_FAILED if _is_run_failure(exc) else EXIT_BAD_INPUT)
+    # a bug or a backend crash: one line here, the whole traceback in the run directory
+    sys.stderr.write(f"error: {type(exc).__name__}: {exc} (see traceback.txt in the run directory, or set CRUCIBLE_DEBUG=1)\n")
+    sys.exit(EXIT_RUN_FAILED)
+
+
+def _is_run_failure(exc: BaseException) -> bool:
+    from framework.core.errors import BackendError, CrucibleError
+
+    return isinstance(exc, BackendError) or (type(exc) is CrucibleError)

@@ -1,0 +1,67 @@
+"""env.json: where and with what a run ran, without importing any heavy library."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGES = (
+    "crucible", "hydra-core", "omegaconf", "numpy", "torch", "jax", "jaxlib", "flax", "optax",
+    "orbax-checkpoint", "transformers", "tokenizers", "peft", "trl", "datasets", "mlx", "mlx-lm",
+    "megatron-core", "submitit", "hydra-submitit-launcher", "wandb",
+)
+_ENV_PREFIXES = ("SLURM_JOB_ID", "SLURM_NODELIST", "SLURM_NTASKS", "CUDA_VISIBLE_DEVICES", "TPU_", "XLA_FLAGS", "JAX_PLATFORMS")
+
+
+def package_versions() -> dict[str, str]:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
+    try:
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_state(repo: Path) -> dict:
+    commit = _run(["git", "rev-parse", "HEAD"], repo)
+    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"], repo)
+    return {"commit": commit, "dirty": bool(dirty) if dirty is not None else None}
+
+
+def accelerators() -> list[str]:
+    """GPU names from nvidia-smi when present; the backend adds what its library sees."""
+    if shutil.which("nvidia-smi"):
+        names = _run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"])
+        if names:
+            return names.splitlines()
+    return []
+
+
+def collect(repo: Path) -> dict:
+    return {
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
+        "cpu_count": os.cpu_count(),
+        "accelerators": accelerators(),
+        "packages": package_versions(),
+        "git": git_state(repo),
+        "env": {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)},
+        "argv": sys.argv,
+    }

@@ -1,0 +1,76 @@
+"""Metric loggers: metrics.jsonl always, wandb when configured (offline by default)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _jsonable(value: Any) -> Any:
+    """Scalars from numpy/jax/torch become plain Python numbers; NaN/inf become strings JSON can hold."""
+    if hasattr(value, "item") and callable(value.item):
+        try:
+            value = value.item()
+        except (ValueError, RuntimeError):  # arrays with more than one element
+            value = value.tolist()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+class MetricLogger:
+    """One object per run. log() appends a JSON line {"step": n, "time_s": t, ...} and mirrors it to wandb."""
+
+    def __init__(self, run_dir: Path, wandb_cfg: dict | None = None, run_name: str = "", config: dict | None = None):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self._file = self.path.open("a", encoding="utf-8")
+        self._start = time.time()
+        self._wandb = None
+        if wandb_cfg and wandb_cfg.get("enabled"):
+            self._wandb = self._start_wandb(wandb_cfg, Path(run_dir), run_name, config or {})
+
+    @staticmethod
+    def _start_wandb(cfg: dict, run_dir: Path, run_name: str, config: dict):
+        from framework.core.errors import BackendError
+
+        try:
+            import wandb
+        except ImportError:
+            raise BackendError("logger=wandb needs the wandb package: pip install -e '.[wandb]'") from None
+        # The API key comes from the user's environment or netrc; we never write it anywhere.
+        return wandb.init(
+            project=cfg.get("project"), entity=cfg.get("entity"), mode=cfg.get("mode", "offline"),
+            name=run_name or None, tags=list(cfg.get("tags") or []), dir=str(run_dir), config=config,
+            group=cfg.get("group"), reinit="finish_previous",
+        )
+
+    def log(self, metrics: dict, step: int) -> None:
+        row = {"step": int(step), "time_s": round(time.time() - self._start, 4)}
+        row.update({k: _jsonable(v) for k, v in metrics.items()})
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in row.items() if k != "step"}, step=int(step))
+
+    def summary(self, metrics: dict) -> None:
+        if self._wandb is not None:
+            self._wandb.summary.update({k: _jsonable(v) for k, v in metrics.items()})
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """Rows of a metrics.jsonl file (for tests, sweeps and plots)."""
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]

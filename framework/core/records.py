@@ -1,0 +1,67 @@
+"""The run directory contract, the same for every task.
+
+    config.yaml     the resolved config
+    overrides.yaml  the command-line overrides of this job
+    env.json        host, accelerators, package versions, git commit
+    patches.json    the patch report (applied / skipped with reason / failed)
+    metrics.jsonl   one JSON object per logged step (framework.core.loggers)
+    summary.json    status, final metrics and the TrainingResult
+    traceback.txt   only when the run raised
+
+Files are written whole (temp file + rename): a crash never leaves half a record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+SUMMARY = "summary.json"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+class RunRecords:
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+
+    def write_config(self, cfg: DictConfig) -> None:
+        write_atomic(self.run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+
+    def write_overrides(self, overrides: list[str]) -> None:
+        write_atomic(self.run_dir / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
+
+    def write_env(self, env: dict) -> None:
+        write_json(self.run_dir / "env.json", env)
+
+    def write_patches(self, report: dict) -> None:
+        write_json(self.run_dir / "patches.json", report)
+
+    def write_summary(self, summary: dict) -> None:
+        write_json(self.run_dir / SUMMARY, summary)
+
+    def write_traceback(self, text: str) -> None:
+        write_atomic(self.run_dir / "traceback.txt", text)
+
+
+def read_summary(run_dir: Path) -> dict | None:
+    path = Path(run_dir) / SUMMARY
+    if not path.exists():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))

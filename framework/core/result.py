@@ -1,0 +1,19 @@
+"""The outcome of one run, the same for every task; saved in the run's summary.json."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class TrainingResult:
+    success: bool
+    metrics: dict = field(default_factory=dict)  # final metrics, JSON-serialisable scalars
+    wall_time_s: float = 0.0
+    samples: int = 0  # samples (sequences, prompts x generations, configurations...) processed
+    artifacts: dict[str, str] = field(default_factory=dict)  # name -> path (checkpoints, exports, tables)
+    error: str | None = None
+    status: str = "ok"  # ok | failed | invalid (an input the task reports as a row, e.g. an impossible layout)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

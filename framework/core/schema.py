@@ -1,0 +1,37 @@
+"""Typed schemas of the plain-data config groups (model, hardware).
+
+They carry types only, no defaults: the YAML files are the single source of every value, and
+these classes check that a file has exactly the keys, with the types, that the code reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+
+@dataclass
+class ModelConfig:
+    name: str
+    hub_id: Optional[str]  # e.g. Qwen/Qwen2.5-0.5B-Instruct
+    path: Optional[str]  # a local HF directory, used instead of the hub when set
+    random_init: bool  # build the architecture with random weights (tests, benchmarks)
+    dtype: Literal["float32", "bfloat16", "float16"]
+    hf_config: dict  # architecture fields of the HF config.json
+
+
+@dataclass
+class HardwareConfig:
+    name: str
+    accelerator: Literal["gpu", "tpu", "cpu", "mps"]
+    device_name: str
+    devices_per_node: int
+    nodes: int
+    memory_gb: float
+    peak_tflops: dict  # {bf16, fp8, fp32}: dense peak rates; null where the device has none
+    hbm_tb_s: float
+    intra_node_gb_s: Optional[float]  # per direction
+    inter_node_gb_s: Optional[float]  # per direction
+    efficiency_table: Optional[str]  # a measured efficiency table (task=calibrate), or null
+    mesh: dict[str, int]  # MaxText-style axes {data, fsdp, tensor, expert}; -1 takes the remaining devices
+    launcher: dict  # SLURM resources per node: gpus_per_node, tasks_per_node, cpus_per_task, mem_gb

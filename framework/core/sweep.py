@@ -1,0 +1,93 @@
+"""Sweep summaries: after a multirun, one row per job in sweep_summary.csv and sweep_summary.md.
+
+Registered as a Hydra callback in conf/config.yaml. It reads each job's summary.json from the sweep
+directory, so it works the same for the basic launcher, submitit_local and submitit_slurm. A job
+that failed is a row with status "failed"; the callback then raises so that the command exits
+non-zero, after every other job has run and the summary is written.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from framework.core.errors import CrucibleError
+from framework.core.records import read_summary
+
+log = logging.getLogger(__name__)
+
+
+def _job_dirs(sweep_dir: Path) -> list[Path]:
+    dirs = [p.parent.parent for p in sweep_dir.glob("*/.hydra/overrides.yaml")]
+    return sorted(dirs, key=lambda p: (len(p.name), p.name))
+
+
+def _override_dict(job_dir: Path) -> dict[str, str]:
+    overrides = OmegaConf.load(job_dir / ".hydra" / "overrides.yaml")
+    return dict(str(o).split("=", 1) for o in overrides if "=" in str(o))
+
+
+def collect_rows(sweep_dir: Path, key_metrics: list[str]) -> list[dict[str, Any]]:
+    rows = []
+    for job_dir in _job_dirs(sweep_dir):
+        summary = read_summary(job_dir)
+        row: dict[str, Any] = {"job": job_dir.name, **_override_dict(job_dir)}
+        if summary is None:
+            row.update(status="failed", error="no summary.json (the job died before finishing)")
+        else:
+            row["status"] = summary["status"]
+            metrics = summary.get("metrics") or {}
+            row.update({m: metrics.get(m) for m in key_metrics})
+            row["error"] = summary["result"].get("error") or metrics.get("reason") or ""
+        rows.append(row)
+    return rows
+
+
+def _columns(rows: list[dict]) -> list[str]:
+    columns: list[str] = []
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    return [c for c in columns if c != "error"] + ["error"]
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value).replace("|", "/")
+
+
+def write_tables(rows: list[dict], sweep_dir: Path) -> tuple[Path, Path]:
+    columns = _columns(rows)
+    csv_path, md_path = sweep_dir / "sweep_summary.csv", sweep_dir / "sweep_summary.md"
+    with csv_path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in rows]
+    md_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return csv_path, md_path
+
+
+class SweepSummaryCallback(Callback):
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        if not sweep_dir.is_dir():
+            return
+        key_metrics = list(config.task.get("key_metrics") or [])
+        rows = collect_rows(sweep_dir, key_metrics)
+        csv_path, md_path = write_tables(rows, sweep_dir)
+        plot = config.task.get("sweep_plot")
+        if plot:
+            from hydra.utils import get_method
+
+            get_method(plot)(rows, sweep_dir / "sweep_plot.png")
+        log.info("sweep summary: %s", md_path)
+        failed = [r["job"] for r in rows if r["status"] == "failed"]
+        if failed:
+            raise CrucibleError(f"{len(failed)} of {len(rows)} jobs failed (jobs {', '.join(failed)}); see {md_path}")

@@ -1,0 +1,159 @@
+"""Config checks that run before anything heavy: option names, key names, types, `_target_` signatures.
+
+Every check raises ConfigError with one line naming the key and what is valid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from framework.core.errors import ConfigError
+
+_HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
+
+
+def import_target(path: str, key: str) -> Any:
+    module_name, _, attr = path.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+        return getattr(module, attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"{key}._target_: cannot import {path!r} ({exc})") from None
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def type_error(value: Any, tp: Any) -> str | None:
+    """Why `value` (a plain container value) does not fit annotation `tp`, or None if it does."""
+    if tp is Any or tp is inspect.Parameter.empty:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        reasons = [type_error(value, arg) for arg in typing.get_args(tp)]
+        return None if any(r is None for r in reasons) else f"expected {_type_name(tp)}, got {value!r}"
+    if origin is Literal:
+        options = typing.get_args(tp)
+        return None if value in options else f"expected one of {list(options)}, got {value!r}"
+    if tp is type(None):
+        return None if value is None else f"expected null, got {value!r}"
+    if origin in (list, tuple, typing.Sequence) or tp in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            return f"expected a list, got {value!r}"
+        args = typing.get_args(tp)
+        item_tp = args[0] if args and (origin is not tuple or (len(args) == 2 and args[1] is Ellipsis)) else Any
+        for item in value:
+            if (reason := type_error(item, item_tp)) is not None:
+                return f"list item: {reason}"
+        return None
+    if origin is dict or tp is dict:
+        return None if isinstance(value, dict) else f"expected a mapping, got {value!r}"
+    if dataclasses.is_dataclass(tp):
+        return None if isinstance(value, dict) else f"expected a mapping for {tp.__name__}, got {value!r}"
+    if tp is bool:
+        return None if isinstance(value, bool) else f"expected true/false, got {value!r}"
+    if tp is int:
+        return None if isinstance(value, int) and not isinstance(value, bool) else f"expected an integer, got {value!r}"
+    if tp is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return None if ok else f"expected a number, got {value!r}"
+    if tp is str:
+        return None if isinstance(value, str) else f"expected a string, got {value!r}"
+    if tp is Path:
+        return None if isinstance(value, (str, Path)) else f"expected a path, got {value!r}"
+    if isinstance(tp, type):
+        return None if isinstance(value, tp) else f"expected {tp.__name__}, got {value!r}"
+    return None
+
+
+def _parameters(target: Any) -> tuple[dict[str, inspect.Parameter], dict[str, Any], bool]:
+    """Parameters, their resolved type hints, and whether **kwargs is accepted."""
+    signature = inspect.signature(target)
+    hint_source = target.__init__ if inspect.isclass(target) and not dataclasses.is_dataclass(target) else target
+    try:
+        hints = typing.get_type_hints(hint_source)
+    except Exception:  # unresolvable forward references: fall back to no type checks
+        hints = {}
+    params = {n: p for n, p in signature.parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    var_kw = any(p.kind == p.VAR_KEYWORD for p in signature.parameters.values())
+    return params, hints, var_kw
+
+
+def check_against_signature(node: dict, target: Any, key: str) -> None:
+    """Keys of `node` bind to `target`'s signature: no unknown key, no missing one, right types."""
+    params, hints, var_kw = _parameters(target)
+    values = {k: v for k, v in node.items() if k not in _HYDRA_KEYS}
+    unknown = sorted(set(values) - set(params))
+    if unknown and not var_kw:
+        raise ConfigError(f"{key}.{unknown[0]}: unknown key for {_type_name(target)}; valid: {', '.join(params) or 'none'}")
+    missing = [n for n, p in params.items() if p.default is p.empty and n not in values]
+    if missing:
+        raise ConfigError(f"{key}.{missing[0]}: missing key required by {_type_name(target)}")
+    for name, value in values.items():
+        tp = hints.get(name, Any)
+        reason = type_error(value, tp)
+        if reason:
+            raise ConfigError(f"{key}.{name}: {reason}")
+        if dataclasses.is_dataclass(tp) and isinstance(value, dict):
+            check_against_signature(value, tp, f"{key}.{name}")
+
+
+def check_targets(cfg: DictConfig) -> None:
+    """Every node with a `_target_` imports and its keys bind to the target's signature."""
+    container = OmegaConf.to_container(cfg, resolve=True)
+
+    def walk(node: Any, key: str) -> None:
+        if isinstance(node, dict):
+            if "_target_" in node:
+                target = import_target(str(node["_target_"]), key)
+                check_against_signature(node, target, key)
+            for k, v in node.items():
+                if k != "_target_":
+                    walk(v, f"{key}.{k}" if key else str(k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{key}[{i}]")
+
+    walk(container, "")
+
+
+def check_schema(cfg: DictConfig, key: str, schema: type) -> None:
+    """A config group that is plain data (model, hardware) matches its typed schema."""
+    node = cfg.get(key)
+    if not isinstance(node, DictConfig):
+        raise ConfigError(f"{key}: missing config group; choose one with {key}=<option>")
+    check_against_signature(OmegaConf.to_container(node, resolve=True), schema, key)
+
+
+def resolve_all(cfg: DictConfig) -> None:
+    """Interpolations resolve (a missing `???` value or a bad `${...}` names its key)."""
+    from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
+
+    try:
+        OmegaConf.resolve(OmegaConf.create(OmegaConf.to_container(cfg, resolve=False)))
+        missing = sorted(OmegaConf.missing_keys(cfg))
+    except InterpolationResolutionError as exc:
+        raise ConfigError(f"{exc.full_key}: {str(exc).splitlines()[0]}") from None
+    except MissingMandatoryValue as exc:
+        raise ConfigError(f"{exc.full_key}: missing value; set it with {exc.full_key}=...") from None
+    if missing:
+        raise ConfigError(f"{missing[0]}: missing value (???); set it with {missing[0]}=...")
+
+
+def list_options(conf_dir: Path, group: str) -> list[str]:
+    folder = conf_dir / group
+    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+
+
+def check_path_exists(path: str | None, key: str, what: str = "path") -> None:
+    if path is not None and not Path(path).expanduser().exists():
+        raise ConfigError(f"{key}: {what} {path!r} does not exist")

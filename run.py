@@ -1,0 +1,22 @@
+"""Crucible's command line: `python run.py backend=... task=... model=... hardware=...` (see README)."""
+
+import hydra
+from omegaconf import DictConfig
+
+from framework.cli import run_guarded
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def app(cfg: DictConfig):
+    from framework.core.runtime import run_from_hydra
+
+    result = run_from_hydra(cfg)
+    return result.metrics
+
+
+def main() -> None:
+    run_guarded(app)
+
+
+if __name__ == "__main__":
+    main()
