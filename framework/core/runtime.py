@@ -27,7 +27,7 @@ from framework.core.patches import PatchContext, PatchRunner, Phase
 from framework.core.records import RunRecords
 from framework.core.result import TrainingResult
 from framework.core.schema import HardwareConfig, ModelConfig
-from framework.core.validation import check_schema, check_targets, resolve_all
+from framework.core.validation import check_path_exists, check_schema, check_targets, resolve_all, type_error
 
 log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -36,8 +36,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def validate(cfg: DictConfig) -> BackendAdapter:
     """All checks that need no heavy library; returns the instantiated adapter."""
     resolve_all(cfg)
+    for key, tp in (("seed", int), ("debug", bool), ("progress", bool)):
+        if (reason := type_error(cfg.get(key), tp)) is not None:
+            raise ConfigError(f"{key}: {reason}")
     check_schema(cfg, "model", ModelConfig)
     check_schema(cfg, "hardware", HardwareConfig)
+    check_path_exists(cfg.model.path, "model.path", "model directory")
+    check_path_exists(cfg.hardware.efficiency_table, "hardware.efficiency_table", "efficiency table")
     check_targets(cfg)
     adapter = instantiate(cfg.backend.adapter)
     task = cfg.task.name
@@ -155,10 +160,18 @@ def run_from_hydra(cfg: DictConfig) -> TrainingResult:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     runtime = Runtime(cfg, Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task), multirun)
     result = runtime.run()
-    if runtime.exception is not None and not multirun:
+    if not multirun and (runtime.exception is not None or result.status == "invalid"):
         from framework.cli import fail
 
-        fail(runtime.exception, debug=bool(cfg.debug))  # one line on stderr, non-zero exit
+        # one line on stderr, non-zero exit; in a sweep the same job is a failed or invalid row instead
+        fail(runtime.exception or ConfigError(result.error or "invalid configuration"), debug=bool(cfg.debug))
+    _print_outcome(runtime.run_dir, result)
     if not result.success:
         log.error("job failed: %s", result.error)
     return result
+
+
+def _print_outcome(run_dir: Path, result: TrainingResult) -> None:
+    scalars = {k: v for k, v in result.metrics.items() if isinstance(v, (int, float, bool))}
+    shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(scalars.items())[:8])
+    log.info("%s in %.1fs: %s (run dir: %s)", result.status, result.wall_time_s, shown, run_dir)

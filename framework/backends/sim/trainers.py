@@ -28,5 +28,5 @@ class SimTrainer(BaseTrainer):
             artifacts = {"op_breakdown_csv": str(csv_path), "op_breakdown_md": str(md_path)}
         return TrainingResult(
             success=True, metrics=summary, wall_time_s=time.perf_counter() - start, samples=1,
-            artifacts=artifacts, status=summary["status"],
+            artifacts=artifacts, status=summary["status"], error=summary.get("reason") or None,
         )
