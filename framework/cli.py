@@ -34,11 +34,14 @@ def check_group_options(argv: list[str]) -> str | None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
-    args = [a for a in argv if "=" in a and not a.startswith("-")]
-    try:
-        overrides = OverridesParser.create().parse_overrides(args)
-    except OverrideParseException:
-        return None  # Hydra reports the syntax error itself
+    parser = OverridesParser.create()
+    overrides = []
+    for arg in (a for a in argv if "=" in a and not a.startswith("-")):
+        try:
+            overrides += parser.parse_overrides([arg])
+        except OverrideParseException as exc:
+            detail = str(exc).splitlines()[0]
+            return f"cannot parse override '{arg}': {detail} (grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)"
     for override in overrides:
         group = override.key_or_group
         options = _group_options(group) if not group.startswith("hydra/") else None

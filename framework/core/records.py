@@ -42,7 +42,14 @@ class RunRecords:
         self.run_dir.mkdir(parents=True, exist_ok=True)
 
     def write_config(self, cfg: DictConfig) -> None:
-        write_atomic(self.run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        """The resolved config; the unresolved one when an interpolation is broken (the error says which)."""
+        from omegaconf.errors import OmegaConfBaseException
+
+        try:
+            text = OmegaConf.to_yaml(cfg, resolve=True)
+        except OmegaConfBaseException:
+            text = OmegaConf.to_yaml(cfg, resolve=False)
+        write_atomic(self.run_dir / "config.yaml", text)
 
     def write_overrides(self, overrides: list[str]) -> None:
         write_atomic(self.run_dir / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(list(overrides))))

@@ -158,7 +158,8 @@ def run_from_hydra(cfg: DictConfig) -> TrainingResult:
 
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
-    runtime = Runtime(cfg, Path(hydra_cfg.runtime.output_dir), list(hydra_cfg.overrides.task), multirun)
+    overrides = OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)  # may hold literal ${...}
+    runtime = Runtime(cfg, Path(hydra_cfg.runtime.output_dir), overrides, multirun)
     result = runtime.run()
     if not multirun and (runtime.exception is not None or result.status == "invalid"):
         from framework.cli import fail

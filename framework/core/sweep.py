@@ -13,8 +13,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from framework.core.errors import CrucibleError
 from framework.core.records import read_summary
@@ -28,7 +29,7 @@ def _job_dirs(sweep_dir: Path) -> list[Path]:
 
 
 def _override_dict(job_dir: Path) -> dict[str, str]:
-    overrides = OmegaConf.load(job_dir / ".hydra" / "overrides.yaml")
+    overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text(encoding="utf-8")) or []
     return dict(str(o).split("=", 1) for o in overrides if "=" in str(o))
 
 

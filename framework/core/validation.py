@@ -135,18 +135,18 @@ def check_schema(cfg: DictConfig, key: str, schema: type) -> None:
 
 
 def resolve_all(cfg: DictConfig) -> None:
-    """Interpolations resolve (a missing `???` value or a bad `${...}` names its key)."""
+    """Interpolations resolve and no value is left `???`; an error names the key."""
     from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        raise ConfigError(f"{missing[0]}: missing value (???); set it with {missing[0]}=...")
     try:
-        OmegaConf.resolve(OmegaConf.create(OmegaConf.to_container(cfg, resolve=False)))
-        missing = sorted(OmegaConf.missing_keys(cfg))
+        OmegaConf.to_container(cfg, resolve=True)
     except InterpolationResolutionError as exc:
         raise ConfigError(f"{exc.full_key}: {str(exc).splitlines()[0]}") from None
     except MissingMandatoryValue as exc:
         raise ConfigError(f"{exc.full_key}: missing value; set it with {exc.full_key}=...") from None
-    if missing:
-        raise ConfigError(f"{missing[0]}: missing value (???); set it with {missing[0]}=...")
 
 
 def list_options(conf_dir: Path, group: str) -> list[str]:

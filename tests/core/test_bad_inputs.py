@@ -1,0 +1,52 @@
+"""Each bad input gets one line on stderr that names the key or file, and a non-zero exit."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import run_cli
+
+SIM = ["backend=sim", "task=sim", "model=qwen3_8b", "hardware=h100"]
+
+BAD_INPUTS = [
+    # (overrides, text the one-line error must contain)
+    (["model=qwen9"], "unknown model option 'qwen9'; valid: deepseek_v3"),
+    (["backend=pytorch_xla"], "unknown backend option 'pytorch_xla'; valid:"),
+    (["task=pretrain_xyz"], "unknown task option 'pretrain_xyz'; valid:"),
+    (["hardware=h1000"], "unknown hardware option 'h1000'; valid: a100, cpu, h100"),
+    (["recipe=nope"], "unknown recipe option 'nope'; valid:"),
+    (["logger=tensorboardx"], "unknown logger option 'tensorboardx'; valid: jsonl, wandb"),
+    (["-m", "model=qwen3_8b,qwen9"], "unknown model option 'qwen9'"),
+    ([*SIM, "sim.tpp=2"], "unknown key 'sim.tpp'; valid keys under sim:"),
+    ([*SIM, "sim.tp=two"], "sim.tp: expected an integer, got 'two'"),
+    ([*SIM, "sim.mode=generate"], "sim.mode: expected one of ['prefill', 'decode', 'train'], got 'generate'"),
+    ([*SIM, "sim.recompute=sometimes"], "sim.recompute: expected true/false, got 'sometimes'"),
+    ([*SIM, "~sim.batch"], "sim.batch: missing key required by SimTask"),
+    ([*SIM, "~model.hf_config"], "model.hf_config: missing key required by ModelConfig"),
+    ([*SIM, "model.dtype=float8"], "model.dtype: expected one of ['float32', 'bfloat16', 'float16']"),
+    ([*SIM, "hardware.devices_per_node=eight"], "hardware.devices_per_node: expected an integer, got 'eight'"),
+    ([*SIM, "hardware.accelerator=fpga"], "hardware.accelerator: expected one of ['gpu', 'tpu', 'cpu', 'mps']"),
+    ([*SIM, "model.path=/no/such/model"], "model.path: model directory '/no/such/model' does not exist"),
+    ([*SIM, "hardware.efficiency_table=/no/table.json"], "hardware.efficiency_table: efficiency table '/no/table.json' does not exist"),
+    ([*SIM, "seed=abc"], "seed: expected an integer, got 'abc'"),
+    ([*SIM, "patches.disable=[no.such.patch]"], "patches.enable/disable: unknown patch id(s) ['no.such.patch'] for backend 'sim'"),
+    ([*SIM, "sim.tp=[1,"], "sim.tp=[1,"),
+    ([*SIM, "backend.adapter._target_=framework.backends.nope.Adapter"], "backend.adapter._target_: cannot import 'framework.backends.nope.Adapter'"),
+    ([*SIM, "+backend.adapter.fast=true"], "backend.adapter.fast: unknown key for SimAdapter"),
+    ([*SIM, "+sim.extra=${missing_key}"], "sim.extra"),
+]
+
+
+@pytest.mark.parametrize("overrides,expected", BAD_INPUTS, ids=[" ".join(o[-1:]) for o, _ in BAD_INPUTS])
+def test_bad_input_is_one_clear_line(overrides, expected, tmp_path):
+    proc = run_cli([*overrides, f"hydra.run.dir={tmp_path}/run", f"hydra.sweep.dir={tmp_path}/sweep"])
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ") and expected in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_debug_flag_shows_the_traceback(tmp_path):
+    proc = run_cli([*SIM, "sim.tp=two", "debug=true", f"hydra.run.dir={tmp_path}"])
+    assert proc.returncode == 2 and "Traceback" in proc.stderr
