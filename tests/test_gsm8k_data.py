@@ -146,7 +146,9 @@ def chat_tokenizer():
     vocab = {"<unk>": 0, "<|im_start|>": 1, "<|im_end|>": 2}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<|im_end|>")
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="<unk>", eos_token="<|im_end|>"
+    )
     tokenizer.chat_template = CHATML_TEMPLATE
     return tokenizer
 

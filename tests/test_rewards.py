@@ -154,7 +154,8 @@ def test_compute_rewards_weighted_sum():
         "<answer>5</answer>",  # wrong, half the tags
         "the answer is 4",  # correct by last number, no format
     ]
-    total, per_function = compute_rewards(completions, ["4", "4", "4"], {"correctness": 1.0, "format": 0.5, "tag_count": 0.25})
+    weights = {"correctness": 1.0, "format": 0.5, "tag_count": 0.25}
+    total, per_function = compute_rewards(completions, ["4", "4", "4"], weights)
     np.testing.assert_allclose(per_function["correctness"], [1.0, 0.0, 1.0])
     np.testing.assert_allclose(per_function["format"], [1.0, 0.0, 0.0])
     np.testing.assert_allclose(per_function["tag_count"], [1.0, 0.5, 0.0])

@@ -65,7 +65,8 @@ def read_jsonl(path: str | Path, limit: int | None = None) -> list[MathExample]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
-                raise DataError(f"{path}:{line_number}: not valid JSON ({error.msg}); expected one object per line") from None
+                message = f"{path}:{line_number}: not valid JSON ({error.msg}); expected one object per line"
+                raise DataError(message) from None
             examples.append(example_from_record(record, f"{path}:{line_number}"))
     if not examples:
         raise DataError(f"{path}: no records; expected jsonl lines with 'question' and 'answer'")
