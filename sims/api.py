@@ -1,0 +1,120 @@
+"""One call: how fast is it, and does it fit?
+
+    from sims import simulate
+    result = simulate(hf_config, hardware, {"tp": 8, "ep": 8}, {"mode": "decode", "batch": 64, "context_len": 4096})
+    result.summary()          # dict of headline numbers (status, latency_s, mfu, memory, fits, ...)
+    result.breakdown_rows()   # per-op rows of the slowest pipeline stage: time, FLOPs, bytes, bound
+
+Bad input (unknown keys, wrong types, an unsupported model) raises ConfigError; a layout that
+cannot run the model (tp not dividing heads, too many devices, ...) is a result with
+status="invalid" and a reason, so sweeps can report it as a row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sims.builders import graph_and_counts
+from sims.calculator import estimate_step
+from sims.hardware import hardware_spec
+from sims.memory import estimate_memory
+from sims.workload import Layout, Workload, layout_problem, parse_layout, parse_workload
+
+
+@dataclass
+class SimResult:
+    status: str  # ok | invalid
+    reason: str
+    model_type: str
+    hardware: str
+    layout: Layout
+    workload: Workload
+    params_total: int
+    params_active: int
+    latency_s: float | None = None
+    tokens_per_s_per_device: float | None = None
+    mfu: float | None = None
+    memory_breakdown_gb: dict[str, float] = field(default_factory=dict)
+    memory_capacity_gb: float | None = None
+    rows: list[dict] = field(default_factory=list)
+
+    @property
+    def memory_per_device_gb(self) -> float | None:
+        return sum(self.memory_breakdown_gb.values()) if self.memory_breakdown_gb else None
+
+    @property
+    def fits(self) -> bool | None:
+        used = self.memory_per_device_gb
+        return None if used is None else used <= self.memory_capacity_gb
+
+    @property
+    def memory_over_gb(self) -> float | None:
+        used = self.memory_per_device_gb
+        return None if used is None else max(0.0, used - self.memory_capacity_gb)
+
+    def summary(self) -> dict:
+        comm_s = sum(r["time_s"] for r in self.rows if r["bound"] == "comm")
+        return {
+            "status": self.status,
+            "reason": self.reason,
+            "model_type": self.model_type,
+            "hardware": self.hardware,
+            "mode": self.workload.mode,
+            "devices": self.layout.devices,
+            "params_total": self.params_total,
+            "params_active": self.params_active,
+            "latency_s": self.latency_s,
+            "tokens_per_s_per_device": self.tokens_per_s_per_device,
+            "mfu": self.mfu,
+            "memory_per_device_gb": self.memory_per_device_gb,
+            "memory_breakdown_gb": dict(self.memory_breakdown_gb),
+            "memory_capacity_gb": self.memory_capacity_gb,
+            "fits": self.fits,
+            "memory_over_gb": self.memory_over_gb,
+            "comm_fraction": comm_s / self.latency_s if self.latency_s else None,
+        }
+
+    def breakdown_rows(self) -> list[dict]:
+        """Per-op rows (name, op_type, count, flops, bytes, time_s, bound) for one device of the
+        slowest pipeline stage over one step; their time_s add up to latency_s."""
+        return [dict(row) for row in self.rows]
+
+
+def simulate(hf_config: Mapping, hardware: Mapping, layout: Mapping, workload: Mapping) -> SimResult:
+    """Estimate one step of `workload` for the model `hf_config` (an HF config.json dict) on the
+    devices `hardware` (a conf/hardware/*.yaml dict) split by `layout` = {tp, dp, ep, pp}.
+
+    workload: mode (prefill | decode | train), batch (sequences over all dp replicas), seq_len
+    (prompt or training sequence), context_len (decode: tokens in the KV cache), microbatches,
+    recompute, dtype (bf16 | fp8 | fp32), zero (shard optimizer states over dp)."""
+    parsed_layout = parse_layout(layout)
+    parsed_workload = parse_workload(workload)
+    hw = hardware_spec(hardware)
+    graph, counts = graph_and_counts(hf_config, parsed_workload.mode)
+    result = SimResult(
+        status="ok",
+        reason="",
+        model_type=graph.meta["model_type"],
+        hardware=hw.name,
+        layout=parsed_layout,
+        workload=parsed_workload,
+        params_total=counts["total"],
+        params_active=counts["active"],
+    )
+    problem = layout_problem(graph.meta, hw, parsed_layout, parsed_workload)
+    if problem:
+        result.status, result.reason = "invalid", problem
+        return result
+    step = estimate_step(graph, hw, parsed_layout, parsed_workload)
+    memory = estimate_memory(graph, hw, parsed_layout, parsed_workload)
+    new_tokens = parsed_workload.batch * parsed_workload.query_len
+    result.latency_s = step.latency_s
+    result.tokens_per_s_per_device = new_tokens / step.latency_s / parsed_layout.devices
+    result.mfu = step.model_flops / (step.latency_s * parsed_layout.devices * hw.peak_flops(parsed_workload.dtype))
+    result.memory_breakdown_gb = memory.breakdown_gb
+    result.memory_capacity_gb = hw.memory_gb
+    result.rows = step.rows
+    if not result.fits:
+        result.reason = f"needs {result.memory_per_device_gb:.1f} GB per device, {hw.memory_gb:g} GB available"
+    return result

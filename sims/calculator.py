@@ -1,0 +1,437 @@
+"""Time of one step: per-op roofline with efficiency factors and a kernel floor, collectives,
+pipeline schedule, data-parallel gradient sync and the optimizer update.
+
+Per op and device:  time = max(flops / (peak * eff_compute), bytes / (bandwidth * eff_memory)) + floor
+(a GEMM with measured shapes in the efficiency table uses the interpolated measurement instead).
+Collectives over n devices with per-direction link bandwidth bw (ring algorithms):
+  all-reduce   2 (n-1)/n * bytes / (bw * eff) + latency
+  all-gather   (n-1)/n * bytes / (bw * eff) + latency       (bytes: the gathered tensor)
+  all-to-all   (n-1)/n * bytes / (bw * eff) + latency       (bytes: what one device sends)
+Pipeline with per-micro-batch stage times t_i and m micro-batches:
+  step = sum_i t_i + (m - 1) * max_i t_i     (= (m + pp - 1) * t for equal stages; bubble (pp-1)/(m+pp-1))
+Nothing overlaps: compute, collectives and the gradient sync add up (an upper bound on time).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from sims.calibration.table import GemmInterpolator
+from sims.hardware import HardwareSpec
+from sims.ir import ComputationalGraph, OpNode
+from sims.partition import local_params, numel, stage_counts, tp_split, weight_numel
+from sims.workload import Layout, Workload
+
+OP_CLASS = {
+    "gemm": "gemm",
+    "moe_gemm": "moe",
+    "attention": "attention",
+    "norm": "norm",
+    "elementwise": "elementwise",
+    "embedding": "embedding",
+    "router": "router",
+}
+WEIGHT_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
+# Adam per parameter: read fp32 grad (4), read+write fp32 master (8), m and v (16), write the
+# low-precision weight (2). In fp32 training the weight is the master copy (no extra write).
+ADAM_BYTES_PER_PARAM = {"bf16": 30, "fp8": 30, "fp32": 28}
+GRAD_BYTES = 4  # gradients accumulated and reduced in fp32 (Megatron's main_grad)
+TRAIN_BACKWARD_FACTOR = 2  # backward = 2x forward FLOPs and time
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Bytes and peak rates for a workload dtype. fp8 applies to GEMM and expert weights and
+    their FLOPs; attention, norms, activations and the KV cache stay bf16."""
+
+    dtype: str
+    act_bytes: int
+    gemm_weight_bytes: int
+    other_weight_bytes: int
+    gemm_peak: float
+    other_peak: float
+
+    @classmethod
+    def of(cls, dtype: str, hw: HardwareSpec, training: bool) -> "Precision":
+        act = 4 if dtype == "fp32" else 2
+        other_dtype = "bf16" if dtype == "fp8" else dtype
+        # Training keeps bf16 weights and casts to fp8 per GEMM (Transformer Engine).
+        gemm_weight = act if training else WEIGHT_BYTES[dtype]
+        return cls(
+            dtype, act, gemm_weight, act, hw.peak_flops(dtype), hw.peak_flops(other_dtype) or hw.peak_flops(dtype)
+        )
+
+
+@dataclass(frozen=True)
+class OpCost:
+    flops: float
+    bytes: float
+    time_s: float
+    bound: str  # compute | memory | floor | comm
+
+
+@dataclass
+class StepEstimate:
+    latency_s: float
+    model_flops: float  # whole-model FLOPs of one step (no recompute), for MFU
+    rows: list[dict]
+    stage: int  # the slowest pipeline stage, whose ops `rows` lists
+
+
+@dataclass
+class Context:
+    """What every op-cost function needs for one evaluation."""
+
+    dims: dict[str, float]
+    tp: int
+    ep: int
+    precision: Precision
+    hw: HardwareSpec | None = None
+    layout: Layout | None = None
+    workload: Workload | None = None
+    interpolator: GemmInterpolator | None = None
+
+    @classmethod
+    def for_step(cls, graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload) -> "Context":
+        precision = Precision.of(workload.dtype, hw, workload.mode == "train")
+        return cls(
+            bind_dims(graph, layout, workload),
+            layout.tp,
+            layout.ep,
+            precision,
+            hw,
+            layout,
+            workload,
+            _interpolator(hw, precision.dtype),
+        )
+
+
+def bind_dims(graph: ComputationalGraph, layout: Layout, workload: Workload) -> dict[str, float]:
+    """Symbolic dims for one micro-batch of one dp replica (tp ranks of a replica share tokens)."""
+    batch = workload.batch / (layout.dp * workload.microbatches)
+    tokens = batch * workload.query_len
+    return {
+        "batch": batch,
+        "seq_len": workload.query_len,
+        "kv_len": workload.kv_len,
+        "tokens": tokens,
+        "logit_tokens": tokens if workload.mode == "train" else batch,
+        "routed_tokens": tokens * (graph.meta.get("top_k") or 0),
+    }
+
+
+# --- per-op cost --------------------------------------------------------------------------------
+
+
+def op_cost(node: OpNode, ctx: Context) -> OpCost | None:
+    """Cost of one forward execution of `node` on one device for one micro-batch; None when the
+    op does not run in this layout (a collective over a group of one, or a skipped condition)."""
+    if node.is_comm:
+        return comm_cost(node, ctx)
+    flops, nbytes = OP_WORK[node.op_type](node, ctx)
+    cls = ctx.hw.efficiency.op_classes[OP_CLASS[node.op_type]]
+    peak = ctx.precision.gemm_peak if node.op_type in ("gemm", "moe_gemm") else ctx.precision.other_peak
+    compute_s = flops / (peak * cls.compute)
+    memory_s = nbytes / (ctx.hw.memory_bytes_per_s * cls.memory)
+    floor_s = cls.floor_us * 1e-6
+    bound = "compute" if compute_s >= memory_s else "memory"
+    measured = _measured_gemm_s(node, ctx)
+    if measured is not None:
+        return OpCost(flops, nbytes, max(measured, floor_s), bound if measured > floor_s else "floor")
+    if floor_s >= max(compute_s, memory_s):
+        bound = "floor"
+    return OpCost(flops, nbytes, max(compute_s, memory_s) + floor_s, bound)
+
+
+def gemm_work(node: OpNode, ctx: Context) -> tuple[float, float]:
+    p, dims = ctx.precision, ctx.dims
+    split = tp_split(node, ctx.tp)
+    mode = node.parallel.tp_mode
+    k = node.weights[0][-2]
+    out = numel(node.outputs[0], dims)
+    inp = numel(node.inputs[0], dims) / (split if mode in ("row", "heads") else 1)
+    out_dev = out / (split if mode in ("column", "heads") else 1)
+    weights = weight_numel(node.weights) / split
+    weight_bytes = p.gemm_weight_bytes if node.op_type == "gemm" else p.other_weight_bytes
+    flops = 2.0 * out * k / split
+    return flops, (inp + out_dev) * p.act_bytes + weights * weight_bytes
+
+
+def moe_gemm_work(node: OpNode, ctx: Context) -> tuple[float, float]:
+    """Grouped GEMM over token-expert pairs, load assumed balanced. Weight traffic counts only the
+    experts some token hits: E * (1 - (1 - k/E)^T) of E experts for T tokens choosing k each."""
+    p, dims = ctx.precision, ctx.dims
+    experts, k_dim, n_dim = node.weights[0]
+    top_k = node.attrs["top_k"]
+    tokens = dims["tokens"]  # per dp replica, replicated over its tp ranks
+    flops = 2.0 * tokens * top_k * k_dim * n_dim / ctx.tp
+    miss = 1.0 - top_k / experts
+    if ctx.ep == 1:
+        touched = experts * (1.0 - miss**tokens)
+        weight_numel = touched * k_dim * n_dim / ctx.tp
+    else:
+        # tp ranks split their replica's tokens (sequence-parallel) before the all-to-all.
+        group_tokens = tokens / ctx.tp * ctx.ep
+        touched = experts / ctx.ep * (1.0 - miss**group_tokens)
+        weight_numel = touched * k_dim * n_dim
+    pairs = tokens * top_k / ctx.tp
+    return flops, pairs * (k_dim + n_dim) * p.act_bytes + weight_numel * p.gemm_weight_bytes
+
+
+def attention_work(node: OpNode, ctx: Context) -> tuple[float, float]:
+    """Fused causal attention: the seq_len new tokens are the last of kv_len, so query-key pairs
+    per sequence = seq_len*kv_len - seq_len*(seq_len-1)/2. Bytes: q and output once, K/V (or the
+    MLA latent) once; kv heads are replicated when tp > kv_heads."""
+    a, dims = node.attrs, ctx.dims
+    batch, q_len, kv_len = dims["batch"], dims["seq_len"], dims["kv_len"]
+    heads = a["heads"] / ctx.tp
+    kv_heads = a["kv_heads"] / min(ctx.tp, a["kv_heads"])
+    pairs = q_len * kv_len - q_len * (q_len - 1) / 2
+    flops = 2.0 * batch * pairs * heads * (a["qk_dim"] + a["v_dim"])
+    nbytes = batch * (q_len * heads * (a["qk_dim"] + a["v_dim"]) + kv_len * kv_heads * a["kv_dim"])
+    return flops, nbytes * ctx.precision.act_bytes
+
+
+def norm_work(node: OpNode, ctx: Context) -> tuple[float, float]:
+    elements = numel(node.inputs[0], ctx.dims) / tp_split(node, ctx.tp)
+    passes = 4 if node.attrs.get("fused_residual") else 2  # + read residual, write new residual
+    weights = weight_numel(node.weights)
+    return 5.0 * elements, elements * passes * ctx.precision.act_bytes + weights * ctx.precision.other_weight_bytes
+
+
+def elementwise_work(node: OpNode, ctx: Context) -> tuple[float, float]:
+    split = tp_split(node, ctx.tp)
+    inp = numel(node.inputs[0], ctx.dims) / split
+    out = numel(node.outputs[0], ctx.dims) / split
+    return node.attrs.get("flops_per_element", 1) * out, (inp + out) * ctx.precision.act_bytes
+
+
+def embedding_work(node: OpNode, ctx: Context) -> tuple[float, float]:
+    out = numel(node.outputs[0], ctx.dims)
+    # Each vocab shard gathers the rows it owns and writes a full (partly zero) output.
+    return 0.0, (out / ctx.tp + out) * ctx.precision.act_bytes
+
+
+OP_WORK = {
+    "gemm": gemm_work,
+    "router": gemm_work,
+    "moe_gemm": moe_gemm_work,
+    "attention": attention_work,
+    "norm": norm_work,
+    "elementwise": elementwise_work,
+    "embedding": embedding_work,
+}
+
+
+def _measured_gemm_s(node: OpNode, ctx: Context) -> float | None:
+    if ctx.interpolator is None or node.op_type != "gemm" or len(node.weights[0]) != 2:
+        return None
+    k, n = node.weights[0]
+    split = tp_split(node, ctx.tp)
+    if node.parallel.tp_mode == "column":
+        n /= split
+    elif node.parallel.tp_mode == "row":
+        k /= split
+    m = numel(node.inputs[0], ctx.dims) / node.weights[0][0]
+    return ctx.interpolator.time_s(m, n, k, ctx.precision.dtype)
+
+
+# --- collectives ---------------------------------------------------------------------------------
+
+
+def all_reduce_s(nbytes: float, group: int, hw: HardwareSpec) -> float:
+    return _ring_s(2.0 * (group - 1) / group * nbytes, group, hw)
+
+
+def all_gather_s(gathered_bytes: float, group: int, hw: HardwareSpec) -> float:
+    return _ring_s((group - 1) / group * gathered_bytes, group, hw)
+
+
+def reduce_scatter_s(full_bytes: float, group: int, hw: HardwareSpec) -> float:
+    return _ring_s((group - 1) / group * full_bytes, group, hw)
+
+
+def all_to_all_s(sent_bytes: float, group: int, hw: HardwareSpec) -> float:
+    return _ring_s((group - 1) / group * sent_bytes, group, hw)
+
+
+def send_recv_s(nbytes: float, span: int, hw: HardwareSpec) -> float:
+    """Point-to-point between pipeline stages; `span` ranks decide intra- or inter-node."""
+    kind, bandwidth = hw.link(span)
+    link = hw.efficiency.links[kind]
+    return nbytes / (bandwidth * link.bandwidth) + link.latency_us * 1e-6
+
+
+def _ring_s(wire_bytes: float, group: int, hw: HardwareSpec) -> float:
+    if group <= 1:
+        return 0.0
+    kind, bandwidth = hw.link(group)
+    link = hw.efficiency.links[kind]
+    return wire_bytes / (bandwidth * link.bandwidth) + link.latency_us * 1e-6
+
+
+def comm_cost(node: OpNode, ctx: Context) -> OpCost | None:
+    group = ctx.tp if node.parallel.group == "tp" else ctx.ep
+    when = node.parallel.when
+    if group <= 1 or (when == "ep_is_1" and ctx.ep > 1) or (when == "ep_gt_1" and ctx.ep == 1):
+        return None
+    nbytes = numel(node.inputs[0], ctx.dims) * ctx.precision.act_bytes
+    if node.op_type == "all_reduce":
+        time_s = all_reduce_s(nbytes, group, ctx.hw)
+    elif node.op_type == "all_gather":
+        time_s = all_gather_s(nbytes, group, ctx.hw)
+    else:  # all_to_all: each device sends the routed copies of its 1/tp share of the tokens
+        nbytes /= ctx.tp
+        time_s = all_to_all_s(nbytes, group, ctx.hw)
+    return OpCost(0.0, nbytes, time_s, "comm")
+
+
+# --- one step -----------------------------------------------------------------------------------
+
+
+def passes(node: OpNode, workload: Workload, num_layers: int) -> tuple[float, float]:
+    """(time/FLOP multiplier per forward execution, model-FLOP multiplier): forward only for
+    inference; forward + 2x backward for training (collectives repeat once in backward), plus a
+    second forward of every decoder-layer op under activation recompute."""
+    if workload.mode != "train":
+        return 1.0, 1.0
+    model = 1.0 + TRAIN_BACKWARD_FACTOR
+    backward = 1.0 if node.is_comm else TRAIN_BACKWARD_FACTOR
+    in_layer = 0 <= node.layers[0] < num_layers
+    recompute = 1.0 if workload.recompute and in_layer else 0.0
+    return 1.0 + backward + recompute, model
+
+
+def estimate_step(graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload) -> StepEstimate:
+    ctx = Context.for_step(graph, hw, layout, workload)
+    num_layers = graph.meta["num_layers"]
+    costs = [op_cost(node, ctx) for node in graph.nodes]
+    multipliers = [passes(node, workload, num_layers)[0] for node in graph.nodes]
+    counts = stage_counts(graph, layout.pp)
+    p2p_s = _pipeline_p2p_s(graph, ctx)
+    stage_s = [
+        sum(c.time_s * mult * n for c, mult, n in zip(costs, multipliers, stage) if c is not None and n) + p2p_s
+        for stage in counts
+    ]
+    m = workload.microbatches
+    slowest = max(range(layout.pp), key=stage_s.__getitem__)
+    pipeline_s = pipeline_time_s(stage_s, m)
+
+    rows = []
+    for node, cost, mult, n in zip(graph.nodes, costs, multipliers, counts[slowest]):
+        if cost is None or not n:
+            continue
+        scale = n * m * mult
+        rows.append(
+            _row(
+                node.name, node.op_type, n * m, cost.flops * scale, cost.bytes * scale, cost.time_s * scale, cost.bound
+            )
+        )
+    if layout.pp > 1:
+        rows.append(_row("pp_send_recv", "send_recv", m, 0.0, 0.0, p2p_s * m, "comm"))
+        rows.append(_row("pipeline_bubble", "idle", 0, 0.0, 0.0, pipeline_s - m * stage_s[slowest], "idle"))
+    latency = pipeline_s
+    if workload.mode == "train":
+        for row in _training_update_rows(graph, ctx, slowest):
+            rows.append(row)
+            latency += row["time_s"]
+    return StepEstimate(latency, model_flops(graph, workload), rows, slowest)
+
+
+def pipeline_time_s(stage_s: list[float], microbatches: int) -> float:
+    """GPipe/1F1B step time: the first micro-batch crosses every stage, the other m-1 follow at
+    the pace of the slowest. Equal stages t: (m + pp - 1) * t, a bubble of (pp-1)/(m+pp-1)."""
+    return sum(stage_s) + (microbatches - 1) * max(stage_s)
+
+
+def model_flops(graph: ComputationalGraph, workload: Workload) -> float:
+    """FLOPs of one step of the whole model on the whole batch (layout-independent; replicated
+    ops counted once; no recompute). The numerator of MFU."""
+    key = (id(graph), workload)
+    cached = _MODEL_FLOPS.get(key)
+    if cached is not None and cached[0] is graph:
+        return cached[1]
+    total = _count_model_flops(graph, workload)
+    _MODEL_FLOPS[key] = (graph, total)
+    if len(_MODEL_FLOPS) > 4096:
+        _MODEL_FLOPS.popitem(last=False)
+    return total
+
+
+_MODEL_FLOPS: OrderedDict = OrderedDict()
+
+
+def _count_model_flops(graph: ComputationalGraph, workload: Workload) -> float:
+    whole = Workload(**{**workload.__dict__, "microbatches": 1})
+    bytes_unused = Precision(workload.dtype, 2, 2, 2, 1.0, 1.0)
+    ctx = Context(bind_dims(graph, Layout(), whole), tp=1, ep=1, precision=bytes_unused)
+    total = 0.0
+    for node in graph.nodes:
+        if node.is_comm:
+            continue
+        flops, _ = OP_WORK[node.op_type](node, ctx)
+        total += flops * node.repeat * passes(node, whole, graph.meta["num_layers"])[1]
+    return total
+
+
+def _pipeline_p2p_s(graph: ComputationalGraph, ctx: Context) -> float:
+    if ctx.layout.pp == 1:
+        return 0.0
+    nbytes = ctx.dims["tokens"] * graph.meta["hidden_size"] * ctx.precision.act_bytes
+    directions = 2 if ctx.workload.mode == "train" else 1  # activations forward, gradients back
+    return directions * send_recv_s(nbytes, ctx.layout.devices, ctx.hw)
+
+
+def _training_update_rows(graph: ComputationalGraph, ctx: Context, stage: int) -> list[dict]:
+    """Data-parallel gradient sync and the Adam update of the parameters this device holds."""
+    layout, workload, hw = ctx.layout, ctx.workload, ctx.hw
+    dense, expert = local_params(graph, layout, stage)
+    expert_dp = layout.tp * layout.dp // layout.ep if layout.ep > 1 else layout.dp
+    sync_s = 0.0
+    for params, group in ((dense, layout.dp), (expert, expert_dp)):
+        grads = params * GRAD_BYTES
+        if workload.zero:  # reduce-scatter grads, all-gather updated weights
+            sync_s += reduce_scatter_s(grads, group, hw) + all_gather_s(params * ctx.precision.act_bytes, group, hw)
+        else:
+            sync_s += all_reduce_s(grads, group, hw)
+    updated = dense / layout.dp + expert / expert_dp if workload.zero else dense + expert
+    optimizer = hw.efficiency.op_classes["optimizer"]
+    opt_bytes = updated * ADAM_BYTES_PER_PARAM[workload.dtype]
+    opt_s = opt_bytes / (hw.memory_bytes_per_s * optimizer.memory) + optimizer.floor_us * 1e-6
+    rows = [_row("optimizer_step", "optimizer", 1, 10.0 * updated, opt_bytes, opt_s, "memory")]
+    if sync_s:
+        rows.insert(0, _row("dp_grad_sync", "all_reduce", 1, 0.0, (dense + expert) * GRAD_BYTES, sync_s, "comm"))
+    return rows
+
+
+def _row(name: str, op_type: str, count: float, flops: float, nbytes: float, time_s: float, bound: str) -> dict:
+    return {
+        "name": name,
+        "op_type": op_type,
+        "count": count,
+        "flops": flops,
+        "bytes": nbytes,
+        "time_s": time_s,
+        "bound": bound,
+    }
+
+
+_INTERPOLATORS: dict[tuple, tuple[HardwareSpec, GemmInterpolator]] = {}
+
+
+def _interpolator(hw: HardwareSpec, dtype: str) -> GemmInterpolator | None:
+    """One interpolator per parsed hardware spec (specs are cached, so this lives as long)."""
+    if not hw.efficiency.gemm_measurements:
+        return None
+    key = (id(hw), dtype)
+    cached = _INTERPOLATORS.get(key)
+    if cached is None or cached[0] is not hw:
+
+        def roofline_s(m: float, n: float, k: float, gemm_dtype: str) -> float:
+            act_bytes = 4 if gemm_dtype == "fp32" else 2
+            nbytes = (m * k + m * n) * act_bytes + k * n * WEIGHT_BYTES[gemm_dtype]
+            return max(2.0 * m * n * k / hw.peak_flops(gemm_dtype), nbytes / hw.memory_bytes_per_s)
+
+        cached = _INTERPOLATORS[key] = (hw, GemmInterpolator(hw.efficiency.gemm_measurements, roofline_s))
+    return cached[1]

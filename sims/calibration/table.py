@@ -1,0 +1,231 @@
+"""Efficiency tables: how far below peak each kind of kernel runs on one device.
+
+File format (JSON), every section optional; what is left out keeps the built-in default:
+
+    {
+      "format": "crucible-efficiency-table/1",
+      "device_name": "NVIDIA H100 SXM5 80GB",          # informational
+      "source": "how and when it was measured",         # informational
+      "op_classes": {                                   # per op class, see OP_CLASSES
+        "gemm": {"compute": 0.72, "memory": 0.80, "floor_us": 4.0},
+        ...
+      },
+      "links": {                                        # collectives, per link kind
+        "intra_node": {"bandwidth": 0.75, "latency_us": 10.0},
+        "inter_node": {"bandwidth": 0.80, "latency_us": 20.0}
+      },
+      "gemm_measurements": [                            # optional per-shape GEMM timings
+        {"m": 4096, "n": 4096, "k": 4096, "dtype": "bf16", "time_us": 180.5},
+        ...
+      ]
+    }
+
+compute: achieved FLOP/s over peak FLOP/s when compute-bound; memory: achieved bytes/s over peak
+memory bandwidth when memory-bound; floor_us: the shortest time any kernel of the class takes
+(launch and setup). bandwidth: achieved bus bandwidth over the link's per-direction peak;
+latency_us: fixed cost of one collective. gemm_measurements: y = x @ W with x (m, k), W (k, n);
+GEMMs of other shapes are interpolated between them (GemmInterpolator).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from framework.core.errors import ConfigError
+
+FORMAT = "crucible-efficiency-table/1"
+OP_CLASSES = ("gemm", "moe", "attention", "norm", "elementwise", "embedding", "router", "optimizer")
+LINKS = ("intra_node", "inter_node")
+DTYPES = ("bf16", "fp8", "fp32")
+
+
+@dataclass(frozen=True)
+class ClassEfficiency:
+    compute: float
+    memory: float
+    floor_us: float
+
+
+@dataclass(frozen=True)
+class LinkEfficiency:
+    bandwidth: float
+    latency_us: float
+
+
+@dataclass(frozen=True)
+class GemmMeasurement:
+    m: int
+    n: int
+    k: int
+    dtype: str
+    time_us: float
+
+
+# Uncalibrated starting points for a modern datacenter GPU (cuBLAS GEMMs reach ~70-80% of dense
+# peak at large shapes, FlashAttention ~50-60%, grouped MoE GEMMs less; memory-bound kernels
+# ~70-80% of HBM bandwidth; NCCL bus bandwidth ~75-80% of the link). Replace them with a measured
+# table (sims.calibration.fit) before trusting absolute numbers.
+DEFAULT_OP_CLASSES = {
+    "gemm": ClassEfficiency(compute=0.75, memory=0.80, floor_us=4.0),
+    "moe": ClassEfficiency(compute=0.60, memory=0.70, floor_us=6.0),
+    "attention": ClassEfficiency(compute=0.55, memory=0.75, floor_us=5.0),
+    "norm": ClassEfficiency(compute=0.30, memory=0.60, floor_us=3.0),
+    "elementwise": ClassEfficiency(compute=0.30, memory=0.70, floor_us=3.0),
+    "embedding": ClassEfficiency(compute=0.30, memory=0.50, floor_us=3.0),
+    "router": ClassEfficiency(compute=0.30, memory=0.50, floor_us=5.0),
+    "optimizer": ClassEfficiency(compute=0.30, memory=0.80, floor_us=5.0),
+}
+DEFAULT_LINKS = {
+    "intra_node": LinkEfficiency(bandwidth=0.75, latency_us=10.0),
+    "inter_node": LinkEfficiency(bandwidth=0.80, latency_us=20.0),
+}
+
+
+@dataclass(frozen=True)
+class EfficiencyTable:
+    op_classes: dict[str, ClassEfficiency] = field(default_factory=lambda: dict(DEFAULT_OP_CLASSES))
+    links: dict[str, LinkEfficiency] = field(default_factory=lambda: dict(DEFAULT_LINKS))
+    gemm_measurements: tuple[GemmMeasurement, ...] = ()
+    device_name: str | None = None
+    source: str = "built-in defaults"
+
+    @classmethod
+    def from_dict(cls, record: Mapping, origin: str = "efficiency table") -> "EfficiencyTable":
+        """Validate a table; sections and classes it leaves out keep the defaults."""
+        known = {"format", "device_name", "source", "op_classes", "links", "gemm_measurements"}
+        _no_unknown(record, known, origin)
+        if record.get("format", FORMAT) != FORMAT:
+            raise ConfigError(f"{origin}: format is {record.get('format')!r}; valid: {FORMAT}")
+        op_classes = dict(DEFAULT_OP_CLASSES)
+        for name, values in (record.get("op_classes") or {}).items():
+            _check_member(f"{origin}: op_classes", name, OP_CLASSES)
+            _check_mapping(f"{origin}: op_classes.{name}", values)
+            _no_unknown(values, {"compute", "memory", "floor_us"}, f"{origin}: op_classes.{name}")
+            merged = {**asdict(op_classes[name]), **values}
+            _check_fraction(f"{origin}: op_classes.{name}.compute", merged["compute"])
+            _check_fraction(f"{origin}: op_classes.{name}.memory", merged["memory"])
+            _check_non_negative(f"{origin}: op_classes.{name}.floor_us", merged["floor_us"])
+            op_classes[name] = ClassEfficiency(**{k: float(v) for k, v in merged.items()})
+        links = dict(DEFAULT_LINKS)
+        for name, values in (record.get("links") or {}).items():
+            _check_member(f"{origin}: links", name, LINKS)
+            _check_mapping(f"{origin}: links.{name}", values)
+            _no_unknown(values, {"bandwidth", "latency_us"}, f"{origin}: links.{name}")
+            merged = {**asdict(links[name]), **values}
+            _check_fraction(f"{origin}: links.{name}.bandwidth", merged["bandwidth"])
+            _check_non_negative(f"{origin}: links.{name}.latency_us", merged["latency_us"])
+            links[name] = LinkEfficiency(**{k: float(v) for k, v in merged.items()})
+        gemms = tuple(
+            _gemm(entry, f"{origin}: gemm_measurements[{i}]")
+            for i, entry in enumerate(record.get("gemm_measurements") or ())
+        )
+        return cls(op_classes, links, gemms, record.get("device_name"), record.get("source", origin))
+
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT,
+            "device_name": self.device_name,
+            "source": self.source,
+            "op_classes": {name: asdict(value) for name, value in self.op_classes.items()},
+            "links": {name: asdict(value) for name, value in self.links.items()},
+            "gemm_measurements": [asdict(g) for g in self.gemm_measurements],
+        }
+
+
+def load_table(path: str | Path) -> EfficiencyTable:
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(
+            f"efficiency table {path} does not exist; set hardware.efficiency_table to a JSON file or null"
+        ) from None
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"efficiency table {path} is not valid JSON: {error}") from None
+    if not isinstance(record, dict):
+        raise ConfigError(f"efficiency table {path} must hold a JSON object; see sims/calibration/table.py")
+    return EfficiencyTable.from_dict(record, origin=f"efficiency table {path}")
+
+
+def save_table(table: EfficiencyTable, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(table.to_dict(), indent=2) + "\n")
+
+
+class GemmInterpolator:
+    """GEMM time from measured shapes. Each measurement gives the fraction of its roofline time it
+    achieved; a query takes the inverse-distance-weighted fraction of the nearest measurements of
+    the same dtype in log2(m, n, k) space (exact at measured shapes) and divides its own roofline
+    time by it. The fraction varies slowly with shape, so this interpolates far better than time."""
+
+    NEIGHBOURS = 4
+
+    def __init__(self, measurements: tuple[GemmMeasurement, ...], roofline_s: Callable[[int, int, int, str], float]):
+        self._roofline_s = roofline_s
+        self._points: dict[str, list[tuple[tuple[float, float, float], float]]] = {}
+        for g in measurements:
+            fraction = roofline_s(g.m, g.n, g.k, g.dtype) / (g.time_us * 1e-6)
+            self._points.setdefault(g.dtype, []).append(((math.log2(g.m), math.log2(g.n), math.log2(g.k)), fraction))
+        self._cache: dict[tuple, float | None] = {}
+
+    def time_s(self, m: float, n: float, k: float, dtype: str) -> float | None:
+        """Interpolated time, or None when no measurement of this dtype exists."""
+        key = (m, n, k, dtype)
+        if key not in self._cache:
+            self._cache[key] = self._interpolate(m, n, k, dtype)
+        return self._cache[key]
+
+    def _interpolate(self, m: float, n: float, k: float, dtype: str) -> float | None:
+        points = self._points.get(dtype)
+        if not points:
+            return None
+        query = (math.log2(max(m, 1)), math.log2(max(n, 1)), math.log2(max(k, 1)))
+        nearest = sorted((sum((a - b) ** 2 for a, b in zip(query, p)), f) for p, f in points)[: self.NEIGHBOURS]
+        if nearest[0][0] == 0.0:
+            fraction = nearest[0][1]
+        else:
+            weights = [1.0 / d for d, _ in nearest]
+            fraction = sum(w * f for w, (_, f) in zip(weights, nearest)) / sum(weights)
+        return self._roofline_s(m, n, k, dtype) / fraction
+
+
+def _gemm(entry: Mapping, origin: str) -> GemmMeasurement:
+    _check_mapping(origin, entry)
+    _no_unknown(entry, {"m", "n", "k", "dtype", "time_us"}, origin)
+    missing = [key for key in ("m", "n", "k", "dtype", "time_us") if key not in entry]
+    if missing:
+        raise ConfigError(f"{origin}: missing {', '.join(missing)}; each GEMM needs m, n, k, dtype, time_us")
+    for key in ("m", "n", "k", "time_us"):
+        if not isinstance(entry[key], (int, float)) or entry[key] <= 0:
+            raise ConfigError(f"{origin}: {key} is {entry[key]!r}; expected a positive number")
+    _check_member(f"{origin}: dtype", entry["dtype"], DTYPES)
+    return GemmMeasurement(int(entry["m"]), int(entry["n"]), int(entry["k"]), entry["dtype"], float(entry["time_us"]))
+
+
+def _no_unknown(record: Mapping, known: set[str], origin: str) -> None:
+    unknown = sorted(set(record) - known)
+    if unknown:
+        raise ConfigError(f"{origin}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}")
+
+
+def _check_mapping(origin: str, value) -> None:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{origin} is {value!r}; expected an object")
+
+
+def _check_member(origin: str, value, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ConfigError(f"{origin}: {value!r} is not valid; valid: {', '.join(valid)}")
+
+
+def _check_fraction(origin: str, value) -> None:
+    if not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ConfigError(f"{origin} is {value!r}; expected a fraction in (0, 1]")
+
+
+def _check_non_negative(origin: str, value) -> None:
+    if not isinstance(value, (int, float)) or value < 0:
+        raise ConfigError(f"{origin} is {value!r}; expected a number >= 0")

@@ -1,0 +1,141 @@
+"""Layout (how devices are split) and workload (what they run), parsed from plain dicts.
+
+Layout convention (Megatron/vLLM): ranks are ordered tp (innermost), dp, pp (outermost), so one
+pipeline stage holds tp*dp devices and world = tp*dp*pp. Expert parallelism does not add devices:
+the ep group is carved out of the tp*dp devices of a stage (ep must divide tp*dp). With ep > 1
+every device holds num_experts/ep whole experts (expert tensor parallel = 1, as vLLM/SGLang with
+expert parallelism); with ep = 1 experts are tensor-parallel over tp like a dense MLP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from framework.core.errors import ConfigError
+from sims.builders.registry import MODES
+from sims.calibration.table import DTYPES
+from sims.hardware import HardwareSpec
+
+LAYOUT_KEYS = ("tp", "dp", "ep", "pp")
+WORKLOAD_DEFAULTS = {
+    "mode": None,
+    "batch": 1,
+    "seq_len": None,
+    "context_len": None,
+    "microbatches": 1,
+    "recompute": False,
+    "dtype": "bf16",
+    "zero": False,
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int = 1
+    dp: int = 1
+    ep: int = 1
+    pp: int = 1
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.dp * self.pp
+
+
+@dataclass(frozen=True)
+class Workload:
+    """batch: sequences per step over all dp replicas. seq_len: prompt (prefill) or sequence
+    (train) length. context_len: tokens already in the KV cache (decode; seq_len is ignored).
+    microbatches: the batch of each dp replica runs as this many pipeline micro-batches.
+    recompute: full activation recomputation per layer (train). zero: optimizer states sharded
+    over dp (Megatron distributed optimizer / ZeRO-1)."""
+
+    mode: str
+    batch: int
+    seq_len: int | None
+    context_len: int | None
+    microbatches: int
+    recompute: bool
+    dtype: str
+    zero: bool
+
+    @property
+    def query_len(self) -> int:
+        return 1 if self.mode == "decode" else self.seq_len
+
+    @property
+    def kv_len(self) -> int:
+        return self.context_len if self.mode == "decode" else self.seq_len
+
+
+def parse_layout(layout: Mapping) -> Layout:
+    _no_unknown("layout", layout, LAYOUT_KEYS)
+    values = {}
+    for key in LAYOUT_KEYS:
+        values[key] = _positive_int(f"layout.{key}", layout.get(key, 1))
+    return Layout(**values)
+
+
+def parse_workload(workload: Mapping) -> Workload:
+    _no_unknown("workload", workload, tuple(WORKLOAD_DEFAULTS))
+    w = {**WORKLOAD_DEFAULTS, **{k: v for k, v in workload.items() if v is not None}}
+    if w["mode"] not in MODES:
+        raise ConfigError(f"workload.mode is {w['mode']!r}; valid: {', '.join(MODES)}")
+    if w["dtype"] not in DTYPES:
+        raise ConfigError(f"workload.dtype is {w['dtype']!r}; valid: {', '.join(DTYPES)}")
+    needed = "context_len" if w["mode"] == "decode" else "seq_len"
+    if w[needed] is None:
+        raise ConfigError(f"workload.{needed} is required for mode {w['mode']}")
+    for key in ("batch", "microbatches", "seq_len", "context_len"):
+        if w[key] is not None:
+            w[key] = _positive_int(f"workload.{key}", w[key])
+    for key in ("recompute", "zero"):
+        if not isinstance(w[key], bool):
+            raise ConfigError(f"workload.{key} is {w[key]!r}; expected true or false")
+    return Workload(**w)
+
+
+def layout_problem(meta: Mapping, hw: HardwareSpec, layout: Layout, workload: Workload) -> str | None:
+    """Why this layout cannot run this model and workload, or None when it can."""
+    tp, dp, ep, pp = layout.tp, layout.dp, layout.ep, layout.pp
+    if layout.devices > hw.devices:
+        available = f"{hw.devices} available ({hw.devices_per_node} per node x {hw.nodes} nodes)"
+        return f"tp*dp*pp = {layout.devices} devices > {available}"
+    heads, kv_heads = meta["num_attention_heads"], meta["num_key_value_heads"]
+    if heads % tp:
+        return f"tp={tp} does not divide num_attention_heads={heads}"
+    if (tp % kv_heads) if tp >= kv_heads else (kv_heads % tp):
+        return (
+            f"tp={tp} and num_key_value_heads={kv_heads}: one must divide the other (kv heads are split or replicated)"
+        )
+    if meta["intermediate_size"] and meta["intermediate_size"] % tp:
+        return f"tp={tp} does not divide intermediate_size={meta['intermediate_size']}"
+    experts = meta["num_experts"]
+    if ep > 1 and not experts:
+        return f"ep={ep} but the model is dense (no experts)"
+    if experts and experts % ep:
+        return f"ep={ep} does not divide num_experts={experts}"
+    if (tp * dp) % ep:
+        return f"ep={ep} must divide tp*dp={tp * dp} (the ep group is taken from the devices of one pipeline stage)"
+    if experts and ep == 1 and meta["moe_intermediate_size"] % tp:
+        size = meta["moe_intermediate_size"]
+        return f"tp={tp} does not divide moe_intermediate_size={size} (with ep=1 experts are tp-split)"
+    if pp > meta["num_layers"]:
+        return f"pp={pp} > num_hidden_layers={meta['num_layers']}"
+    if workload.batch % (dp * workload.microbatches):
+        return f"batch={workload.batch} is not divisible by dp*microbatches={dp * workload.microbatches}"
+    if hw.peak_flops(workload.dtype) is None:
+        return f"hardware {hw.name} has no {workload.dtype} peak (peak_tflops.{workload.dtype} is null)"
+    return None
+
+
+def _positive_int(key: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{key} is {value!r}; expected an integer >= 1")
+    return value
+
+
+def _no_unknown(section: str, record: Mapping, valid: tuple[str, ...]) -> None:
+    unknown = sorted(set(record) - set(valid))
+    if unknown:
+        raise ConfigError(f"{section} has unknown key(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
