@@ -24,6 +24,7 @@ class SimAdapter(BackendAdapter):
         )
 
     def detect_backend_version(self) -> str:
-        import sims
+        """The simulator ships inside Crucible, so its version is Crucible's."""
+        from importlib.metadata import version
 
-        return sims.__version__
+        return version("crucible")
