@@ -54,7 +54,9 @@ class SimResult:
         return None if used is None else max(0.0, used - self.memory_capacity_gb)
 
     def summary(self) -> dict:
-        comm_s = sum(r["time_s"] for r in self.rows if r["bound"] == "comm")
+        time_by_bound: dict[str, float] = {}
+        for row in self.rows:
+            time_by_bound[row["bound"]] = time_by_bound.get(row["bound"], 0.0) + row["time_s"]
         return {
             "status": self.status,
             "reason": self.reason,
@@ -72,7 +74,7 @@ class SimResult:
             "memory_capacity_gb": self.memory_capacity_gb,
             "fits": self.fits,
             "memory_over_gb": self.memory_over_gb,
-            "comm_fraction": comm_s / self.latency_s if self.latency_s else None,
+            "time_by_bound_s": time_by_bound,
         }
 
     def breakdown_rows(self) -> list[dict]:

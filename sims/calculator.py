@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from sims.calibration.table import GemmInterpolator
 from sims.hardware import HardwareSpec
 from sims.ir import ComputationalGraph, OpNode
-from sims.partition import local_params, numel, stage_counts, tp_split, weight_numel
+from sims.partition import expert_data_parallel, local_params, numel, stage_counts, tp_split, weight_numel
 from sims.workload import Layout, Workload
 
 OP_CLASS = {
@@ -103,7 +103,7 @@ class Context:
             hw,
             layout,
             workload,
-            _interpolator(hw, precision.dtype),
+            _interpolator(hw),
         )
 
 
@@ -240,20 +240,22 @@ def _measured_gemm_s(node: OpNode, ctx: Context) -> float | None:
 # --- collectives ---------------------------------------------------------------------------------
 
 
-def all_reduce_s(nbytes: float, group: int, hw: HardwareSpec) -> float:
-    return _ring_s(2.0 * (group - 1) / group * nbytes, group, hw)
+def all_reduce_s(nbytes: float, group: int, hw: HardwareSpec, span: int | None = None) -> float:
+    """`span`: how many consecutive ranks the group's members are spread over (a dp group strides
+    over its tp ranks); it decides intra- vs inter-node. Defaults to the group size."""
+    return _ring_s(2.0 * (group - 1) / group * nbytes, group, span or group, hw)
 
 
-def all_gather_s(gathered_bytes: float, group: int, hw: HardwareSpec) -> float:
-    return _ring_s((group - 1) / group * gathered_bytes, group, hw)
+def all_gather_s(gathered_bytes: float, group: int, hw: HardwareSpec, span: int | None = None) -> float:
+    return _ring_s((group - 1) / group * gathered_bytes, group, span or group, hw)
 
 
-def reduce_scatter_s(full_bytes: float, group: int, hw: HardwareSpec) -> float:
-    return _ring_s((group - 1) / group * full_bytes, group, hw)
+def reduce_scatter_s(full_bytes: float, group: int, hw: HardwareSpec, span: int | None = None) -> float:
+    return _ring_s((group - 1) / group * full_bytes, group, span or group, hw)
 
 
 def all_to_all_s(sent_bytes: float, group: int, hw: HardwareSpec) -> float:
-    return _ring_s((group - 1) / group * sent_bytes, group, hw)
+    return _ring_s((group - 1) / group * sent_bytes, group, group, hw)
 
 
 def send_recv_s(nbytes: float, span: int, hw: HardwareSpec) -> float:
@@ -263,10 +265,10 @@ def send_recv_s(nbytes: float, span: int, hw: HardwareSpec) -> float:
     return nbytes / (bandwidth * link.bandwidth) + link.latency_us * 1e-6
 
 
-def _ring_s(wire_bytes: float, group: int, hw: HardwareSpec) -> float:
+def _ring_s(wire_bytes: float, group: int, span: int, hw: HardwareSpec) -> float:
     if group <= 1:
         return 0.0
-    kind, bandwidth = hw.link(group)
+    kind, bandwidth = hw.link(span)
     link = hw.efficiency.links[kind]
     return wire_bytes / (bandwidth * link.bandwidth) + link.latency_us * 1e-6
 
@@ -275,6 +277,8 @@ def comm_cost(node: OpNode, ctx: Context) -> OpCost | None:
     group = ctx.tp if node.parallel.group == "tp" else ctx.ep
     when = node.parallel.when
     if group <= 1 or (when == "ep_is_1" and ctx.ep > 1) or (when == "ep_gt_1" and ctx.ep == 1):
+        return None
+    if node.attrs.get("inference_only") and ctx.workload.mode == "train":
         return None
     nbytes = numel(node.inputs[0], ctx.dims) * ctx.precision.act_bytes
     if node.op_type == "all_reduce":
@@ -387,14 +391,16 @@ def _training_update_rows(graph: ComputationalGraph, ctx: Context, stage: int) -
     """Data-parallel gradient sync and the Adam update of the parameters this device holds."""
     layout, workload, hw = ctx.layout, ctx.workload, ctx.hw
     dense, expert = local_params(graph, layout, stage)
-    expert_dp = layout.tp * layout.dp // layout.ep if layout.ep > 1 else layout.dp
+    expert_dp = expert_data_parallel(layout)
+    span = layout.tp * layout.dp  # replicas of a weight shard sit tp ranks apart
     sync_s = 0.0
     for params, group in ((dense, layout.dp), (expert, expert_dp)):
         grads = params * GRAD_BYTES
         if workload.zero:  # reduce-scatter grads, all-gather updated weights
-            sync_s += reduce_scatter_s(grads, group, hw) + all_gather_s(params * ctx.precision.act_bytes, group, hw)
+            weights = params * ctx.precision.act_bytes
+            sync_s += reduce_scatter_s(grads, group, hw, span) + all_gather_s(weights, group, hw, span)
         else:
-            sync_s += all_reduce_s(grads, group, hw)
+            sync_s += all_reduce_s(grads, group, hw, span)
     updated = dense / layout.dp + expert / expert_dp if workload.zero else dense + expert
     optimizer = hw.efficiency.op_classes["optimizer"]
     opt_bytes = updated * ADAM_BYTES_PER_PARAM[workload.dtype]
@@ -417,14 +423,14 @@ def _row(name: str, op_type: str, count: float, flops: float, nbytes: float, tim
     }
 
 
-_INTERPOLATORS: dict[tuple, tuple[HardwareSpec, GemmInterpolator]] = {}
+_INTERPOLATORS: dict[int, tuple[HardwareSpec, GemmInterpolator]] = {}
 
 
-def _interpolator(hw: HardwareSpec, dtype: str) -> GemmInterpolator | None:
-    """One interpolator per parsed hardware spec (specs are cached, so this lives as long)."""
+def _interpolator(hw: HardwareSpec) -> GemmInterpolator | None:
+    """One interpolator (and its cache of interpolated shapes) per parsed hardware spec."""
     if not hw.efficiency.gemm_measurements:
         return None
-    key = (id(hw), dtype)
+    key = id(hw)
     cached = _INTERPOLATORS.get(key)
     if cached is None or cached[0] is not hw:
 

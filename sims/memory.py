@@ -14,6 +14,7 @@ from sims.calculator import Context
 from sims.hardware import HardwareSpec
 from sims.ir import ComputationalGraph, OpNode
 from sims.partition import (
+    expert_data_parallel,
     local_params,
     node_params_per_device,
     numel,
@@ -34,10 +35,6 @@ LOGITS_BYTES = 4  # fp32 logits for sampling / the loss
 class MemoryEstimate:
     breakdown_gb: dict[str, float]
     stage: int
-
-    @property
-    def total_gb(self) -> float:
-        return sum(self.breakdown_gb.values())
 
 
 def estimate_memory(graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload) -> MemoryEstimate:
@@ -64,7 +61,7 @@ def _stage_breakdown(graph: ComputationalGraph, ctx: Context, stage: int, io: li
             "activations": _inference_activation_bytes(graph, ctx, counts, io),
         }
     dense, expert = local_params(graph, layout, stage)
-    expert_dp = layout.tp * layout.dp // layout.ep if layout.ep > 1 else layout.dp
+    expert_dp = expert_data_parallel(layout)
     optimizer_params = dense / layout.dp + expert / expert_dp if workload.zero else dense + expert
     return {
         "weights": weights,

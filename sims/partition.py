@@ -93,3 +93,9 @@ def local_params(graph: ComputationalGraph, layout: Layout, stage: int) -> tuple
 def shared_with_embedding(node: OpNode, layout: Layout) -> bool:
     """A tied lm_head shares the embedding's storage when both sit on one device (pp = 1)."""
     return bool(node.attrs.get("tied")) and layout.pp == 1
+
+
+def expert_data_parallel(layout: Layout) -> int:
+    """Replicas of each expert shard: tp*dp/ep devices hold the same experts when ep > 1; with
+    ep = 1 experts are tp-split like dense weights and replicated dp times."""
+    return layout.tp * layout.dp // layout.ep if layout.ep > 1 else layout.dp

@@ -103,6 +103,7 @@ class GraphBuilder:
             [("logit_tokens", self.vocab)],
             [("logit_tokens", self.vocab)],
             parallel=ParallelSpec(group="tp"),
+            attrs={"inference_only": True},  # training computes a vocab-parallel loss instead
         )
 
     def gqa_attention(

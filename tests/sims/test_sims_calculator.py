@@ -208,3 +208,26 @@ def test_gemm_interpolation_is_exact_at_measurements_and_smooth_between():
     middle = interpolator.time_s(512, 1024, 1024, "bf16")  # equidistant in log2(m): the mean fraction
     assert middle == pytest.approx(roofline(512, 1024, 1024, "bf16") / (sum(fractions) / 2))
     assert interpolator.time_s(64, 1024, 1024, "fp8") is None
+
+
+def test_data_parallel_groups_that_cross_nodes_use_the_inter_node_link(tmp_path):
+    exact = table_file(
+        tmp_path,
+        links={"intra_node": {"bandwidth": 1.0, "latency_us": 0}, "inter_node": {"bandwidth": 1.0, "latency_us": 0}},
+    )
+    hw = hardware_spec(hardware("h100", nodes=2, efficiency_table=exact))
+    # dp=2 with tp=8: the two replicas of a shard are 8 ranks apart, on different nodes.
+    assert all_reduce_s(1e9, 2, hw, span=16) == pytest.approx(1e9 / 50e9)
+    assert all_reduce_s(1e9, 2, hw) == pytest.approx(1e9 / 450e9)
+    cfg, train = model_config("qwen3_8b"), {"mode": "train", "batch": 2, "seq_len": 256}
+    result = simulate(cfg, hardware("h100", nodes=2, efficiency_table=exact), {"tp": 8, "dp": 2}, train)
+    replicated = 4096 + 36 * (2 * 4096 + 2 * 128)  # RMSNorm weights are not split by tp
+    local = (8_190_735_360 - replicated) / 8 + replicated
+    assert row(result, "dp_grad_sync")["time_s"] == pytest.approx(local * 4 / 50e9, rel=1e-9)
+
+
+def test_logits_are_gathered_for_sampling_but_not_in_training(h100):
+    cfg = model_config("qwen3_8b")
+    names = lambda r: {x["name"] for x in r.breakdown_rows()}  # noqa: E731
+    assert "logits_all_gather" in names(simulate(cfg, h100, {"tp": 2}, PREFILL))
+    assert "logits_all_gather" not in names(simulate(cfg, h100, {"tp": 2}, {**PREFILL, "mode": "train"}))
