@@ -10,6 +10,7 @@ from pathlib import Path
 
 from framework.core.errors import ConfigError
 from sims.calibration.table import DTYPES, EfficiencyTable, load_table
+from sims.plain import json_key
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = ("name", "devices_per_node", "nodes", "memory_gb", "peak_tflops", "hbm_tb_s")
@@ -51,11 +52,7 @@ class HardwareSpec:
 
 def hardware_spec(hardware: Mapping) -> HardwareSpec:
     """Parse (and cache) a hardware dict."""
-    try:
-        key = json.dumps(dict(hardware), sort_keys=True, default=str)
-    except TypeError as error:
-        raise ConfigError(f"hardware must be a plain mapping: {error}") from None
-    return _parse(key)
+    return _parse(json_key(hardware, "hardware"))
 
 
 @lru_cache(maxsize=64)

@@ -15,6 +15,7 @@ from framework.core.errors import ConfigError
 from sims.builders import deepseek_v3, dense, qwen3_moe  # noqa: F401  (registers the builders)
 from sims.builders.registry import MODES, builder_for, infer_model_type, register_config_builder, supported_model_types
 from sims.ir import ComputationalGraph
+from sims.plain import json_key
 
 __all__ = ["build_graph", "param_counts", "register_config_builder", "supported_model_types", "infer_model_type"]
 
@@ -62,10 +63,7 @@ def _cached_counts(config_key: str) -> tuple[tuple[str, int], ...]:
 
 
 def _config_key(hf_config: Mapping) -> str:
-    try:
-        return json.dumps(dict(hf_config), sort_keys=True, default=str)
-    except TypeError as error:
-        raise ConfigError(f"hf_config must be a plain mapping of JSON values: {error}") from None
+    return json_key(hf_config, "hf_config")
 
 
 @lru_cache(maxsize=256)

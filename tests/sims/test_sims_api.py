@@ -120,3 +120,17 @@ def test_expected_expert_traffic_is_the_same_for_tp_and_ep_splits(h100):
     weights_only = 48 * 8 * 3 * 2048 * 768 * 2 / 8
     assert expert_bytes(tp) == pytest.approx(expert_bytes(ep), rel=1e-9)
     assert expert_bytes(tp) == pytest.approx(weights_only, rel=0.01)  # + a few KB of activations
+
+
+def test_omegaconf_containers_are_accepted_as_composed_by_hydra():
+    from omegaconf import OmegaConf
+
+    cfg, hw = model_config("deepseek_v3"), hardware("h100")
+    plain = simulate(cfg, hw, {"tp": 8, "ep": 8}, DECODE).summary()
+    composed = simulate(OmegaConf.create(cfg), OmegaConf.create(hw), OmegaConf.create({"tp": 8, "ep": 8}), DECODE)
+    assert composed.summary() == plain
+
+
+def test_non_data_config_values_are_a_config_error():
+    with pytest.raises(ConfigError, match="hf_config must hold only"):
+        simulate({**model_config("qwen3_8b"), "rope_theta": object()}, hardware("h100"), {}, DECODE)
