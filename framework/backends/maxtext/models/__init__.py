@@ -1,0 +1,14 @@
+"""Flax decoder models of the maxtext backend (Llama, Qwen2/2.5, Qwen3)."""
+
+from framework.backends.maxtext.models.config import ModelConfig
+from framework.backends.maxtext.models.transformer import (
+    KVCache,
+    Transformer,
+    abstract_params,
+    forward,
+    positions_from_mask,
+    token_log_probs,
+)
+
+__all__ = ["KVCache", "ModelConfig", "Transformer", "abstract_params", "forward", "positions_from_mask",
+           "token_log_probs"]

@@ -1,0 +1,316 @@
+"""Flax (linen) decoder for Llama, Qwen2/2.5 and Qwen3: one module family, switched by ModelConfig flags.
+
+RoPE (optionally llama3-scaled), grouped-query attention, RMSNorm, SwiGLU, tied or untied embeddings.
+Every parameter carries logical axis names (see sharding.DEFAULT_RULES). Attention works on "slots":
+without a cache the slots are the input positions; with a KVCache they are the cache entries, written
+at `cache.index`. A query attends to the slots at or before its own that hold real tokens, so left
+padding never leaks into attention, and RoPE uses the explicit `positions` (not the slot index).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import linen as nn
+from jax.sharding import Mesh
+
+from framework.backends.maxtext.models.config import ModelConfig
+from framework.backends.maxtext.sharding import LogicalRules, constrain
+
+Array = jax.Array
+_KERNEL_INIT = nn.initializers.normal(stddev=0.02)  # HF initializer_range; real weights are loaded
+
+
+@flax.struct.dataclass
+class KVCache:
+    """Per-layer key/value buffers of fixed length, plus which slots hold real (non-padding) tokens."""
+
+    keys: tuple[Array, ...]  # each [batch, max_length, kv_heads, head_dim]
+    values: tuple[Array, ...]
+    valid: Array  # [batch, max_length] bool
+    index: Array  # int32 scalar: the next slot to write
+
+    @classmethod
+    def create(cls, config: ModelConfig, batch_size: int, max_length: int,
+               mesh: Mesh | None = None, rules: LogicalRules | None = None) -> "KVCache":
+        shape = (batch_size, max_length, config.num_kv_heads, config.head_dim)
+
+        def buffer() -> Array:
+            zeros = jnp.zeros(shape, config.dtype)
+            return constrain(zeros, ("cache_batch", "cache_sequence", "cache_kv_heads", "cache_head_dim"),
+                             mesh, rules)
+
+        return cls(keys=tuple(buffer() for _ in range(config.num_layers)),
+                   values=tuple(buffer() for _ in range(config.num_layers)),
+                   valid=jnp.zeros((batch_size, max_length), bool), index=jnp.zeros((), jnp.int32))
+
+    def repeat(self, repeats: int) -> "KVCache":
+        """Each sequence `repeats` times in a row (n samples per prompt share one prefill)."""
+        def rep(x: Array) -> Array:
+            return jnp.repeat(x, repeats, axis=0)
+        return self.replace(keys=tuple(map(rep, self.keys)), values=tuple(map(rep, self.values)),
+                            valid=rep(self.valid))
+
+
+def positions_from_mask(attention_mask: Array) -> Array:
+    """RoPE positions of left- or right-padded rows: 0 at the first real token (padding gets 0)."""
+    return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+def rope_inverse_frequencies(config: ModelConfig) -> np.ndarray:
+    """As transformers computes them (default and llama3 rope types), in float32."""
+    dim = config.head_dim
+    inv_freq = (1.0 / (config.rope_theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim))).astype(np.float32)
+    if config.rope_type != "llama3":
+        return inv_freq
+    factor, low_freq_factor, high_freq_factor, old_context_len = config.rope_llama3
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    wavelen = 2 * np.pi / inv_freq
+    scaled = np.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    return np.where(is_medium, smoothed, scaled).astype(np.float32)
+
+
+def apply_rope(x: Array, positions: Array, inv_freq: np.ndarray) -> Array:
+    """Rotate-half RoPE (the HF layout) on [batch, length, heads, head_dim], computed in float32."""
+    freqs = positions[..., None].astype(jnp.float32) * inv_freq  # [B, T, D/2]
+    angles = jnp.concatenate([freqs, freqs], axis=-1)[:, :, None, :]
+    x32 = x.astype(jnp.float32)
+    first, second = jnp.split(x32, 2, axis=-1)
+    rotated = jnp.concatenate([-second, first], axis=-1)
+    return (x32 * jnp.cos(angles) + rotated * jnp.sin(angles)).astype(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    dim: int
+    eps: float
+    axis_name: str
+    dtype: str
+    param_dtype: str
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, (self.axis_name,)),
+                           (self.dim,), self.param_dtype)
+        x32 = x.astype(jnp.float32)
+        normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return scale.astype(self.dtype) * normed.astype(self.dtype)
+
+
+def _dense(features: int | tuple[int, ...], kernel_axes: tuple[str, ...], use_bias: bool,
+           config: ModelConfig, name: str, axis: int | tuple[int, ...] = -1) -> nn.DenseGeneral:
+    num_out = 1 if isinstance(features, int) else len(features)
+    return nn.DenseGeneral(
+        features=features, axis=axis, use_bias=use_bias, dtype=config.dtype, param_dtype=config.param_dtype,
+        kernel_init=nn.with_logical_partitioning(_KERNEL_INIT, kernel_axes),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, kernel_axes[-num_out:]), name=name)
+
+
+class Attention(nn.Module):
+    config: ModelConfig
+    mesh: Mesh | None = None
+    rules: LogicalRules | None = None
+
+    @nn.compact
+    def __call__(self, x: Array, positions: Array, attend: Array,
+                 layer_cache: tuple[Array, Array] | None, cache_index: Array | None
+                 ) -> tuple[Array, tuple[Array, Array] | None]:
+        c = self.config
+        q = _dense((c.num_heads, c.head_dim), ("embed", "heads", "head_dim"), c.qkv_bias, c, "q_proj")(x)
+        k = _dense((c.num_kv_heads, c.head_dim), ("embed", "kv_heads", "head_dim"), c.qkv_bias, c, "k_proj")(x)
+        v = _dense((c.num_kv_heads, c.head_dim), ("embed", "kv_heads", "head_dim"), c.qkv_bias, c, "v_proj")(x)
+        if c.qk_norm:
+            q = RMSNorm(c.head_dim, c.rms_norm_eps, "head_dim", c.dtype, c.param_dtype, name="q_norm")(q)
+            k = RMSNorm(c.head_dim, c.rms_norm_eps, "head_dim", c.dtype, c.param_dtype, name="k_norm")(k)
+        inv_freq = rope_inverse_frequencies(c)
+        q = self._constrain(apply_rope(q, positions, inv_freq), "activation_heads")
+        k = self._constrain(apply_rope(k, positions, inv_freq), "activation_kv_heads")
+        v = self._constrain(v, "activation_kv_heads")
+
+        if layer_cache is not None:
+            cache_axes = ("cache_batch", "cache_sequence", "cache_kv_heads", "cache_head_dim")
+            start = (0, cache_index, 0, 0)
+            k = constrain(jax.lax.dynamic_update_slice(layer_cache[0], k.astype(layer_cache[0].dtype), start),
+                          cache_axes, self.mesh, self.rules)
+            v = constrain(jax.lax.dynamic_update_slice(layer_cache[1], v.astype(layer_cache[1].dtype), start),
+                          cache_axes, self.mesh, self.rules)
+            layer_cache = (k, v)
+
+        out = self._attention(q, k, v, attend)
+        out = _dense(c.hidden_size, ("heads", "head_dim", "embed"), c.o_bias, c, "o_proj", axis=(-2, -1))(out)
+        return out, layer_cache
+
+    def _attention(self, q: Array, k: Array, v: Array, attend: Array) -> Array:
+        """Grouped-query attention without repeating K/V: queries are grouped per KV head."""
+        c = self.config
+        batch, length = q.shape[:2]
+        groups = c.num_heads // c.num_kv_heads
+        q = q.reshape(batch, length, c.num_kv_heads, groups, c.head_dim)
+        scores = jnp.einsum("btkgd,bskd->bkgts", q, k.astype(q.dtype),
+                            preferred_element_type=jnp.float32) * (c.head_dim ** -0.5)
+        # A finite floor keeps fully masked rows (padding queries) free of NaN.
+        scores = jnp.where(attend[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(scores, axis=-1).astype(c.dtype)
+        out = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(c.dtype))
+        return self._constrain(out.reshape(batch, length, c.num_heads, c.head_dim), "activation_heads")
+
+    def _constrain(self, x: Array, heads_axis: str) -> Array:
+        return constrain(x, ("activation_batch", "activation_length", heads_axis, None), self.mesh, self.rules)
+
+
+class MLP(nn.Module):
+    config: ModelConfig
+    mesh: Mesh | None = None
+    rules: LogicalRules | None = None
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        c = self.config
+        gate = _dense(c.intermediate_size, ("embed", "mlp"), c.mlp_bias, c, "gate_proj")(x)
+        up = _dense(c.intermediate_size, ("embed", "mlp"), c.mlp_bias, c, "up_proj")(x)
+        hidden = constrain(nn.silu(gate) * up, ("activation_batch", "activation_length", "activation_mlp"),
+                           self.mesh, self.rules)
+        return _dense(c.hidden_size, ("mlp", "embed"), c.mlp_bias, c, "down_proj")(hidden)
+
+
+class DecoderLayer(nn.Module):
+    config: ModelConfig
+    mesh: Mesh | None = None
+    rules: LogicalRules | None = None
+
+    @nn.compact
+    def __call__(self, x: Array, positions: Array, attend: Array,
+                 layer_cache: tuple[Array, Array] | None, cache_index: Array | None
+                 ) -> tuple[Array, tuple[Array, Array] | None]:
+        c = self.config
+        normed = RMSNorm(c.hidden_size, c.rms_norm_eps, "norm", c.dtype, c.param_dtype, name="input_layernorm")(x)
+        attn_out, layer_cache = Attention(c, self.mesh, self.rules, name="self_attn")(
+            normed, positions, attend, layer_cache, cache_index)
+        x = x + attn_out
+        normed = RMSNorm(c.hidden_size, c.rms_norm_eps, "norm", c.dtype, c.param_dtype,
+                         name="post_attention_layernorm")(x)
+        x = x + MLP(c, self.mesh, self.rules, name="mlp")(normed)
+        return _constrain_hidden(x, self.mesh, self.rules), layer_cache
+
+
+def _constrain_hidden(x: Array, mesh: Mesh | None, rules: LogicalRules | None) -> Array:
+    return constrain(x, ("activation_batch", "activation_length", "activation_embed"), mesh, rules)
+
+
+class Transformer(nn.Module):
+    """Causal LM. `__call__` -> (float32 logits [B, T, V], updated cache or None).
+
+    `hidden_states` and `logits` are the two halves, for callers that need logits of only a few
+    positions (the sampler's prefill) or chunk the vocabulary projection (token_log_probs).
+    """
+
+    config: ModelConfig
+    mesh: Mesh | None = None
+    rules: LogicalRules | None = None
+
+    def setup(self) -> None:
+        c = self.config
+        self.embed_tokens = nn.Embed(
+            num_embeddings=c.vocab_size, features=c.hidden_size, dtype=c.dtype, param_dtype=c.param_dtype,
+            embedding_init=nn.with_logical_partitioning(_KERNEL_INIT, ("vocab", "embed")))
+        self.layers = [DecoderLayer(c, self.mesh, self.rules) for _ in range(c.num_layers)]
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, "norm", c.dtype, c.param_dtype)
+        if not c.tie_word_embeddings:
+            self.lm_head = _dense(c.vocab_size, ("embed", "vocab"), False, c, None)
+
+    def __call__(self, input_ids: Array, positions: Array, attention_mask: Array,
+                 cache: KVCache | None = None) -> tuple[Array, KVCache | None]:
+        hidden, cache = self.hidden_states(input_ids, positions, attention_mask, cache)
+        return self.logits(hidden), cache
+
+    def hidden_states(self, input_ids: Array, positions: Array, attention_mask: Array,
+                      cache: KVCache | None = None) -> tuple[Array, KVCache | None]:
+        """Final-norm hidden states [B, T, H]. With a cache, the T tokens go to slots index..index+T-1."""
+        attention_mask = attention_mask.astype(bool)
+        attend, cache = _attend_mask(attention_mask, cache)
+        x = _constrain_hidden(self.embed_tokens(input_ids), self.mesh, self.rules)
+        new_keys, new_values = [], []
+        for i, layer in enumerate(self.layers):
+            layer_cache = None if cache is None else (cache.keys[i], cache.values[i])
+            x, layer_cache = layer(x, positions, attend, layer_cache, None if cache is None else cache.index)
+            if layer_cache is not None:
+                new_keys.append(layer_cache[0])
+                new_values.append(layer_cache[1])
+        if cache is not None:
+            cache = cache.replace(keys=tuple(new_keys), values=tuple(new_values),
+                                  index=cache.index + input_ids.shape[1])
+        return self.norm(x), cache
+
+    def logits(self, hidden: Array) -> Array:
+        if self.config.tie_word_embeddings:
+            logits = self.embed_tokens.attend(hidden)
+        else:
+            logits = self.lm_head(hidden)
+        return constrain(logits.astype(jnp.float32), ("activation_batch", "activation_length", "activation_vocab"),
+                         self.mesh, self.rules)
+
+
+def _attend_mask(attention_mask: Array, cache: KVCache | None) -> tuple[Array, KVCache | None]:
+    """[B, T, S] bool: query t may attend slot s (real token, not after the query's own slot)."""
+    length = attention_mask.shape[1]
+    if cache is None:
+        causal = jnp.arange(length)[:, None] >= jnp.arange(length)[None, :]
+        return attention_mask[:, None, :] & causal[None], None
+    valid = jax.lax.dynamic_update_slice(cache.valid, attention_mask, (0, cache.index))
+    query_slots = cache.index + jnp.arange(length)
+    causal = jnp.arange(valid.shape[1])[None, :] <= query_slots[:, None]
+    return valid[:, None, :] & causal[None], cache.replace(valid=valid)
+
+
+def abstract_params(model: Transformer) -> Any:
+    """Parameter shapes/dtypes with their logical axes (nn.LogicallyPartitioned leaves), nothing allocated."""
+    ids = jnp.zeros((1, 1), jnp.int32)
+    variables = jax.eval_shape(lambda: model.init(jax.random.key(0), ids, ids, jnp.ones((1, 1), bool)))
+    return variables["params"]
+
+
+def forward(model: Transformer, params: Any, input_ids: Array, attention_mask: Array,
+            positions: Array | None = None, cache: KVCache | None = None) -> tuple[Array, KVCache | None]:
+    """Logits (float32) and updated cache; positions default to those implied by the padding mask."""
+    if positions is None:
+        positions = positions_from_mask(attention_mask)
+    return model.apply({"params": params}, input_ids, positions, attention_mask, cache)
+
+
+def token_log_probs(model: Transformer, params: Any, input_ids: Array, attention_mask: Array, *,
+                    positions: Array | None = None, temperature: float = 1.0,
+                    chunk_size: int = 128) -> Array:
+    """log p(input_ids[:, t+1] | input_ids[:, :t+1]) as float32 [B, T-1], under softmax(logits / temperature).
+
+    The vocabulary projection runs over `chunk_size` positions at a time and is rematerialised in
+    the backward pass, so at most [B, chunk_size, V] logits are alive at once. Values at padding
+    positions are finite but meaningless: mask them.
+    """
+    if positions is None:
+        positions = positions_from_mask(attention_mask)
+    hidden, _ = model.apply({"params": params}, input_ids, positions, attention_mask,
+                            method=Transformer.hidden_states)
+    hidden, targets = hidden[:, :-1], input_ids[:, 1:]
+    batch, length = targets.shape
+    chunk = max(1, min(chunk_size, length))
+    padded = -(-length // chunk) * chunk
+    hidden = jnp.pad(hidden, ((0, 0), (0, padded - length), (0, 0)))
+    targets = jnp.pad(targets, ((0, 0), (0, padded - length)))
+
+    @jax.checkpoint
+    def chunk_log_probs(hidden_chunk: Array, target_chunk: Array) -> Array:
+        logits = model.apply({"params": params}, hidden_chunk, method=Transformer.logits) / temperature
+        picked = jnp.take_along_axis(logits, target_chunk[..., None], axis=-1)[..., 0]
+        return picked - jax.nn.logsumexp(logits, axis=-1)
+
+    hidden_chunks = hidden.reshape(batch, padded // chunk, chunk, -1).swapaxes(0, 1)
+    target_chunks = targets.reshape(batch, padded // chunk, chunk).swapaxes(0, 1)
+    log_probs = jax.lax.map(lambda args: chunk_log_probs(*args), (hidden_chunks, target_chunks))
+    return log_probs.swapaxes(0, 1).reshape(batch, padded)[:, :length]

@@ -1,0 +1,209 @@
+"""Batched autoregressive sampling over a KV cache, compiled once per (batch, prompt bucket, settings).
+
+Prompts are left-padded to a bucketed length; one prefill fills the cache for every prompt, the
+cache is repeated for the n samples of each prompt, and a `jax.lax.while_loop` decodes one token per
+step on device (no host round-trip per token) until max_new_tokens or every sequence has emitted EOS.
+Finished sequences emit pad tokens. Output rows are grouped per prompt: rows i*n .. i*n+n-1 are the
+samples of prompt i (the layout GRPO's group advantages expect).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from framework.backends.maxtext.models.transformer import KVCache, Transformer, positions_from_mask
+from framework.backends.maxtext.sharding import LogicalRules, put
+from framework.core.errors import ConfigError, DataError
+
+Array = jax.Array
+_EOS_SLOTS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    """temperature 0 means greedy; top_k 0 and top_p 1.0 switch those filters off."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    num_samples: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"sampling.max_new_tokens: {self.max_new_tokens} must be >= 1")
+        if self.temperature < 0:
+            raise ConfigError(f"sampling.temperature: {self.temperature} must be >= 0 (0 = greedy)")
+        if self.top_k < 0:
+            raise ConfigError(f"sampling.top_k: {self.top_k} must be >= 0 (0 = off)")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"sampling.top_p: {self.top_p} must be in (0, 1] (1 = off)")
+        if self.num_samples < 1:
+            raise ConfigError(f"sampling.num_samples: {self.num_samples} must be >= 1")
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SampleOutput:
+    """All arrays have num_prompts * num_samples rows, grouped per prompt.
+
+    prompt_ids/prompt_mask: [N, P] left-padded prompts (P = bucketed prompt length).
+    completion_ids: [N, max_new_tokens], pad after EOS. completion_mask: 1 up to and including EOS.
+    log_probs: [N, max_new_tokens] float32 log-probability of each sampled token under
+    softmax(logits / temperature) (plain softmax when greedy), before top-k/top-p filtering, i.e.
+    the quantity token_log_probs(temperature=...) recomputes; 0 where completion_mask is 0.
+    """
+
+    prompt_ids: Array
+    prompt_mask: Array
+    completion_ids: Array
+    completion_mask: Array
+    log_probs: Array
+
+
+class Sampler:
+    """`Sampler(model, eos_token_ids=..., pad_token_id=...)`, then `generate(params, prompts, rng, sampling)`.
+
+    Compiled code is shared by every Sampler of an equal model: it is keyed by the model, the
+    sampling settings and the (bucketed) shapes only.
+    """
+
+    def __init__(self, model: Transformer, *, eos_token_ids: Sequence[int], pad_token_id: int,
+                 prompt_bucket: int = 32, mesh: Mesh | None = None, rules: LogicalRules | None = None) -> None:
+        if not eos_token_ids:
+            raise ConfigError("sampler: eos_token_ids is empty; give the tokenizer's EOS id(s)")
+        # The model's activation constraints follow the sampler's mesh (default: the model's own).
+        self.mesh = mesh if mesh is not None else model.mesh
+        self.rules = rules if rules is not None else model.rules
+        self.model = model.clone(mesh=self.mesh, rules=self.rules)
+        self.eos_token_ids = tuple(int(i) for i in eos_token_ids)
+        self.pad_token_id = int(pad_token_id)
+        self.prompt_bucket = max(1, int(prompt_bucket))
+
+    def generate(self, params: Any, prompts: Sequence[Sequence[int]], rng: Array,
+                 sampling: SamplingParams) -> SampleOutput:
+        """Sample completions for token-id prompts of any lengths (padded here, on the left)."""
+        prompt_ids, prompt_mask = self.left_pad(prompts)
+        return self.generate_padded(params, prompt_ids, prompt_mask, rng, sampling)
+
+    def generate_padded(self, params: Any, prompt_ids: np.ndarray | Array, prompt_mask: np.ndarray | Array,
+                        rng: Array, sampling: SamplingParams) -> SampleOutput:
+        """Sample from prompts already left-padded to a common length ([B, P] ids and 0/1 mask)."""
+        if np.any(np.asarray(prompt_mask).sum(axis=1) == 0):
+            raise DataError("sampler: a prompt is empty; every prompt needs at least one token")
+        prompt_ids = put(np.asarray(prompt_ids, np.int32), self.mesh, self.rules, ("activation_batch", None))
+        prompt_mask = put(np.asarray(prompt_mask, np.int32), self.mesh, self.rules, ("activation_batch", None))
+        return _generate(self.model, params, prompt_ids, prompt_mask, rng, self._eos_array(),
+                         np.int32(self.pad_token_id), sampling=sampling)
+
+    def _eos_array(self) -> np.ndarray:
+        """EOS ids padded with -1 (never a token) to a fixed length, so their number costs no recompile."""
+        eos = np.full(max(_EOS_SLOTS, len(self.eos_token_ids)), -1, np.int32)
+        eos[:len(self.eos_token_ids)] = self.eos_token_ids
+        return eos
+
+    def left_pad(self, prompts: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """[B, P] ids and mask, P = the longest prompt rounded up to a multiple of prompt_bucket."""
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise DataError("sampler: prompts must be a non-empty list of non-empty token-id lists")
+        longest = max(len(p) for p in prompts)
+        length = -(-longest // self.prompt_bucket) * self.prompt_bucket
+        ids = np.full((len(prompts), length), self.pad_token_id, np.int32)
+        mask = np.zeros((len(prompts), length), np.int32)
+        for row, prompt in enumerate(prompts):
+            ids[row, length - len(prompt):] = prompt
+            mask[row, length - len(prompt):] = 1
+        return ids, mask
+
+
+@functools.partial(jax.jit, static_argnames=("model", "sampling"))
+def _generate(model: Transformer, params: Any, prompt_ids: Array, prompt_mask: Array, rng: Array,
+              eos: Array, pad: Array, sampling: SamplingParams) -> SampleOutput:
+    config = model.config
+    batch, prompt_length = prompt_ids.shape
+    n = sampling.num_samples
+    max_new = sampling.max_new_tokens
+    variables = {"params": params}
+
+    positions = positions_from_mask(prompt_mask)
+    cache = KVCache.create(config, batch, prompt_length + max_new, model.mesh, model.rules)
+    hidden, cache = model.apply(variables, prompt_ids, positions, prompt_mask, cache,
+                                method=Transformer.hidden_states)
+    last_logits = model.apply(variables, hidden[:, -1:], method=Transformer.logits)[:, 0]
+
+    cache = cache.repeat(n)
+    last_logits = jnp.repeat(last_logits, n, axis=0)
+    next_position = jnp.repeat(positions[:, -1] + 1, n)
+    rng, step_rng = jax.random.split(rng)
+    first_token, first_log_prob = _sample(last_logits, step_rng, sampling)
+
+    rows = batch * n
+    tokens = jnp.full((rows, max_new), pad, jnp.int32).at[:, 0].set(first_token)
+    log_probs = jnp.zeros((rows, max_new), jnp.float32).at[:, 0].set(first_log_prob)
+    done = jnp.isin(first_token, eos)
+    one = jnp.ones((rows, 1), jnp.int32)
+
+    def not_finished(state: tuple) -> Array:
+        step, _, done, *_ = state
+        return (step < max_new) & ~jnp.all(done)
+
+    def decode_step(state: tuple) -> tuple:
+        step, token, done, position, cache, tokens, log_probs, rng = state
+        logits, cache = model.apply(variables, token[:, None], position[:, None], one, cache)
+        rng, step_rng = jax.random.split(rng)
+        token, log_prob = _sample(logits[:, 0], step_rng, sampling)
+        token = jnp.where(done, pad, token)
+        tokens = jax.lax.dynamic_update_slice(tokens, token[:, None], (0, step))
+        log_probs = jax.lax.dynamic_update_slice(log_probs, jnp.where(done, 0.0, log_prob)[:, None], (0, step))
+        done = done | jnp.isin(token, eos)
+        return step + 1, token, done, position + 1, cache, tokens, log_probs, rng
+
+    state = (jnp.int32(1), first_token, done, next_position, cache, tokens, log_probs, rng)
+    _, _, _, _, _, tokens, log_probs, _ = jax.lax.while_loop(not_finished, decode_step, state)
+
+    completion_mask = _through_first_eos(tokens, eos)
+    return SampleOutput(
+        prompt_ids=jnp.repeat(prompt_ids, n, axis=0), prompt_mask=jnp.repeat(prompt_mask, n, axis=0),
+        completion_ids=tokens, completion_mask=completion_mask,
+        log_probs=jnp.where(completion_mask.astype(bool), log_probs, 0.0))
+
+
+def _through_first_eos(tokens: Array, eos: Array) -> Array:
+    """1 for tokens up to and including each row's first EOS, 0 after it."""
+    is_eos = jnp.isin(tokens, eos).astype(jnp.int32)
+    eos_before = jnp.cumsum(is_eos, axis=1) - is_eos
+    return (eos_before == 0).astype(jnp.int32)
+
+
+def _sample(logits: Array, rng: Array, sampling: SamplingParams) -> tuple[Array, Array]:
+    """Next token per row and its log-probability (see SampleOutput.log_probs)."""
+    logits = logits.astype(jnp.float32)
+    if sampling.temperature == 0.0:
+        token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        return token, _log_prob_of(logits, token)
+    scaled = logits / sampling.temperature
+    if sampling.top_k == 0 and sampling.top_p >= 1.0:
+        token = jax.random.categorical(rng, scaled, axis=-1).astype(jnp.int32)
+        return token, _log_prob_of(scaled, token)
+    # Filter in sorted space: top_k (or a full sort for top_p alone), then the nucleus.
+    k = sampling.top_k or scaled.shape[-1]
+    top_values, top_indices = jax.lax.top_k(scaled, min(k, scaled.shape[-1]))
+    if sampling.top_p < 1.0:
+        probs = jax.nn.softmax(top_values, axis=-1)
+        mass_before = jnp.cumsum(probs, axis=-1) - probs
+        top_values = jnp.where(mass_before < sampling.top_p, top_values, -jnp.inf)
+    choice = jax.random.categorical(rng, top_values, axis=-1)
+    token = jnp.take_along_axis(top_indices, choice[:, None], axis=-1)[:, 0].astype(jnp.int32)
+    return token, _log_prob_of(scaled, token)
+
+
+def _log_prob_of(logits: Array, token: Array) -> Array:
+    picked = jnp.take_along_axis(logits, token[:, None], axis=-1)[:, 0]
+    return picked - jax.nn.logsumexp(logits, axis=-1)

@@ -1,0 +1,162 @@
+"""Device mesh and logical axis rules, MaxText style.
+
+Every parameter and the main activations carry logical axis names ("embed", "heads", "batch", ...).
+Rules map each logical name to mesh axes ("data", "fsdp", "expert", "tensor"); the hardware group's
+`mesh` entry gives the mesh shape. A dimension that a mesh axis does not divide evenly is
+replicated along that axis instead (e.g. 2 KV heads on tensor=4), so every model fits every mesh.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+import jax
+import numpy as np
+from flax import linen as nn
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from framework.core.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+# Ordered from least to most communication: tensor parallelism talks on every layer, so it gets
+# the innermost (best-connected) devices.
+MESH_AXES = ("data", "fsdp", "expert", "tensor")
+
+MeshAxes = str | tuple[str, ...] | None
+LogicalRules = tuple[tuple[str, MeshAxes], ...]
+
+# Parameters: FSDP shards the embed dimension, tensor parallelism the heads/mlp/vocab dimensions.
+# Activations: batch over data+fsdp, heads/mlp/vocab over tensor, embed and length unsharded.
+DEFAULT_RULES: LogicalRules = (
+    ("vocab", "tensor"),
+    ("embed", "fsdp"),
+    ("mlp", "tensor"),
+    ("heads", "tensor"),
+    ("kv_heads", "tensor"),
+    ("head_dim", None),
+    ("norm", None),
+    ("expert", "expert"),
+    ("activation_batch", ("data", "fsdp")),
+    ("activation_length", None),
+    ("activation_embed", None),
+    ("activation_heads", "tensor"),
+    ("activation_kv_heads", "tensor"),
+    ("activation_mlp", "tensor"),
+    ("activation_vocab", "tensor"),
+    ("cache_batch", ("data", "fsdp")),
+    ("cache_sequence", None),
+    ("cache_kv_heads", "tensor"),
+    ("cache_head_dim", None),
+)
+
+
+def resolve_mesh_shape(mesh_cfg: Mapping[str, Any], num_devices: int) -> dict[str, int]:
+    """Axis sizes from the hardware group's `mesh` entry; one axis may be -1 (the remaining devices)."""
+    unknown = sorted(set(mesh_cfg) - set(MESH_AXES))
+    if unknown:
+        raise ConfigError(f"hardware.mesh: unknown axes {unknown}; valid axes are {list(MESH_AXES)}")
+    sizes = {axis: mesh_cfg.get(axis, 1) for axis in MESH_AXES}
+    for axis, size in sizes.items():
+        if not isinstance(size, int) or isinstance(size, bool) or (size < 1 and size != -1):
+            raise ConfigError(f"hardware.mesh.{axis}: {size!r} is not a positive integer or -1")
+    remaining = [axis for axis, size in sizes.items() if size == -1]
+    if len(remaining) > 1:
+        raise ConfigError(f"hardware.mesh: only one axis may be -1, got {remaining}")
+    fixed = math.prod(size for size in sizes.values() if size != -1)
+    if remaining:
+        if num_devices % fixed:
+            raise ConfigError(f"hardware.mesh: the fixed axes multiply to {fixed}, which does not divide "
+                              f"the {num_devices} devices")
+        sizes[remaining[0]] = num_devices // fixed
+    if math.prod(sizes.values()) != num_devices:
+        raise ConfigError(f"hardware.mesh: {dict(mesh_cfg)} has {math.prod(sizes.values())} devices but "
+                          f"there are {num_devices}; make the product match or set one axis to -1")
+    return sizes
+
+
+def build_mesh(mesh_cfg: Mapping[str, Any], devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A `Mesh` with axes MESH_AXES over `devices` (default: all devices), topology-aware on TPU."""
+    devices = list(devices) if devices is not None else jax.devices()
+    sizes = resolve_mesh_shape(mesh_cfg, len(devices))
+    shape = tuple(sizes[axis] for axis in MESH_AXES)
+    # Auto axes: shardings propagate from the parameter and constraint annotations (GSPMD).
+    return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES), devices=devices)
+
+
+def logical_axis_rules(overrides: Mapping[str, Any] | Iterable[Sequence[Any]] | None = None,
+                       config_key: str = "logical_axis_rules") -> LogicalRules:
+    """DEFAULT_RULES with `overrides` ({logical: mesh axis | [mesh axes] | null}) replacing entries."""
+    if overrides is None:
+        return DEFAULT_RULES
+    items = overrides.items() if isinstance(overrides, Mapping) else (tuple(pair) for pair in overrides)
+    replaced = dict(DEFAULT_RULES)
+    for logical, target in items:
+        replaced[str(logical)] = _mesh_axes(target, f"{config_key}.{logical}")
+    return tuple(replaced.items())
+
+
+def _mesh_axes(target: Any, key: str) -> MeshAxes:
+    if target is None:
+        return None
+    axes = (target,) if isinstance(target, str) else tuple(target)
+    bad = [axis for axis in axes if axis not in MESH_AXES]
+    if bad:
+        raise ConfigError(f"{key}: {bad} are not mesh axes; valid: {list(MESH_AXES)} or null")
+    return axes[0] if len(axes) == 1 else axes
+
+
+def logical_to_spec(logical_axes: Sequence[str | None], rules: LogicalRules,
+                    shape: Sequence[int] | None = None, mesh: Mesh | None = None) -> PartitionSpec:
+    """PartitionSpec for an array with these logical axes; with shape and mesh, uneven axes are dropped."""
+    mesh_axes = nn.logical_to_mesh_axes(tuple(logical_axes), rules)
+    if shape is None or mesh is None:
+        return mesh_axes
+    entries = []
+    for dim, (size, axes) in enumerate(zip(shape, mesh_axes)):
+        entries.append(_divisible_axes(size, axes, mesh, logical_axes[dim]))
+    return PartitionSpec(*entries)
+
+
+def _divisible_axes(size: int, axes: MeshAxes, mesh: Mesh, logical: str | None) -> MeshAxes:
+    if axes is None:
+        return None
+    kept: list[str] = []
+    for axis in (axes,) if isinstance(axes, str) else axes:
+        if size % (math.prod(mesh.shape[a] for a in kept) * mesh.shape[axis]) == 0:
+            kept.append(axis)
+        else:
+            log.debug("logical axis %s (size %d) is replicated over mesh axis %s (size %d)",
+                      logical, size, axis, mesh.shape[axis])
+    if not kept:
+        return None
+    return kept[0] if len(kept) == 1 else tuple(kept)
+
+
+def named_sharding(mesh: Mesh, rules: LogicalRules, logical_axes: Sequence[str | None],
+                   shape: Sequence[int]) -> NamedSharding:
+    return NamedSharding(mesh, logical_to_spec(logical_axes, rules, shape, mesh))
+
+
+def param_shardings(boxed_params: Any, mesh: Mesh, rules: LogicalRules) -> Any:
+    """NamedShardings for a tree of `nn.LogicallyPartitioned` leaves (e.g. from `jax.eval_shape(init)`)."""
+    return jax.tree.map(lambda box: named_sharding(mesh, rules, box.names, box.value.shape),
+                        boxed_params, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+
+
+def constrain(x: jax.Array, logical_axes: Sequence[str | None], mesh: Mesh | None,
+              rules: LogicalRules | None) -> jax.Array:
+    """Sharding constraint on an activation inside jit; a no-op without a mesh."""
+    if mesh is None:
+        return x
+    return jax.lax.with_sharding_constraint(x, named_sharding(mesh, rules or DEFAULT_RULES, logical_axes, x.shape))
+
+
+def put(array: np.ndarray, mesh: Mesh | None, rules: LogicalRules | None,
+        logical_axes: Sequence[str | None]) -> jax.Array:
+    """Host array to device(s): sharded by the rules under a mesh, else on the default device."""
+    if mesh is None:
+        return jax.device_put(array)
+    return jax.device_put(array, named_sharding(mesh, rules or DEFAULT_RULES, logical_axes, array.shape))

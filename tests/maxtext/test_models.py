@@ -1,0 +1,212 @@
+"""Flax models of the maxtext backend against transformers, and the HF checkpoint loader/saver."""
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from framework.backends.maxtext.checkpoint_io import load_hf_params, save_hf_checkpoint
+from framework.backends.maxtext.models import KVCache, ModelConfig, Transformer, forward, token_log_probs
+from framework.backends.maxtext.models.transformer import positions_from_mask, rope_inverse_frequencies
+from framework.core.errors import CheckpointError, ConfigError, DataError
+from framework.models.tiny import build_tiny_model
+
+CONF_MODEL = Path(__file__).resolve().parents[2] / "conf" / "model"
+TINY_NAMES = ["tiny_qwen2", "tiny_qwen3", "tiny_llama"]
+
+
+def model_cfg(name: str) -> dict:
+    return yaml.safe_load((CONF_MODEL / f"{name}.yaml").read_text())
+
+
+def perturbed_model_dir(name: str, base: Path) -> Path:
+    """The tiny model with noise on every tensor: HF init leaves biases at 0 and norm scales at 1,
+    which would hide a wrong layout of exactly those tensors."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = base / "perturbed" / name
+    if (out / "model.safetensors").is_file():
+        return out
+    source = build_tiny_model(model_cfg(name), base / "tiny_models" / name)
+    model = AutoModelForCausalLM.from_pretrained(source)
+    noise = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=noise) * 0.1)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(source).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module", params=TINY_NAMES)
+def tiny(request, tmp_path_factory):
+    from transformers import AutoModelForCausalLM
+
+    model_dir = perturbed_model_dir(request.param, tmp_path_factory.getbasetemp())
+    config = ModelConfig.from_pretrained(model_dir)
+    return {"dir": model_dir, "config": config, "params": load_hf_params(model_dir, config),
+            "hf": AutoModelForCausalLM.from_pretrained(model_dir).eval()}
+
+
+@pytest.fixture(scope="module")
+def qwen3_dir(tmp_path_factory) -> Path:
+    return perturbed_model_dir("tiny_qwen3", tmp_path_factory.getbasetemp())
+
+
+def padded_batch(seed: int = 0, vocab: int = 512):
+    ids = np.random.default_rng(seed).integers(3, vocab, size=(3, 10))
+    mask = np.ones_like(ids)
+    mask[1, :3] = 0  # left padding
+    mask[2, 6:] = 0  # right padding
+    return ids, mask
+
+
+def hf_logits(hf, ids, mask) -> np.ndarray:
+    with torch.no_grad():
+        return hf(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
+
+
+def test_logits_match_transformers(tiny):
+    ids, mask = padded_batch()
+    model = Transformer(tiny["config"])
+    logits, cache = jax.jit(lambda p: forward(model, p, ids, mask))(tiny["params"])
+    assert cache is None and logits.dtype == jnp.float32
+    real = mask.astype(bool)
+    np.testing.assert_array_less(np.abs(np.asarray(logits) - hf_logits(tiny["hf"], ids, mask))[real], 1e-4)
+
+
+def test_cached_decoding_matches_full_forward(qwen3_dir):
+    """Prefill a left-padded prefix, then feed the rest one token at a time through the KV cache.
+    (The sampler's parity tests run the cached path of every architecture.)"""
+    config = ModelConfig.from_pretrained(qwen3_dir)
+    params = load_hf_params(qwen3_dir, config)
+    model = Transformer(config)
+    ids, _ = padded_batch(seed=1)
+    mask = np.ones_like(ids)
+    mask[0, :4] = 0
+    positions = positions_from_mask(mask)
+    cached_forward = jax.jit(lambda p, i, m, pos, c: forward(model, p, i, m, pos, c))
+    full, _ = jax.jit(lambda p: forward(model, p, ids, mask))(params)
+
+    prefix = 6
+    cache = KVCache.create(config, ids.shape[0], ids.shape[1])
+    step_logits, cache = cached_forward(params, ids[:, :prefix], mask[:, :prefix], positions[:, :prefix], cache)
+    collected = [step_logits]
+    for t in range(prefix, ids.shape[1]):
+        step_logits, cache = cached_forward(params, ids[:, t:t + 1], mask[:, t:t + 1], positions[:, t:t + 1], cache)
+        collected.append(step_logits)
+    assert int(cache.index) == ids.shape[1]
+    cached = np.concatenate([np.asarray(x) for x in collected], axis=1)
+    real = mask.astype(bool)
+    np.testing.assert_allclose(cached[real], np.asarray(full)[real], atol=1e-5)
+
+
+def test_token_log_probs_match_transformers(tiny):
+    model = Transformer(tiny["config"])
+    ids, mask = padded_batch(seed=2)
+    temperature = 0.7
+    # chunk_size 4 does not divide the 9 target positions: exercises the padded last chunk.
+    log_probs = jax.jit(lambda p: token_log_probs(model, p, ids, mask, temperature=temperature, chunk_size=4))(
+        tiny["params"])
+    ref_logits = torch.tensor(hf_logits(tiny["hf"], ids, mask)[:, :-1]) / temperature
+    reference = torch.log_softmax(ref_logits, -1).gather(-1, torch.tensor(ids[:, 1:, None]))[..., 0].numpy()
+    real = (mask[:, :-1] * mask[:, 1:]).astype(bool)
+    assert log_probs.shape == (3, 9)
+    np.testing.assert_allclose(np.asarray(log_probs)[real], reference[real], atol=1e-4)
+
+
+def test_chunked_log_probs_have_exact_gradients(qwen3_dir):
+    config = ModelConfig.from_pretrained(qwen3_dir)
+    params, model = load_hf_params(qwen3_dir, config), Transformer(config)
+    ids, mask = padded_batch(seed=5)
+    real = jnp.asarray(mask[:, :-1] * mask[:, 1:])
+
+    @jax.jit
+    def gradients(p):
+        def total(p, chunk_size):
+            return jnp.sum(token_log_probs(model, p, ids, mask, chunk_size=chunk_size) * real)
+        return jax.grad(total)(p, 4), jax.grad(total)(p, 64)
+
+    chunked, whole = gradients(params)
+    for a, b in zip(jax.tree.leaves(chunked), jax.tree.leaves(whole)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+    assert float(jnp.abs(chunked["embed_tokens"]["embedding"]).sum()) > 0
+
+
+def test_saved_checkpoint_loads_in_transformers_with_same_logits(tiny, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = save_hf_checkpoint(tiny["params"], tiny["config"], tiny["dir"], tmp_path / "saved")
+    reloaded = AutoModelForCausalLM.from_pretrained(out).eval()
+    assert type(reloaded) is type(tiny["hf"])
+    ids, mask = padded_batch(seed=3)
+    real = mask.astype(bool)
+    np.testing.assert_allclose(hf_logits(reloaded, ids, mask)[real], hf_logits(tiny["hf"], ids, mask)[real],
+                               atol=1e-6)
+    assert AutoTokenizer.from_pretrained(out).eos_token == "<|im_end|>"
+    assert (out / "generation_config.json").is_file()
+
+
+def test_bfloat16_matches_float32_closely(qwen3_dir):
+    fp32_config = ModelConfig.from_pretrained(qwen3_dir)
+    bf16_config = ModelConfig.from_pretrained(qwen3_dir, param_dtype="bfloat16")
+    bf16_params = load_hf_params(qwen3_dir, bf16_config)
+    assert all(leaf.dtype == jnp.bfloat16 for leaf in jax.tree.leaves(bf16_params))
+    ids, mask = padded_batch(seed=4)
+    reference, _ = jax.jit(lambda p: forward(Transformer(fp32_config), p, ids, mask))(
+        load_hf_params(qwen3_dir, fp32_config))
+    approx, _ = jax.jit(lambda p: forward(Transformer(bf16_config), p, ids, mask))(bf16_params)
+    assert approx.dtype == jnp.float32
+    real = mask.astype(bool)
+    error = np.abs(np.asarray(approx) - np.asarray(reference))[real]
+    scale = np.abs(np.asarray(reference))[real].mean()
+    assert error.mean() < 0.05 * scale
+
+
+def test_llama3_rope_scaling_matches_transformers():
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    hf_config = model_cfg("llama3_1_8b")["hf_config"]
+    config = ModelConfig.from_hf_config(hf_config)
+    assert config.rope_type == "llama3" and config.head_dim == 128
+    reference, _ = ROPE_INIT_FUNCTIONS["llama3"](LlamaConfig(**hf_config))
+    np.testing.assert_allclose(rope_inverse_frequencies(config), reference.numpy(), rtol=1e-6)
+    assert not np.allclose(rope_inverse_frequencies(config.replace(rope_type="default")), reference.numpy())
+
+
+@pytest.mark.parametrize("name, flags", [
+    ("qwen2_5_0_5b_instruct", dict(qkv_bias=True, o_bias=False, qk_norm=False, tie_word_embeddings=True, head_dim=64)),
+    ("qwen3_8b", dict(qkv_bias=False, qk_norm=True, tie_word_embeddings=False, head_dim=128)),
+    ("llama3_1_8b", dict(qkv_bias=False, mlp_bias=False, qk_norm=False, num_kv_heads=8)),
+])
+def test_real_model_configs_parse(name, flags):
+    config = ModelConfig.from_hf_config(model_cfg(name)["hf_config"], param_dtype="bfloat16")
+    assert {key: getattr(config, key) for key in flags} == flags
+    assert config.param_dtype == config.dtype == "bfloat16"
+
+
+def test_unsupported_configs_are_config_errors():
+    with pytest.raises(ConfigError, match="model_type"):
+        ModelConfig.from_hf_config(model_cfg("deepseek_v3")["hf_config"])
+    yarn = {**model_cfg("tiny_llama")["hf_config"], "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}
+    with pytest.raises(ConfigError, match="rope_scaling.*yarn"):
+        ModelConfig.from_hf_config(yarn)
+    with pytest.raises(ConfigError, match="model.dtype"):
+        ModelConfig.from_hf_config(model_cfg("tiny_llama")["hf_config"], param_dtype="float8")
+
+
+def test_loader_errors_name_the_problem(qwen3_dir, tmp_path):
+    config = ModelConfig.from_pretrained(qwen3_dir)
+    with pytest.raises(DataError, match="does not exist"):
+        load_hf_params(tmp_path / "nowhere", config)
+    with pytest.raises(CheckpointError, match="lm_head.weight is missing"):
+        load_hf_params(qwen3_dir, config.replace(tie_word_embeddings=False))
+    with pytest.raises(CheckpointError, match=r"mlp.down_proj.weight has shape \(64, 128\)"):
+        load_hf_params(qwen3_dir, config.replace(intermediate_size=96))
+    with pytest.raises(CheckpointError, match="no model.safetensors"):
+        load_hf_params(tmp_path, config)

@@ -1,0 +1,183 @@
+"""The maxtext sampler: greedy parity with transformers' generate, padding, EOS, filters, log-probs."""
+
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from framework.backends.maxtext.checkpoint_io import load_hf_params
+from framework.backends.maxtext.models import ModelConfig, Transformer, forward, token_log_probs
+from framework.backends.maxtext.sampler import Sampler, SamplingParams
+from framework.core.errors import ConfigError, DataError
+from framework.models.tiny import build_tiny_model
+
+CONF_MODEL = Path(__file__).resolve().parents[2] / "conf" / "model"
+EOS, PAD = 2, 0  # <|im_end|>, <|endoftext|> in the tiny tokenizers
+# Tests share these settings and 3-prompt batches padded to 16 so that they share compiled code.
+GREEDY = SamplingParams(max_new_tokens=12, temperature=0.0)
+SAMPLED = SamplingParams(max_new_tokens=10, temperature=2.0, top_k=5, top_p=0.6, num_samples=3)
+
+
+def perturbed_model_dir(name: str, base: Path) -> Path:
+    """The tiny model with noise on every tensor (same recipe as test_models: biases and norms non-trivial)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = base / "perturbed" / name
+    if (out / "model.safetensors").is_file():
+        return out
+    model_cfg = yaml.safe_load((CONF_MODEL / f"{name}.yaml").read_text())
+    source = build_tiny_model(model_cfg, base / "tiny_models" / name)
+    model = AutoModelForCausalLM.from_pretrained(source)
+    noise = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=noise) * 0.1)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(source).save_pretrained(out)
+    return out
+
+
+def load(name: str, base: Path) -> dict:
+    from transformers import AutoModelForCausalLM
+
+    model_dir = perturbed_model_dir(name, base)
+    config = ModelConfig.from_pretrained(model_dir)
+    return {"config": config, "params": load_hf_params(model_dir, config),
+            "hf": AutoModelForCausalLM.from_pretrained(model_dir).eval()}
+
+
+@pytest.fixture(scope="module")
+def qwen2(tmp_path_factory) -> dict:
+    tiny = load("tiny_qwen2", tmp_path_factory.getbasetemp())
+    tiny["sampler"] = Sampler(Transformer(tiny["config"]), eos_token_ids=[EOS], pad_token_id=PAD, prompt_bucket=8)
+    return tiny
+
+
+def prompts_of_lengths(*lengths: int, seed: int = 0) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(3, 512, size=n).tolist() for n in lengths]
+
+
+def hf_greedy(hf, sampler: Sampler, prompts, max_new_tokens: int, eos: list[int]) -> np.ndarray:
+    ids, mask = sampler.left_pad(prompts)
+    with torch.no_grad():
+        out = hf.generate(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+                          do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=PAD)
+    return out[:, ids.shape[1]:].numpy()
+
+
+@pytest.mark.parametrize("name", ["tiny_qwen2", "tiny_qwen3", "tiny_llama"])
+def test_greedy_matches_transformers_generate(name, tmp_path_factory):
+    tiny = load(name, tmp_path_factory.getbasetemp())
+    sampler = Sampler(Transformer(tiny["config"]), eos_token_ids=[EOS], pad_token_id=PAD, prompt_bucket=8)
+    prompts = prompts_of_lengths(3, 11, 1)  # padded to 16: every row has left padding
+    out = sampler.generate(tiny["params"], prompts, jax.random.key(0), GREEDY)
+    expected = hf_greedy(tiny["hf"], sampler, prompts, GREEDY.max_new_tokens, [EOS])
+    np.testing.assert_array_equal(np.asarray(out.completion_ids)[:, :expected.shape[1]], expected)
+
+
+def test_padding_never_leaks_into_attention(qwen2):
+    sampler, params = qwen2["sampler"], qwen2["params"]
+    prompts = prompts_of_lengths(4, 15, 9, seed=3)
+    batched = sampler.generate(params, prompts, jax.random.key(0), GREEDY)
+    # Row 0 has 12 pad tokens; transformers sees the same prompt with none.
+    with torch.no_grad():
+        alone = qwen2["hf"].generate(input_ids=torch.tensor([prompts[0]]), do_sample=False, max_new_tokens=12,
+                                     eos_token_id=[EOS], pad_token_id=PAD, output_scores=True,
+                                     return_dict_in_generate=True)
+    expected = alone.sequences[0, 4:].numpy()
+    np.testing.assert_array_equal(np.asarray(batched.completion_ids)[0, :len(expected)], expected)
+    hf_log_probs = torch.log_softmax(torch.stack(alone.scores)[:, 0], -1).gather(
+        -1, torch.tensor(expected)[:, None])[:, 0].numpy()
+    np.testing.assert_allclose(np.asarray(batched.log_probs)[0, :len(expected)], hf_log_probs, atol=1e-4)
+    # Different pad values must not matter either.
+    other_pad = Sampler(Transformer(qwen2["config"]), eos_token_ids=[EOS], pad_token_id=7, prompt_bucket=8)
+    np.testing.assert_array_equal(
+        np.asarray(other_pad.generate(params, prompts, jax.random.key(0), GREEDY).completion_ids),
+        np.where(np.asarray(batched.completion_mask) == 1, np.asarray(batched.completion_ids), 7))
+
+
+def test_stops_at_eos_per_sequence_and_pads(qwen2):
+    params, prompts = qwen2["params"], prompts_of_lengths(5, 8, 14, seed=4)
+    free = np.asarray(qwen2["sampler"].generate(params, prompts, jax.random.key(0), GREEDY).completion_ids)
+    # Make the last token that row 0 emits for the first time an EOS (step 0 if it repeats one token).
+    stop_step = max(i for i in range(12) if free[0, i] not in free[0, :i])
+    stop_token = int(free[0, stop_step])
+    sampler = Sampler(Transformer(qwen2["config"]), eos_token_ids=[EOS, stop_token], pad_token_id=PAD,
+                      prompt_bucket=8)
+    out = sampler.generate(params, prompts, jax.random.key(0), GREEDY)
+    ids, mask = np.asarray(out.completion_ids), np.asarray(out.completion_mask)
+    np.testing.assert_array_equal(ids[0, :stop_step + 1], free[0, :stop_step + 1])
+    assert (ids[0, stop_step + 1:] == PAD).all()
+    assert mask[0].tolist() == [1] * (stop_step + 1) + [0] * (11 - stop_step)
+    assert (np.asarray(out.log_probs)[0, stop_step + 1:] == 0).all()
+    expected = hf_greedy(qwen2["hf"], sampler, prompts, GREEDY.max_new_tokens, [EOS, stop_token])
+    np.testing.assert_array_equal(ids[:, :expected.shape[1]], expected)
+    for row in (1, 2):
+        hits = np.flatnonzero(np.isin(ids[row], [EOS, stop_token]))
+        assert mask[row].sum() == (hits[0] + 1 if hits.size else GREEDY.max_new_tokens)
+
+
+def test_sampling_log_probs_equal_recomputed_token_log_probs(qwen2):
+    """What GRPO relies on: the sampler's log-probs are the model's log-probs of the sampled tokens."""
+    prompts = prompts_of_lengths(6, 13, 2, seed=5)
+    out = qwen2["sampler"].generate(qwen2["params"], prompts, jax.random.key(1), SAMPLED)
+    assert out.completion_ids.shape == (9, 10) and out.prompt_ids.shape == (9, 16)
+    sequence = np.concatenate([np.asarray(out.prompt_ids), np.asarray(out.completion_ids)], axis=1)
+    mask = np.concatenate([np.asarray(out.prompt_mask), np.asarray(out.completion_mask)], axis=1)
+    model = Transformer(qwen2["config"])
+    recomputed = jax.jit(lambda p: token_log_probs(model, p, sequence, mask, temperature=SAMPLED.temperature))(
+        qwen2["params"])
+    recomputed = recomputed[:, 15:]
+    completion_mask = np.asarray(out.completion_mask).astype(bool)
+    np.testing.assert_allclose(np.asarray(out.log_probs)[completion_mask],
+                               np.asarray(recomputed)[completion_mask], atol=1e-4)
+
+
+def test_samples_are_grouped_per_prompt_and_seeded(qwen2):
+    prompts = prompts_of_lengths(3, 7, 16, seed=6)
+    first = qwen2["sampler"].generate(qwen2["params"], prompts, jax.random.key(2), SAMPLED)
+    again = qwen2["sampler"].generate(qwen2["params"], prompts, jax.random.key(2), SAMPLED)
+    other = qwen2["sampler"].generate(qwen2["params"], prompts, jax.random.key(3), SAMPLED)
+    ids, masks = np.asarray(first.prompt_ids), np.asarray(first.prompt_mask)
+    for row in range(9):
+        assert ids[row][masks[row] == 1].tolist() == prompts[row // 3]
+    completions = np.asarray(first.completion_ids)
+    assert len({tuple(c) for c in completions[:3]}) > 1  # the samples of one prompt differ
+    np.testing.assert_array_equal(completions, np.asarray(again.completion_ids))
+    assert not np.array_equal(completions, np.asarray(other.completion_ids))
+
+
+def test_top_k_and_top_p_restrict_the_support(qwen2):
+    """Every sampled token is among the top-k, and inside the top-p nucleus, of its step's logits."""
+    top_k, top_p, temperature = SAMPLED.top_k, SAMPLED.top_p, SAMPLED.temperature
+    out = qwen2["sampler"].generate(qwen2["params"], prompts_of_lengths(5, 10, 3, seed=8), jax.random.key(5), SAMPLED)
+    sequence = np.concatenate([np.asarray(out.prompt_ids), np.asarray(out.completion_ids)], axis=1)
+    mask = np.concatenate([np.asarray(out.prompt_mask), np.ones_like(out.completion_ids)], axis=1)
+    model = Transformer(qwen2["config"])
+    logits, _ = jax.jit(lambda p: forward(model, p, sequence, mask))(qwen2["params"])
+    step_logits = np.asarray(logits)[:, 15:-1] / temperature  # logits that chose each completion token
+    sampled = np.asarray(out.completion_mask).astype(bool)  # pads after EOS were not sampled
+    order = np.argsort(-step_logits, axis=-1)
+    rank = np.argmax(order == np.asarray(out.completion_ids)[..., None], axis=-1)
+    assert (rank[sampled] < top_k).all()
+    top = np.take_along_axis(step_logits, order[..., :top_k], axis=-1)
+    probs = np.exp(top - top.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    mass_before = np.take_along_axis(np.cumsum(probs, -1) - probs, np.minimum(rank, top_k - 1)[..., None], -1)
+    assert (mass_before[..., 0][sampled] < top_p).all()
+    assert (rank[sampled] > 0).any()  # not secretly greedy
+
+
+def test_bad_settings_and_prompts_are_clear_errors(qwen2):
+    for key, value in [("max_new_tokens", 0), ("temperature", -1.0), ("top_k", -1), ("top_p", 0.0),
+                       ("num_samples", 0)]:
+        with pytest.raises(ConfigError, match=f"sampling.{key}"):
+            SamplingParams(**{"max_new_tokens": 4, key: value})
+    with pytest.raises(DataError, match="non-empty"):
+        qwen2["sampler"].generate(qwen2["params"], [[5, 6], []], jax.random.key(0), GREEDY)
+    with pytest.raises(ConfigError, match="eos_token_ids"):
+        Sampler(Transformer(qwen2["config"]), eos_token_ids=[], pad_token_id=PAD)

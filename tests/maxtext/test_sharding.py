@@ -1,0 +1,172 @@
+"""Mesh construction, logical axis rules, and sharded loading/forward/sampling on 8 forced CPU devices.
+
+The multi-device checks run this file as a script in a subprocess: XLA_FLAGS must be set before jax
+is imported, and the pytest process has imported jax already.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SHARDED_MESH = {"data": 1, "fsdp": 4, "tensor": 2, "expert": 1}
+
+
+def test_mesh_shape_resolves_minus_one_and_rejects_mismatches():
+    from framework.backends.maxtext.sharding import resolve_mesh_shape
+    from framework.core.errors import ConfigError
+
+    assert resolve_mesh_shape({"data": 1, "fsdp": -1, "tensor": 2, "expert": 1}, 8) == \
+        {"data": 1, "fsdp": 4, "expert": 1, "tensor": 2}
+    assert resolve_mesh_shape({"tensor": 2}, 2) == {"data": 1, "fsdp": 1, "expert": 1, "tensor": 2}
+    with pytest.raises(ConfigError, match=r"hardware.mesh: .* 6 devices but there are 8"):
+        resolve_mesh_shape({"data": 1, "fsdp": 3, "tensor": 2, "expert": 1}, 8)
+    with pytest.raises(ConfigError, match="does not divide the 8 devices"):
+        resolve_mesh_shape({"fsdp": -1, "tensor": 3}, 8)
+    with pytest.raises(ConfigError, match="only one axis may be -1"):
+        resolve_mesh_shape({"data": -1, "fsdp": -1}, 8)
+    with pytest.raises(ConfigError, match=r"unknown axes \['pipeline'\]"):
+        resolve_mesh_shape({"pipeline": 2}, 8)
+    with pytest.raises(ConfigError, match="hardware.mesh.tensor"):
+        resolve_mesh_shape({"tensor": 0}, 8)
+
+
+def test_every_hardware_group_mesh_resolves():
+    from framework.backends.maxtext.sharding import resolve_mesh_shape
+
+    for path in sorted((REPO / "conf" / "hardware").glob("*.yaml")):
+        hardware = yaml.safe_load(path.read_text())
+        devices = hardware["devices_per_node"] * hardware["nodes"]
+        assert math.prod(resolve_mesh_shape(hardware["mesh"], devices).values()) == devices, path.name
+
+
+def test_rules_overrides_and_specs():
+    from jax.sharding import AbstractMesh, PartitionSpec
+
+    from framework.backends.maxtext.sharding import DEFAULT_RULES, logical_axis_rules, logical_to_spec
+    from framework.core.errors import ConfigError
+
+    assert logical_axis_rules() == DEFAULT_RULES
+    rules = logical_axis_rules({"embed": None, "mlp": ["fsdp", "tensor"]})
+    assert dict(rules)["embed"] is None and dict(rules)["mlp"] == ("fsdp", "tensor")
+    with pytest.raises(ConfigError, match=r"logical_axis_rules.heads: \['model'\] are not mesh axes"):
+        logical_axis_rules({"heads": "model"})
+
+    assert logical_to_spec(("embed", "heads", "head_dim"), DEFAULT_RULES) == PartitionSpec("fsdp", "tensor", None)
+    mesh = AbstractMesh((2, 4, 1, 4), ("data", "fsdp", "expert", "tensor"))
+    # 2 KV heads cannot be split 4 ways: replicated over tensor instead of failing.
+    assert logical_to_spec(("embed", "kv_heads", "head_dim"), DEFAULT_RULES, (896, 2, 64), mesh) == \
+        PartitionSpec("fsdp", None, None)
+    assert logical_to_spec(("activation_batch", None), DEFAULT_RULES, (16, 7), mesh) == \
+        PartitionSpec(("data", "fsdp"), None)
+    assert logical_to_spec(("activation_batch", None), DEFAULT_RULES, (6, 7), mesh) == PartitionSpec("data", None)
+
+
+def test_single_device_mesh_from_the_cpu_hardware_group():
+    import jax
+
+    from framework.backends.maxtext.sharding import build_mesh
+
+    hardware = yaml.safe_load((REPO / "conf" / "hardware" / "cpu.yaml").read_text())
+    mesh = build_mesh(hardware["mesh"], devices=jax.devices()[:1])
+    assert dict(mesh.shape) == {"data": 1, "fsdp": 1, "expert": 1, "tensor": 1}
+
+
+def test_sharded_load_forward_and_sampling_on_8_devices(tmp_path_factory):
+    from framework.models.tiny import build_tiny_model
+
+    model_cfg = yaml.safe_load((REPO / "conf" / "model" / "tiny_qwen2.yaml").read_text())
+    model_dir = build_tiny_model(model_cfg, tmp_path_factory.getbasetemp() / "tiny_models" / "tiny_qwen2")
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, __file__, str(model_dir)], env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    facts = json.loads(result.stdout.strip().splitlines()[-1])
+
+    assert facts["devices"] == 8
+    assert facts["tpu_v5p_mesh"] == {"data": 1, "fsdp": 8, "expert": 1, "tensor": 1}
+    specs, shards = facts["specs"], facts["shard_shapes"]
+    assert specs["embed_tokens/embedding"] == ["tensor", "fsdp"]  # (vocab, embed)
+    assert specs["layers_0/self_attn/q_proj/kernel"] == ["fsdp", "tensor", None]  # (embed, heads, head_dim)
+    assert specs["layers_0/self_attn/q_proj/bias"] == ["tensor", None]
+    assert specs["layers_0/self_attn/o_proj/kernel"] == ["tensor", None, "fsdp"]
+    assert specs["layers_0/mlp/down_proj/kernel"] == ["tensor", "fsdp"]  # (mlp, embed)
+    assert specs["layers_0/input_layernorm/scale"] == [None]
+    assert shards["embed_tokens/embedding"] == [256, 16]  # 512x64 over tensor=2, fsdp=4
+    assert shards["layers_0/self_attn/k_proj/kernel"] == [16, 1, 16]  # 64x2x16
+    assert shards["layers_0/mlp/gate_proj/kernel"] == [16, 64]
+    assert facts["values_equal_unsharded"]
+    assert facts["logits_max_abs_diff"] < 1e-4 * facts["logits_max_abs"]
+    assert facts["logits_sharded_over"] == ["fsdp", None, "tensor"]
+    assert facts["greedy_tokens_equal"]
+    assert facts["completions_sharded_over"][0] in ("fsdp", ["data", "fsdp"])  # the batch stays sharded
+
+
+def _sharded_checks(model_dir: str) -> dict:
+    """Runs in the subprocess with 8 host devices."""
+    import jax
+    import numpy as np
+
+    from framework.backends.maxtext.checkpoint_io import load_hf_params
+    from framework.backends.maxtext.models import ModelConfig, Transformer, forward
+    from framework.backends.maxtext.sampler import Sampler, SamplingParams
+    from framework.backends.maxtext.sharding import build_mesh, logical_axis_rules
+
+    tpu = yaml.safe_load((REPO / "conf" / "hardware" / "tpu_v5p.yaml").read_text())
+    config = ModelConfig.from_pretrained(model_dir)
+    mesh, rules = build_mesh(SHARDED_MESH), logical_axis_rules()
+    sharded = load_hf_params(model_dir, config, mesh, rules)
+    unsharded = load_hf_params(model_dir, config)
+    flat_sharded = {"/".join(k.key for k in path): leaf
+                    for path, leaf in jax.tree_util.tree_flatten_with_path(sharded)[0]}
+    values_equal = all(np.array_equal(np.asarray(a), np.asarray(b))
+                       for a, b in zip(jax.tree.leaves(sharded), jax.tree.leaves(unsharded)))
+
+    # Noise on every tensor (HF init has zero biases and unit norms), identical on both layouts.
+    noise = np.random.default_rng(0)
+    perturbed = jax.tree.map(lambda x: np.asarray(x) + noise.normal(0, 0.1, x.shape).astype(np.float32), unsharded)
+    unsharded = jax.device_put(perturbed)
+    sharded = jax.tree.map(lambda x, s: jax.device_put(x, s.sharding), perturbed, sharded)
+
+    ids = np.random.default_rng(1).integers(3, 512, size=(8, 12))
+    mask = np.ones_like(ids)
+    mask[3, :5] = 0
+    sharded_model, plain_model = Transformer(config, mesh, rules), Transformer(config)
+    logits_sharded, _ = jax.jit(lambda p: forward(sharded_model, p, ids, mask))(sharded)
+    logits_plain, _ = jax.jit(lambda p: forward(plain_model, p, ids, mask))(unsharded)
+
+    # Sharded greedy decoding must pick the argmax of the unsharded model at every step (teacher forcing).
+    prompts = [row[:n].tolist() for row, n in zip(ids, [3, 5, 7, 9, 12, 4, 6, 8])]
+    greedy = SamplingParams(max_new_tokens=8, temperature=0.0, num_samples=2)
+    sampled = Sampler(sharded_model, eos_token_ids=[2], pad_token_id=0, prompt_bucket=4).generate(
+        sharded, prompts, jax.random.key(0), greedy)
+    sequence = np.concatenate([np.asarray(sampled.prompt_ids), np.asarray(sampled.completion_ids)], axis=1)
+    sequence_mask = np.concatenate([np.asarray(sampled.prompt_mask), np.ones((16, 8), int)], axis=1)
+    teacher_logits, _ = jax.jit(lambda p: forward(plain_model, p, sequence, sequence_mask))(unsharded)
+    argmax = np.asarray(teacher_logits).argmax(-1)[:, 11:-1]
+    completion_mask = np.asarray(sampled.completion_mask).astype(bool)
+    return {
+        "devices": len(jax.devices()),
+        "tpu_v5p_mesh": dict(build_mesh(tpu["mesh"]).shape),
+        "specs": {name: list(leaf.sharding.spec) + [None] * (leaf.ndim - len(leaf.sharding.spec))
+                  for name, leaf in flat_sharded.items()},
+        "shard_shapes": {name: list(leaf.addressable_shards[0].data.shape) for name, leaf in flat_sharded.items()},
+        "values_equal_unsharded": values_equal,
+        "logits_max_abs_diff": float(np.abs(np.asarray(logits_sharded) - np.asarray(logits_plain)).max()),
+        "logits_max_abs": float(np.abs(np.asarray(logits_plain)).max()),
+        "logits_sharded_over": list(logits_sharded.sharding.spec),
+        "greedy_tokens_equal": bool(np.array_equal(np.asarray(sampled.completion_ids)[completion_mask],
+                                                   argmax[completion_mask])),
+        "completions_sharded_over": list(sampled.completion_ids.sharding.spec),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(_sharded_checks(sys.argv[1])))
