@@ -126,6 +126,14 @@ def run_guarded(app: Callable[[], object], argv: list[str] | None = None) -> Non
         app()
     except Exception as exc:
         fail(exc, debug)
+    _fail_if_a_sweep_failed()
+
+
+def _fail_if_a_sweep_failed() -> None:
+    sweep = sys.modules.get("framework.core.sweep")
+    if sweep is not None and sweep.FAILED_SWEEPS:
+        sys.stderr.write(f"error: {sweep.FAILED_SWEEPS[-1]}\n")
+        sys.exit(EXIT_RUN_FAILED)
 
 
 def fail(exc: BaseException, debug: bool | None = None) -> None:

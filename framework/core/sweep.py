@@ -2,8 +2,9 @@
 
 Registered as a Hydra callback in conf/config.yaml. It reads each job's summary.json from the sweep
 directory, so it works the same for the basic launcher, submitit_local and submitit_slurm. A job
-that failed is a row with status "failed"; the callback then raises so that the command exits
-non-zero, after every other job has run and the summary is written.
+that failed is a row with status "failed"; after every job has run and the summary is written,
+run.py exits non-zero (Hydra swallows exceptions raised by callbacks, so the callback records the
+failure in FAILED_SWEEPS for framework.cli to report).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from framework.core.errors import CrucibleError
 from framework.core.records import read_summary
 
 log = logging.getLogger(__name__)
+FAILED_SWEEPS: list[str] = []  # one message per sweep of this process that had failed jobs
 
 
 def _job_dirs(sweep_dir: Path) -> list[Path]:
@@ -91,4 +92,6 @@ class SweepSummaryCallback(Callback):
         log.info("sweep summary: %s", md_path)
         failed = [r["job"] for r in rows if r["status"] == "failed"]
         if failed:
-            raise CrucibleError(f"{len(failed)} of {len(rows)} jobs failed (jobs {', '.join(failed)}); see {md_path}")
+            message = f"{len(failed)} of {len(rows)} jobs failed (jobs {', '.join(failed)}); see {md_path}"
+            log.error(message)
+            FAILED_SWEEPS.append(message)
