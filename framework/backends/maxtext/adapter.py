@@ -1,0 +1,105 @@
+"""Adapter of the maxtext backend: checks the JAX stack, picks the platform, builds the GRPO config.
+
+Nothing here imports jax at module level: the adapter is instantiated when any run validates.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from framework.backends.maxtext.config import DataSpec, GRPOConfig, GRPOTask, build, check_grpo_values
+from framework.core.adapter import BackendAdapter
+from framework.core.errors import BackendError, ConfigError
+
+log = logging.getLogger(__name__)
+
+REQUIRED_MODULES = {"jax": "jax", "flax": "flax", "optax": "optax", "orbax.checkpoint": "orbax-checkpoint"}
+# hardware.accelerator -> JAX platform name
+JAX_PLATFORMS = {"cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}
+
+
+class MaxTextAdapter(BackendAdapter):
+    name = "maxtext"
+    trainers = {"grpo": "framework.backends.maxtext.trainers.grpo:GRPOTrainer"}
+    patch_modules = ("framework.backends.maxtext.patches",)
+
+    def __init__(self, logical_axis_rules: dict, cache_dir: str):
+        self.logical_axis_rules = _plain(logical_axis_rules)
+        self.cache_dir = str(cache_dir)
+
+    def prepare_backend(self, cfg: DictConfig) -> None:
+        missing = [package for module, package in REQUIRED_MODULES.items() if not _importable(module)]
+        if missing:
+            raise BackendError(f"backend=maxtext needs {', '.join(missing)}: pip install -e '.[jax]'")
+        accelerator = cfg.hardware.accelerator
+        if accelerator not in JAX_PLATFORMS:
+            raise ConfigError(f"hardware.accelerator: {accelerator!r} has no JAX platform; backend=maxtext runs on "
+                              f"{', '.join(JAX_PLATFORMS)}")
+        set_jax_platform(JAX_PLATFORMS[accelerator])
+
+    def detect_backend_version(self) -> str:
+        import jax
+
+        return jax.__version__
+
+    def convert_config(self, cfg: DictConfig) -> GRPOConfig:
+        from framework.models.tiny import resolve_model_dir
+
+        if cfg.task.name != "grpo":
+            raise ConfigError(f"task={cfg.task.name} does not run on backend=maxtext; it runs: grpo")
+        task = build(GRPOTask, _container(cfg.grpo), "grpo")
+        check_grpo_values(task)
+        data = _data_spec(cfg)
+        model = _container(cfg.model)
+        return GRPOConfig(
+            task=task, data=data, model_name=cfg.model.name,
+            model_source=resolve_model_dir(model, Path(self.cache_dir) / "models"),
+            hardware=_container(cfg.hardware), mesh=_container(cfg.hardware.mesh),
+            logical_axis_rules=self.logical_axis_rules, cache_dir=self.cache_dir, seed=int(cfg.seed))
+
+
+def set_jax_platform(platform: str) -> None:
+    """Select the JAX platform unless the user chose one (JAX_PLATFORMS=cpu runs a TPU recipe on CPU)."""
+    chosen = os.environ.get("JAX_PLATFORMS")
+    if chosen and chosen != platform:
+        log.warning("JAX_PLATFORMS=%s is set: using it instead of %s from the hardware group", chosen, platform)
+        platform = chosen
+    os.environ["JAX_PLATFORMS"] = platform
+    import jax
+
+    jax.config.update("jax_platforms", platform)  # jax read the variable at import, maybe before we set it
+
+
+def _data_spec(cfg: DictConfig) -> DataSpec:
+    data = _container(cfg.data)
+    if data.get("name") == "none" or "source" not in data:
+        raise ConfigError(f"data={data.get('name')}: task=grpo needs a data set; choose data=gsm8k, gsm8k_local, "
+                          f"gsm8k_sample or arithmetic")
+    spec = build(DataSpec, data, "data")
+    if spec.source in ("hub", "local") and not spec.path:
+        raise ConfigError(f"data.path: source={spec.source} needs a path (a hub dataset id or a local folder)")
+    if (spec.source == "synthetic") != (spec.arithmetic is not None):
+        raise ConfigError("data.arithmetic: set it (a mapping) exactly when data.source=synthetic, else null")
+    return spec
+
+
+def _importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def _container(node: Any) -> Any:
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+
+
+def _plain(value: Any) -> Any:
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else dict(value or {})

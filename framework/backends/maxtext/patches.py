@@ -1,0 +1,85 @@
+"""Patches of the maxtext backend, applied by the runtime (see framework/core/patches.py).
+
+All of them run at `setup`, before the trainer touches a device: XLA flags and JAX device
+settings only take effect before JAX initialises its backends.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+
+from framework.core.patches import PatchContext, Phase, register_patch
+
+GPU_XLA_FLAGS = (
+    # Overlap collectives (FSDP all-gathers, gradient reduce-scatters) with compute.
+    "--xla_gpu_enable_latency_hiding_scheduler=true",
+)
+COMPILE_CACHE_MIN_SECONDS = 0.5  # programs that compile faster are not worth a cache entry
+
+
+def add_xla_flags(flags: tuple[str, ...]) -> list[str]:
+    """Append flags to XLA_FLAGS unless the user set the same flag (any value); returns those added."""
+    current = os.environ.get("XLA_FLAGS", "").split()
+    present = {flag.split("=", 1)[0] for flag in current}
+    added = [flag for flag in flags if flag.split("=", 1)[0] not in present]
+    if added:
+        os.environ["XLA_FLAGS"] = " ".join(current + added)
+    return added
+
+
+def mesh_device_count(ctx: PatchContext) -> int:
+    """Devices the hardware mesh asks for at least: the product of its fixed (not -1) axes."""
+    mesh = ctx.config.hardware.mesh
+    return math.prod(size for size in mesh.values() if size != -1)
+
+
+def mesh_needs_several_devices(ctx: PatchContext) -> bool:
+    return mesh_device_count(ctx) > 1
+
+
+@register_patch("maxtext.gpu_xla_flags", backend="maxtext", phase=Phase.SETUP, hardware=["gpu"],
+                description="XLA GPU flags: latency-hiding scheduler (overlaps collectives with compute)")
+def gpu_xla_flags(ctx: PatchContext) -> None:
+    add_xla_flags(GPU_XLA_FLAGS)
+
+
+@register_patch("maxtext.cpu_host_devices", backend="maxtext", phase=Phase.SETUP, hardware=["cpu"],
+                condition=mesh_needs_several_devices,
+                description="on CPU, split the host into as many devices as hardware.mesh asks for")
+def cpu_host_devices(ctx: PatchContext) -> None:
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", mesh_device_count(ctx))
+
+
+@register_patch("maxtext.compilation_cache", backend="maxtext", phase=Phase.SETUP,
+                description="persistent JAX compilation cache in <cache_dir>/jax: a resumed or requeued run "
+                            "skips recompiling")
+def compilation_cache(ctx: PatchContext) -> None:
+    import jax
+
+    cache = Path(ctx.extra["backend_config"].cache_dir) / "jax"
+    cache.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(cache.resolve()))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", COMPILE_CACHE_MIN_SECONDS)
+
+
+def is_closed_loop_noise(unraisable) -> bool:
+    error = unraisable.exc_value
+    return isinstance(error, RuntimeError) and str(error) == "Event loop is closed"
+
+
+@register_patch("maxtext.orbax_closed_loop_noise", backend="maxtext", phase=Phase.SETUP,
+                description="after a failed orbax restore, tensorstore reads still in flight report 'Event loop "
+                            "is closed' once each (dozens of tracebacks); drop exactly those")
+def orbax_closed_loop_noise(ctx: PatchContext) -> None:
+    previous = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if not is_closed_loop_noise(unraisable):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
