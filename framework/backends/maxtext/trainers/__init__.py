@@ -1,0 +1,1 @@
+"""Trainers of the maxtext backend (GRPO) and the pieces they are built from."""

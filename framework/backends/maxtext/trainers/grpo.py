@@ -1,0 +1,247 @@
+"""GRPO trainer of the maxtext backend (JAX/Flax/optax/orbax).
+
+One step: take prompts_per_step problems -> sample num_generations completions each -> rewards ->
+group advantages -> old/reference log-probs when needed -> ppo_epochs updates, each accumulating
+gradients over micro-batches -> metrics. Params, optimizer state and batches are sharded on the
+mesh built from `hardware.mesh` with the logical axis rules (MaxText style). Checkpoints hold
+everything a resume needs to continue bit for bit: params, optimizer state, the data iterator
+position and the RNG key.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from framework.backends.maxtext.checkpoint_io import load_hf_params, resolve_checkpoint_dir, save_hf_checkpoint
+from framework.backends.maxtext.config import GRPOConfig
+from framework.backends.maxtext.grpo.advantages import compute_advantages
+from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params
+from framework.backends.maxtext.sampler import Sampler, SamplingParams
+from framework.backends.maxtext.sharding import build_mesh, logical_axis_rules, param_shardings
+from framework.backends.maxtext.trainers import rollout
+from framework.backends.maxtext.trainers.checkpointing import Checkpoints, key_from_json, key_to_json
+from framework.backends.maxtext.trainers.data import load_split, system_prompt, train_examples
+from framework.backends.maxtext.trainers.evaluation import evaluate
+from framework.backends.maxtext.trainers.preflight import predict_step
+from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
+from framework.core.errors import BackendError, ConfigError, CrucibleError
+from framework.core.result import TrainingResult
+from framework.core.trainer import BaseTrainer
+from framework.data.prompts import ShuffledBatches
+
+log = logging.getLogger(__name__)
+CHECKPOINT_DIR, EXPORT_DIR = "checkpoints", "hf_export"
+
+
+class GRPOTrainer(BaseTrainer):
+    config: GRPOConfig
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        """Devices and mesh, data, tokenizer: everything that can fail cheaply, before any weights load."""
+        from transformers import AutoTokenizer
+
+        task = self.config.task
+        self.mesh = self._build_mesh()
+        self.rules = logical_axis_rules(self.config.logical_axis_rules, "backend.adapter.logical_axis_rules")
+        self.train_set = train_examples(self.config.data)
+        if task.prompts_per_step > len(self.train_set):
+            raise ConfigError(f"grpo.prompts_per_step: {task.prompts_per_step} is more than the "
+                              f"{len(self.train_set)} training problems of data={self.config.data.name}")
+        self.eval_set = load_split(self.config.data, "test", task.eval.num_examples) if self._evaluates else []
+        self.model_dir = resolve_checkpoint_dir(self.config.model_source)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self.encoder = rollout.PromptEncoder(self.tokenizer, system_prompt(self.config.data), task.max_prompt_tokens)
+
+    def init(self) -> None:
+        """Model, params, optimizer, sampler, data order and RNG; restore the latest checkpoint when resuming."""
+        task = self.config.task
+        self.model_config = ModelConfig.from_pretrained(self.model_dir, param_dtype=task.param_dtype,
+                                                        dtype=task.compute_dtype)
+        model = Transformer(self.model_config, self.mesh, self.rules)
+        self.params = load_hf_params(self.model_dir, self.model_config, self.mesh, self.rules)
+        self.ref_params = jax.tree.map(jnp.copy, self.params) if task.beta > 0 else None
+        self.schedule = learning_rate_schedule(task.optimizer, task.steps, task.ppo_epochs)
+        optimizer = build_optimizer(task.optimizer, self.schedule)
+        self.opt_state = optimizer.init(self.params)  # eager: the moments take the params' shardings
+        shardings = param_shardings(abstract_params(Transformer(self.model_config)), self.mesh, self.rules)
+        self.update = PolicyUpdate(model, task, optimizer, shardings, self.mesh, self.rules)
+        self.sampler = Sampler(model, eos_token_ids=self._eos_token_ids(), pad_token_id=self.tokenizer.pad_token_id,
+                               prompt_bucket=task.max_prompt_tokens)
+        self.batches = ShuffledBatches(self.train_set, task.prompts_per_step, seed=self.config.seed)
+        self.rng = jax.random.key(self.config.seed)
+        self.start_step = 0
+        self.checkpoints = Checkpoints(self.run.run_dir / CHECKPOINT_DIR, task.checkpoint.keep, self._fingerprint())
+        if task.checkpoint.resume:
+            self._restore_latest()
+
+    def run_train(self) -> TrainingResult:
+        task = self.config.task
+        start = time.perf_counter()
+        summary = self._preflight() if task.preflight else {}
+        rows, step_times = {}, []
+        steps = range(self.start_step + 1, task.steps + 1)
+        with self.run.progress(steps, total=len(steps), desc="grpo", unit="step") as bar:
+            for step in bar:
+                rows = self._train_step(step)
+                step_times.append(rows["step_time_s"])
+                if self._due(step, task.eval.every):
+                    rows |= self._evaluate()
+                self.run.logger.log(rows, step)
+                bar.set_postfix(reward=f"{rows['reward_mean']:.3f}", acc=f"{rows['accuracy']:.2f}")
+                if self._due(step, task.checkpoint.every):
+                    self._save(step)
+        self.checkpoints.close()
+        artifacts = self._artifacts()
+        summary |= {k: v for k, v in rows.items() if isinstance(v, (int, float))}
+        summary |= {"steps_completed": task.steps, "resumed_from_step": self.start_step,
+                    "measured_step_s": _steady_state(step_times)}
+        return TrainingResult(success=True, metrics=summary, wall_time_s=time.perf_counter() - start,
+                              samples=len(steps) * task.rows_per_step, artifacts=artifacts)
+
+    def cleanup(self) -> None:
+        checkpoints = getattr(self, "checkpoints", None)
+        if checkpoints is not None:
+            checkpoints.close()
+
+    # ---- one step ------------------------------------------------------------------------------
+
+    def _train_step(self, step: int) -> dict[str, float]:
+        task = self.config.task
+        started = time.perf_counter()
+        examples = next(self.batches)
+        self.rng, rollout_rng = jax.random.split(self.rng)
+        sampling = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,
+                                  top_k=task.top_k, top_p=task.top_p, num_samples=task.num_generations)
+        rollouts, truncated_prompts = rollout.generate(self.sampler, self.encoder, self.params, examples,
+                                                       rollout_rng, sampling)
+        rolled_out = time.perf_counter()
+        rewards, metrics = rollout.score(rollouts, task.rewards)
+        advantages = self._advantages(rewards)
+        scored = time.perf_counter()
+        self.params, self.opt_state, update_metrics = self.update.run(self.params, self.opt_state, self.ref_params, {
+            "input_ids": rollouts.input_ids, "attention_mask": rollouts.attention_mask,
+            "completion_mask": rollouts.completion_mask, "advantages": advantages})
+        jax.block_until_ready(self.params)
+        done = time.perf_counter()
+        metrics |= update_metrics | rollout.completion_metrics(rollouts)
+        metrics |= {
+            "zero_std_group_fraction": rollout.zero_std_group_fraction(rewards, task.num_generations),
+            "truncated_prompts": truncated_prompts,
+            "learning_rate": float(self.schedule((step - 1) * task.ppo_epochs)),
+            "rollout_time_s": rolled_out - started, "reward_time_s": scored - rolled_out,
+            "update_time_s": done - scored, "step_time_s": done - started,
+            "rollout_tokens_per_s": float(rollouts.completion_mask.sum()) / (rolled_out - started),
+            "update_tokens_per_s": task.ppo_epochs * float(rollouts.attention_mask.sum()) / (done - scored),
+        }
+        return metrics
+
+    def _advantages(self, rewards: np.ndarray) -> np.ndarray:
+        task = self.config.task
+        options = {"scale_by_std": task.scale_rewards} if task.advantage_estimator == "grpo" else {}
+        return compute_advantages(rewards, task.num_generations, task.advantage_estimator, **options)
+
+    def _evaluate(self) -> dict[str, float]:
+        started = time.perf_counter()
+        batch_size = min(len(self.eval_set), self.config.task.rows_per_step)
+        metrics = evaluate(self.sampler, self.encoder, self.params, self.eval_set,
+                           self.config.task.eval.max_new_tokens, batch_size)
+        return metrics | {"eval_time_s": time.perf_counter() - started}
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+
+    def _save(self, step: int) -> None:
+        meta = {"data_iterator": self.batches.state_dict(), "rng": key_to_json(self.rng)}
+        self.checkpoints.save(step, {"params": self.params, "opt_state": self.opt_state}, meta)
+
+    def _restore_latest(self) -> None:
+        step = self.checkpoints.latest_step()
+        if step is None:
+            log.info("grpo: no checkpoint in %s; starting at step 0", self.checkpoints.directory)
+            return
+        state, meta = self.checkpoints.restore(step, {"params": self.params, "opt_state": self.opt_state})
+        self.params, self.opt_state = state["params"], state["opt_state"]
+        self.batches.load_state_dict(meta["data_iterator"])
+        self.rng = key_from_json(meta["rng"])
+        self.start_step = step
+        log.info("grpo: resumed from %s/%d", self.checkpoints.directory, step)
+
+    def _fingerprint(self) -> dict:
+        """What a checkpoint must have been saved with to be resumable by this run."""
+        task = self.config.task
+        return {"model": self.model_config.hf_config, "param_dtype": task.param_dtype,
+                "prompts_per_step": task.prompts_per_step, "num_generations": task.num_generations,
+                "data": self.config.data.name, "train_examples": len(self.train_set), "seed": self.config.seed}
+
+    # ---- helpers -------------------------------------------------------------------------------
+
+    def _build_mesh(self):
+        try:
+            devices = jax.devices()
+        except RuntimeError as error:
+            raise BackendError(f"hardware={self.config.hardware['name']}: JAX finds no usable device "
+                               f"({str(error).splitlines()[0]})") from error
+        expected = {"gpu": "gpu", "tpu": "tpu", "cpu": "cpu"}[self.config.hardware["accelerator"]]
+        if devices[0].platform != expected:
+            log.warning("hardware=%s expects %s devices; running on %d %s device(s)",
+                        self.config.hardware["name"], expected, len(devices), devices[0].platform)
+        mesh = build_mesh(self.config.mesh, devices)
+        log.info("grpo: mesh %s over %d %s device(s)", dict(mesh.shape), len(devices), devices[0].platform)
+        return mesh
+
+    def _eos_token_ids(self) -> list[int]:
+        """The tokenizer's EOS plus generation_config.json's (Qwen ends turns with <|im_end|> or <|endoftext|>)."""
+        from transformers import GenerationConfig
+
+        ids = {self.tokenizer.eos_token_id}
+        try:
+            configured = GenerationConfig.from_pretrained(self.model_dir).eos_token_id
+        except OSError:  # no generation_config.json
+            configured = None
+        ids |= set(configured if isinstance(configured, list) else [configured])
+        return sorted(i for i in ids if i is not None)
+
+    @property
+    def _evaluates(self) -> bool:
+        return self.config.task.eval.every > 0 and self.config.task.eval.num_examples > 0
+
+    def _due(self, step: int, every: int) -> bool:
+        return every > 0 and (step % every == 0 or step == self.config.task.steps)
+
+    def _preflight(self) -> dict[str, Any]:
+        shape = dict(self.mesh.shape)
+        try:
+            prediction = predict_step(self.model_config.hf_config, self.config.hardware, shape, self.config.task)
+        except CrucibleError as error:  # advisory: a model the simulator cannot handle still trains
+            log.warning("preflight: %s", error)
+            return {"preflight_error": str(error)}
+        if prediction:
+            log.info("preflight: predicted %.3g s per step, %.3g GB per device (fits: %s)",
+                     prediction["preflight_predicted_step_s"], prediction["preflight_memory_per_device_gb"],
+                     prediction["preflight_fits"])
+        return prediction
+
+    def _artifacts(self) -> dict[str, str]:
+        artifacts = {}
+        last = self.checkpoints.latest_step()
+        if last is not None:
+            artifacts["last_checkpoint"] = str(self.checkpoints.directory / str(last))
+        if self.config.task.export_hf:
+            out = save_hf_checkpoint(self.params, self.model_config, self.model_dir, self.run.path(EXPORT_DIR))
+            artifacts["hf_export"] = str(out)
+        return artifacts
+
+
+def _steady_state(step_times: list[float]) -> float | None:
+    """Median step time without the first step of this process (it compiles)."""
+    times = step_times[1:] or step_times
+    return statistics.median(times) if times else None

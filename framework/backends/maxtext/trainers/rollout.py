@@ -1,0 +1,97 @@
+"""Rollouts: prompts -> token ids -> sampled completions -> rewards, all arrays grouped per prompt.
+
+Every prompt is left-padded to exactly `max_prompt_tokens` (longer ones keep their last tokens),
+so the sampler and the update compile once per run instead of once per prompt length.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+
+from framework.backends.maxtext.sampler import Sampler, SamplingParams
+from framework.data.gsm8k import MathExample
+from framework.data.prompts import render_prompts
+from framework.rl.rewards import compute_rewards, correctness
+
+
+@dataclasses.dataclass
+class Rollouts:
+    """N = prompts x samples rows; rows i*n .. i*n+n-1 belong to prompt i."""
+
+    input_ids: np.ndarray  # [N, P + T] int32: left-padded prompt, then completion (pad after EOS)
+    attention_mask: np.ndarray  # [N, P + T] int32
+    completion_mask: np.ndarray  # [N, T] float32: 1 up to and including EOS
+    ended: np.ndarray  # [N] bool: the completion emitted EOS within max_new_tokens
+    completions: list[str]
+    references: list[str]
+
+    @property
+    def completion_lengths(self) -> np.ndarray:
+        return self.completion_mask.sum(axis=1)
+
+
+class PromptEncoder:
+    """Chat-template rendering and tokenisation of math problems, truncated and padded to a fixed length."""
+
+    def __init__(self, tokenizer: Any, system_prompt: str | None, max_prompt_tokens: int):
+        self.tokenizer = tokenizer
+        self.system_prompt = system_prompt
+        self.max_prompt_tokens = max_prompt_tokens
+
+    def encode(self, examples: Sequence[MathExample]) -> tuple[list[list[int]], int]:
+        """Token ids per prompt (the last max_prompt_tokens of each) and how many were truncated."""
+        texts = render_prompts(self.tokenizer, examples, self.system_prompt)
+        ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        truncated = sum(len(row) > self.max_prompt_tokens for row in ids)
+        return [row[-self.max_prompt_tokens:] for row in ids], truncated
+
+    def decode(self, completion_ids: np.ndarray, completion_mask: np.ndarray) -> list[str]:
+        rows = [row[: int(length)].tolist() for row, length in zip(completion_ids, completion_mask.sum(axis=1))]
+        return self.tokenizer.batch_decode(rows, skip_special_tokens=True)
+
+
+def generate(sampler: Sampler, encoder: PromptEncoder, params: Any, examples: Sequence[MathExample],
+             rng: jax.Array, sampling: SamplingParams) -> tuple[Rollouts, int]:
+    """Sample `sampling.num_samples` completions per problem; also returns the truncated prompt count."""
+    prompts, truncated = encoder.encode(examples)
+    out = jax.device_get(sampler.generate(params, prompts, rng, sampling))
+    completion_mask = np.asarray(out.completion_mask, np.float32)
+    rollouts = Rollouts(
+        input_ids=np.concatenate([out.prompt_ids, out.completion_ids], axis=1).astype(np.int32),
+        attention_mask=np.concatenate([out.prompt_mask, out.completion_mask], axis=1).astype(np.int32),
+        completion_mask=completion_mask,
+        ended=np.isin(out.completion_ids, sampler.eos_token_ids).any(axis=1),
+        completions=encoder.decode(np.asarray(out.completion_ids), completion_mask),
+        references=[example.reference for example in examples for _ in range(sampling.num_samples)],
+    )
+    return rollouts, truncated
+
+
+def score(rollouts: Rollouts, weights: dict[str, float]) -> tuple[np.ndarray, dict[str, float]]:
+    """Weighted rewards [N] and their metrics: mean/std of the total and of each reward, accuracy."""
+    total, per_function = compute_rewards(rollouts.completions, rollouts.references, weights)
+    correct = per_function.get("correctness")
+    if correct is None:
+        correct = np.array([correctness(c, r) for c, r in zip(rollouts.completions, rollouts.references)])
+    metrics = {"reward_mean": float(total.mean()), "reward_std": float(total.std()),
+               "accuracy": float((correct == 1.0).mean())}
+    for name, values in per_function.items():
+        metrics[f"reward_{name}_mean"] = float(values.mean())
+        metrics[f"reward_{name}_std"] = float(values.std())
+    return total, metrics
+
+
+def completion_metrics(rollouts: Rollouts) -> dict[str, float]:
+    lengths = rollouts.completion_lengths
+    return {"completion_length": float(lengths.mean()), "completion_length_max": float(lengths.max()),
+            "truncated_fraction": float(1.0 - rollouts.ended.mean())}
+
+
+def zero_std_group_fraction(rewards: np.ndarray, num_generations: int) -> float:
+    """Share of prompts whose completions all got the same reward: no learning signal from them."""
+    grouped = rewards.reshape(-1, num_generations)
+    return float((grouped.max(axis=1) == grouped.min(axis=1)).mean())

@@ -1,0 +1,197 @@
+"""The policy update: completion log-probs, the GRPO loss over micro-batches, optax AdamW.
+
+One batch of rollouts is split into micro-batches. Each PPO epoch accumulates the gradient of the
+full-batch loss over all micro-batches, then takes one optimizer step, so `micro_batch_size` changes
+memory use, not the maths. Old log-probs (ppo_epochs > 1) and reference log-probs (beta > 0) are
+forward passes taken before the first update.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh
+
+from framework.backends.maxtext.config import GRPOTask, OptimizerConfig
+from framework.backends.maxtext.grpo.loss import grpo_loss, masked_mean
+from framework.backends.maxtext.models.transformer import Transformer, positions_from_mask
+from framework.backends.maxtext.sharding import LogicalRules, put
+
+Array = jax.Array
+Batch = dict[str, Array]
+BATCH_AXES = ("activation_batch", None)
+
+
+def completion_log_probs(model: Transformer, params: Any, input_ids: Array, attention_mask: Array,
+                         completion_length: int, temperature: float, chunk_size: int) -> tuple[Array, Array]:
+    """Log-prob of each completion token and the policy's entropy there, both float32 [B, T].
+
+    `input_ids` is [B, P + T]: prompts, then completions. Only the T completion positions go
+    through the vocabulary projection, `chunk_size` positions at a time and rematerialised in the
+    backward pass, so at most [B, chunk_size, V] logits are alive. Same values as
+    models.token_log_probs(...)[:, P - 1:].
+    """
+    positions = positions_from_mask(attention_mask)
+    hidden, _ = model.apply({"params": params}, input_ids, positions, attention_mask,
+                            method=Transformer.hidden_states)
+    hidden = hidden[:, -completion_length - 1:-1]  # the position before each completion token predicts it
+    targets = input_ids[:, -completion_length:]
+    batch = targets.shape[0]
+    chunk = max(1, min(chunk_size, completion_length))
+    padded = -(-completion_length // chunk) * chunk
+    hidden = jnp.pad(hidden, ((0, 0), (0, padded - completion_length), (0, 0)))
+    targets = jnp.pad(targets, ((0, 0), (0, padded - completion_length)))
+
+    @jax.checkpoint
+    def chunk_stats(hidden_chunk: Array, target_chunk: Array) -> tuple[Array, Array]:
+        logits = model.apply({"params": params}, hidden_chunk, method=Transformer.logits) / temperature
+        log_z = jax.nn.logsumexp(logits, axis=-1)
+        picked = jnp.take_along_axis(logits, target_chunk[..., None], axis=-1)[..., 0]
+        entropy = log_z - jnp.sum(jax.nn.softmax(logits, axis=-1) * logits, axis=-1)
+        return picked - log_z, jax.lax.stop_gradient(entropy)
+
+    def by_chunk(x: Array) -> Array:
+        return x.reshape(batch, padded // chunk, chunk, *x.shape[2:]).swapaxes(0, 1)
+
+    log_probs, entropy = jax.lax.map(lambda args: chunk_stats(*args), (by_chunk(hidden), by_chunk(targets)))
+
+    def unchunk(x: Array) -> Array:
+        return x.swapaxes(0, 1).reshape(batch, padded)[:, :completion_length]
+
+    return unchunk(log_probs), unchunk(entropy)
+
+
+def learning_rate_schedule(cfg: OptimizerConfig, steps: int, updates_per_step: int) -> Callable[[Any], Array]:
+    """Learning rate per optimizer update: linear warmup, then constant/cosine/linear decay until `steps`.
+
+    Counted in GRPO steps (update count // updates_per_step), so every PPO epoch of a step uses the
+    same rate; warmup reaches the peak at step `warmup_steps` (the first step already learns).
+    """
+    peak, warmup, floor = cfg.learning_rate, cfg.warmup_steps, cfg.min_lr_ratio
+
+    def schedule(count: Any) -> Array:
+        step = jnp.asarray(count, jnp.float32) // updates_per_step
+        warm = jnp.minimum(1.0, (step + 1) / warmup) if warmup else 1.0
+        progress = jnp.clip((step - warmup) / max(1, steps - warmup), 0.0, 1.0)
+        if cfg.schedule == "cosine":
+            decay = floor + (1 - floor) * 0.5 * (1 + jnp.cos(jnp.pi * progress))
+        elif cfg.schedule == "linear":
+            decay = 1.0 - (1 - floor) * progress
+        else:
+            decay = 1.0
+        return peak * warm * jnp.where(step < warmup, 1.0, decay)
+
+    return schedule
+
+
+def build_optimizer(cfg: OptimizerConfig, schedule: Callable[[Any], Array]) -> optax.GradientTransformation:
+    """AdamW (no weight decay on biases and norm scales) after global-norm clipping."""
+    def decay_mask(params: Any) -> Any:
+        return jax.tree.map(lambda x: x.ndim >= 2, params)
+
+    adamw = optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay, mask=decay_mask)
+    if cfg.max_grad_norm > 0:
+        return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), adamw)
+    return adamw
+
+
+class PolicyUpdate:
+    """Compiled pieces of one GRPO update, and the loop over PPO epochs and micro-batches."""
+
+    def __init__(self, model: Transformer, task: GRPOTask, optimizer: optax.GradientTransformation,
+                 param_shardings: Any, mesh: Mesh | None, rules: LogicalRules | None):
+        self.model, self.task, self.optimizer = model, task, optimizer
+        self.mesh, self.rules = mesh, rules
+        self.log_probs = jax.jit(self._log_probs)
+        self.zero_grads = jax.jit(lambda params: jax.tree.map(jnp.zeros_like, params), out_shardings=param_shardings)
+        self.accumulate = jax.jit(self._accumulate, donate_argnames=("grads",))
+        self.apply = jax.jit(self._apply, donate_argnames=("params", "opt_state"))
+
+    # ---- compiled functions --------------------------------------------------------------------
+
+    def _log_probs(self, params: Any, batch: Batch) -> Array:
+        log_probs, _ = completion_log_probs(self.model, params, batch["input_ids"], batch["attention_mask"],
+                                            batch["completion_mask"].shape[1], self.task.temperature,
+                                            self.task.logprob_chunk_size)
+        return log_probs
+
+    def _loss(self, params: Any, batch: Batch, num_tokens: Array, weight: Array) -> tuple[Array, dict]:
+        task, mask = self.task, batch["completion_mask"]
+        log_probs, entropy = completion_log_probs(self.model, params, batch["input_ids"], batch["attention_mask"],
+                                                  mask.shape[1], task.temperature, task.logprob_chunk_size)
+        loss, metrics = grpo_loss(
+            log_probs, batch.get("old_log_probs"), batch["advantages"], mask, batch.get("ref_log_probs"),
+            clip_low=task.clip_low, clip_high=task.clip_high, beta=task.beta,
+            kl_importance_correction=task.kl_importance_correction, normalization=task.loss_normalization,
+            max_completion_length=mask.shape[1], num_tokens_in_batch=num_tokens)
+        metrics["entropy"] = masked_mean(entropy, mask)
+        metrics["policy_loss"] = metrics["policy_loss"] * weight  # summed over micro-batches, like the loss
+        return loss * weight, metrics
+
+    def _accumulate(self, params: Any, grads: Any, batch: Batch, num_tokens: Array, weight: Array) -> tuple[Any, dict]:
+        (loss, metrics), step_grads = jax.value_and_grad(self._loss, has_aux=True)(params, batch, num_tokens, weight)
+        metrics["loss"] = loss
+        return jax.tree.map(jnp.add, grads, step_grads), metrics
+
+    def _apply(self, params: Any, opt_state: Any, grads: Any) -> tuple[Any, Any, Array]:
+        updates, opt_state = self.optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, optax.global_norm(grads)
+
+    # ---- host loop -----------------------------------------------------------------------------
+
+    def micro_batches(self, arrays: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+        """Host arrays [N, ...] split into micro-batches of micro_batch_size rows."""
+        size = self.task.micro_batch_size
+        count = len(arrays["input_ids"]) // size
+        return [{name: value[i * size:(i + 1) * size] for name, value in arrays.items()} for i in range(count)]
+
+    def to_device(self, batch: dict[str, np.ndarray]) -> Batch:
+        return {name: put(value, self.mesh, self.rules, BATCH_AXES[:value.ndim]) for name, value in batch.items()}
+
+    def run(self, params: Any, opt_state: Any, ref_params: Any | None, arrays: dict[str, np.ndarray]
+            ) -> tuple[Any, Any, dict[str, float]]:
+        """ppo_epochs optimizer updates on one batch of rollouts; returns new params, state and metrics."""
+        host_batches = self.micro_batches(arrays)
+        tokens = [float(b["completion_mask"].sum()) for b in host_batches]
+        batches = [self.to_device(b) for b in host_batches]
+        if self.task.ppo_epochs > 1:  # with one update per batch the policy is still the sampler's: old = current
+            for batch in batches:
+                batch["old_log_probs"] = self.log_probs(params, batch)
+        if ref_params is not None:
+            for batch in batches:
+                batch["ref_log_probs"] = self.log_probs(ref_params, batch)
+        num_tokens = jnp.float32(arrays["completion_mask"].sum())
+        weight = jnp.float32(1.0 if self.task.loss_normalization == "token" else 1.0 / len(batches))
+        metrics, grad_norms = [], []
+        for _ in range(self.task.ppo_epochs):
+            grads = self.zero_grads(params)
+            for batch in batches:
+                grads, batch_metrics = self.accumulate(params, grads, batch, num_tokens, weight)
+                metrics.append(batch_metrics)
+            params, opt_state, grad_norm = self.apply(params, opt_state, grads)
+            grad_norms.append(grad_norm)
+        host_metrics, grad_norms = jax.device_get((metrics, grad_norms))
+        return params, opt_state, summarize(host_metrics, tokens * self.task.ppo_epochs, len(batches), grad_norms)
+
+
+def summarize(metrics: list[dict], tokens: list[float], batches_per_epoch: int, grad_norms: list) -> dict[str, float]:
+    """Token-weighted means over micro-batches and epochs; losses are summed within an epoch
+    (each micro-batch holds its share of the full-batch loss), then averaged over epochs."""
+    weights = np.asarray(tokens) / max(sum(tokens), 1.0)
+    out = {}
+    for name in metrics[0]:
+        values = np.asarray([m[name] for m in metrics], np.float64)
+        if name in ("loss", "policy_loss"):
+            out[name] = float(values.reshape(-1, batches_per_epoch).sum(axis=1).mean())
+        elif name == "ratio_min":
+            out[name] = float(values.min())
+        elif name == "ratio_max":
+            out[name] = float(values.max())
+        else:
+            out[name] = float((values * weights).sum())
+    out["grad_norm"] = float(np.mean(grad_norms))
+    return out
