@@ -120,8 +120,10 @@ def resolve_model_dir(model_cfg: Mapping[str, Any], cache_root: Path) -> str:
                             f"directory, or null to use model.hub_id)")
         return str(path)
     if model_cfg.get("random_init"):
+        # One directory per architecture and dtype, so editing a config never reuses a stale build.
         name = model_cfg.get("name") or "model"
-        digest = _fingerprint(_hf_config_of(model_cfg), [], _torch_dtype_name(model_cfg), 0)[:12]
+        blob = json.dumps([_hf_config_of(model_cfg), _torch_dtype_name(model_cfg)], sort_keys=True)
+        digest = hashlib.sha256(blob.encode()).hexdigest()[:12]
         return str(build_tiny_model(model_cfg, Path(cache_root) / f"{name}-{digest}"))
     hub_id = model_cfg.get("hub_id")
     if not hub_id:

@@ -9,7 +9,7 @@ import torch
 import yaml
 
 from framework.backends.maxtext.checkpoint_io import load_hf_params
-from framework.backends.maxtext.models import ModelConfig, Transformer, forward, token_log_probs
+from framework.backends.maxtext.models import ModelConfig, Transformer, forward
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
 from framework.core.errors import ConfigError, DataError
 from framework.models.tiny import build_tiny_model
@@ -121,22 +121,6 @@ def test_stops_at_eos_per_sequence_and_pads(qwen2):
         assert mask[row].sum() == (hits[0] + 1 if hits.size else GREEDY.max_new_tokens)
 
 
-def test_sampling_log_probs_equal_recomputed_token_log_probs(qwen2):
-    """What GRPO relies on: the sampler's log-probs are the model's log-probs of the sampled tokens."""
-    prompts = prompts_of_lengths(6, 13, 2, seed=5)
-    out = qwen2["sampler"].generate(qwen2["params"], prompts, jax.random.key(1), SAMPLED)
-    assert out.completion_ids.shape == (9, 10) and out.prompt_ids.shape == (9, 16)
-    sequence = np.concatenate([np.asarray(out.prompt_ids), np.asarray(out.completion_ids)], axis=1)
-    mask = np.concatenate([np.asarray(out.prompt_mask), np.asarray(out.completion_mask)], axis=1)
-    model = Transformer(qwen2["config"])
-    recomputed = jax.jit(lambda p: token_log_probs(model, p, sequence, mask, temperature=SAMPLED.temperature))(
-        qwen2["params"])
-    recomputed = recomputed[:, 15:]
-    completion_mask = np.asarray(out.completion_mask).astype(bool)
-    np.testing.assert_allclose(np.asarray(out.log_probs)[completion_mask],
-                               np.asarray(recomputed)[completion_mask], atol=1e-4)
-
-
 def test_samples_are_grouped_per_prompt_and_seeded(qwen2):
     prompts = prompts_of_lengths(3, 7, 16, seed=6)
     first = qwen2["sampler"].generate(qwen2["params"], prompts, jax.random.key(2), SAMPLED)
@@ -151,18 +135,28 @@ def test_samples_are_grouped_per_prompt_and_seeded(qwen2):
     assert not np.array_equal(completions, np.asarray(other.completion_ids))
 
 
-def test_top_k_and_top_p_restrict_the_support(qwen2):
-    """Every sampled token is among the top-k, and inside the top-p nucleus, of its step's logits."""
+def test_sampled_tokens_obey_top_k_top_p_and_carry_model_log_probs(qwen2):
+    """Every sampled token is among the top-k, and inside the top-p nucleus, of its step's logits; its
+    log-prob is log_softmax(logits / temperature) of the model (what GRPO's old log-probs need)."""
     top_k, top_p, temperature = SAMPLED.top_k, SAMPLED.top_p, SAMPLED.temperature
     out = qwen2["sampler"].generate(qwen2["params"], prompts_of_lengths(5, 10, 3, seed=8), jax.random.key(5), SAMPLED)
+    assert out.completion_ids.shape == (9, 10) and out.prompt_ids.shape == (9, 16)
     sequence = np.concatenate([np.asarray(out.prompt_ids), np.asarray(out.completion_ids)], axis=1)
     mask = np.concatenate([np.asarray(out.prompt_mask), np.ones_like(out.completion_ids)], axis=1)
     model = Transformer(qwen2["config"])
     logits, _ = jax.jit(lambda p: forward(model, p, sequence, mask))(qwen2["params"])
-    step_logits = np.asarray(logits)[:, 15:-1] / temperature  # logits that chose each completion token
+    step_logits = np.asarray(logits)[:, 15:-1] / temperature  # the logits that chose each completion token
     sampled = np.asarray(out.completion_mask).astype(bool)  # pads after EOS were not sampled
+    tokens = np.asarray(out.completion_ids)
+
+    shifted = step_logits - step_logits.max(-1, keepdims=True)
+    log_softmax = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    expected = np.take_along_axis(log_softmax, tokens[..., None], -1)[..., 0]
+    np.testing.assert_allclose(np.asarray(out.log_probs)[sampled], expected[sampled], atol=1e-4)
+    assert (np.asarray(out.log_probs)[~sampled] == 0).all()
+
     order = np.argsort(-step_logits, axis=-1)
-    rank = np.argmax(order == np.asarray(out.completion_ids)[..., None], axis=-1)
+    rank = np.argmax(order == tokens[..., None], axis=-1)
     assert (rank[sampled] < top_k).all()
     top = np.take_along_axis(step_logits, order[..., :top_k], axis=-1)
     probs = np.exp(top - top.max(-1, keepdims=True))
