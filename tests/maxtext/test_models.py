@@ -226,3 +226,23 @@ def test_loader_errors_name_the_problem(qwen3, tmp_path):
         load_hf_params(qwen3_dir, config.replace(intermediate_size=96))
     with pytest.raises(CheckpointError, match="no model.safetensors"):
         load_hf_params(tmp_path, config)
+
+
+def test_hub_ids_resolve_through_snapshot_download(qwen3, tmp_path, monkeypatch):
+    """The real hub path, offline: a snapshot in the HF cache layout is found; a missing one is a DataError."""
+    import shutil
+
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    revision = "0" * 40
+    repo = tmp_path / "models--crucible--tiny-qwen3"
+    shutil.copytree(qwen3["dir"], repo / "snapshots" / revision)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+
+    params = load_hf_params("crucible/tiny-qwen3", qwen3["config"])
+    np.testing.assert_array_equal(np.asarray(params["norm"]["scale"]), np.asarray(qwen3["params"]["norm"]["scale"]))
+    with pytest.raises(DataError, match="'crucible/absent': not a local directory and snapshot_download failed"):
+        load_hf_params("crucible/absent", qwen3["config"])

@@ -3,8 +3,8 @@
 Flax parameter paths mirror the HF names (`layers_3/self_attn/q_proj/kernel` is
 `model.layers.3.self_attn.q_proj.weight`); kernels are the transposed HF weights, with the head
 dimensions split out (q_proj: [hidden, heads, head_dim], o_proj: [heads, head_dim, hidden]).
-Loading reads one tensor at a time from the (memory-mapped) safetensors files and places it straight
-onto its shards, so the full model never sits on one device.
+Loading reads one tensor at a time from the safetensors files and places it straight onto its
+shards, so the full model never sits on one device (nor in host memory at once).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import numpy as np
 from flax import linen as nn
 from jax.sharding import Mesh
 
-from framework.backends.maxtext.models.config import ModelConfig
+from framework.backends.maxtext.models.config import DTYPES, ModelConfig
 from framework.backends.maxtext.models.transformer import Transformer, abstract_params
 from framework.backends.maxtext.sharding import DEFAULT_RULES, LogicalRules, named_sharding
-from framework.core.errors import CheckpointError, DataError
+from framework.core.errors import CheckpointError, ConfigError, DataError
 
 _NUMPY_DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
 _HF_LEAF_NAMES = {"kernel": "weight", "scale": "weight", "embedding": "weight", "bias": "bias"}
@@ -49,8 +49,10 @@ def hf_to_flax(tensor: np.ndarray, path: tuple[str, ...], shape: tuple[int, ...]
 
 def flax_to_hf(array: np.ndarray, path: tuple[str, ...], logical_axes: tuple[str, ...]) -> np.ndarray:
     """Inverse of hf_to_flax."""
-    return array.reshape(hf_shape(path, array.shape, logical_axes)[::-1]).T if path[-1] == "kernel" \
-        else array.reshape(hf_shape(path, array.shape, logical_axes))
+    target = hf_shape(path, array.shape, logical_axes)
+    if path[-1] == "kernel":
+        return array.reshape(target[::-1]).T
+    return array.reshape(target)
 
 
 def hf_shape(path: tuple[str, ...], shape: tuple[int, ...], logical_axes: tuple[str, ...]) -> tuple[int, ...]:
@@ -89,7 +91,7 @@ def load_hf_params(model_dir_or_hub_id: str | Path, config: ModelConfig, mesh: M
     default device. Raises CheckpointError when a tensor is missing or has the wrong shape.
     """
     checkpoint_dir = resolve_checkpoint_dir(model_dir_or_hub_id)
-    target_dtype = _NUMPY_DTYPES[dtype or config.param_dtype]
+    target_dtype = _numpy_dtype(dtype or config.param_dtype)
     rules = rules or DEFAULT_RULES
     boxed = abstract_params(Transformer(config))
     reader = _SafetensorsReader(checkpoint_dir)
@@ -121,13 +123,14 @@ def save_hf_checkpoint(params: dict[str, Any], config: ModelConfig, tokenizer_di
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    dtype = dtype or config.param_dtype
+    dtype = DTYPES.get(dtype or config.param_dtype, dtype)
+    target_dtype = _numpy_dtype(dtype)
     boxed = abstract_params(Transformer(config))
     tensors: dict[str, np.ndarray] = {}
 
     def collect(path: tuple[str, ...], box: nn.LogicallyPartitioned) -> None:
         array = np.asarray(jax.device_get(_get_path(params, path)))
-        hf = flax_to_hf(array, path, box.names).astype(_NUMPY_DTYPES[dtype], copy=False)
+        hf = flax_to_hf(array, path, box.names).astype(target_dtype, copy=False)
         tensors[hf_tensor_name(path)] = np.ascontiguousarray(hf)
 
     _map_with_path(collect, boxed)
@@ -152,6 +155,12 @@ def _save_tokenizer(tokenizer_dir_or_obj: Any, out_dir: Path) -> None:
     for name in _COPIED_FILES:
         if (source / name).is_file() and source.resolve() != out_dir.resolve():
             shutil.copyfile(source / name, out_dir / name)
+
+
+def _numpy_dtype(name: str) -> np.dtype:
+    if DTYPES.get(name) not in _NUMPY_DTYPES:
+        raise ConfigError(f"checkpoint dtype: {name!r} is not one of {sorted(DTYPES)}")
+    return _NUMPY_DTYPES[DTYPES[name]]
 
 
 def _map_with_path(fn, boxed: Any) -> Any:
