@@ -1,0 +1,148 @@
+"""`python run.py recipe=grpo_gsm8k_cpu` end to end, and the maxtext patches.
+
+The run uses a KL penalty and two PPO epochs, so the reference and old log-prob passes run too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from framework.core.loggers import read_metrics
+from framework.core.patches import PatchContext, Phase
+from tests.conftest import compose_config, run_cli
+
+jax = pytest.importorskip("jax")
+
+RUN = ["recipe=grpo_gsm8k_cpu", "grpo.steps=2", "grpo.beta=0.04", "grpo.ppo_epochs=2", "progress=false"]
+RECORDS = ["config.yaml", "overrides.yaml", "env.json", "patches.json", "metrics.jsonl", "summary.json", "run.log"]
+STEP_METRICS = [
+    "reward_mean", "reward_std", "accuracy", "kl", "clip_fraction", "entropy", "completion_length",
+    "rollout_tokens_per_s", "update_tokens_per_s", "step_time_s", "loss", "grad_norm", "learning_rate",
+    *[f"reward_{name}_{stat}" for name in ("correctness", "format", "tag_count") for stat in ("mean", "std")],
+]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("grpo_e2e")
+    proc = run_cli([*RUN, f"hydra.run.dir={run_dir}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir
+
+
+@pytest.mark.slow
+def test_run_dir_holds_every_record_a_checkpoint_and_the_export(run_dir):
+    missing = [name for name in RECORDS if not (run_dir / name).is_file()]
+    assert not missing
+    assert (run_dir / "checkpoints" / "2" / "state").is_dir()
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in (run_dir / "hf_export").iterdir()}
+    assert "traceback.txt" not in os.listdir(run_dir)
+
+
+@pytest.mark.slow
+def test_metrics_have_one_row_per_step_with_the_named_metrics(run_dir):
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [row["step"] for row in rows] == [1, 2]
+    for row in rows:
+        assert not [m for m in STEP_METRICS if not isinstance(row.get(m), (int, float))], row
+        assert row["rollout_tokens_per_s"] > 0 and row["update_tokens_per_s"] > 0 and row["entropy"] > 0
+    assert "eval_accuracy" in rows[1] and 0.0 <= rows[1]["eval_accuracy"] <= 1.0  # eval.every=2
+
+
+@pytest.mark.slow
+def test_summary_is_ok_with_preflight_against_measured_step_time(run_dir):
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["success"] and summary["backend"] == "maxtext"
+    metrics = summary["metrics"]
+    assert metrics["preflight_predicted_step_s"] > 0 and metrics["measured_step_s"] > 0
+    assert metrics["steps_completed"] == 2 and summary["result"]["samples"] == 2 * 4 * 4
+    artifacts = summary["result"]["artifacts"]
+    assert artifacts["hf_export"] == str(run_dir / "hf_export")
+    assert artifacts["last_checkpoint"].endswith("checkpoints/2")
+
+
+@pytest.mark.slow
+def test_patch_report_says_what_applied_and_why_others_did_not(run_dir):
+    report = {p["id"]: p for p in json.loads((run_dir / "patches.json").read_text())["patches"]}
+    assert report["maxtext.compilation_cache"]["status"] == "applied"
+    assert report["maxtext.gpu_xla_flags"]["status"] == "skipped"
+    assert "not in ['gpu']" in report["maxtext.gpu_xla_flags"]["reason"]
+    assert report["maxtext.cpu_host_devices"]["reason"] == "condition mesh_needs_several_devices is false"
+
+
+@pytest.mark.slow
+def test_hf_export_loads_in_transformers_with_the_logits_of_the_trained_params(run_dir):
+    import orbax.checkpoint as ocp
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from framework.backends.maxtext.models import ModelConfig, Transformer, forward
+
+    export = run_dir / "hf_export"
+    manager = ocp.CheckpointManager(run_dir / "checkpoints", item_names=("state", "meta"))
+    params = manager.restore(2, args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]["params"]
+    manager.close()
+    tokenizer = AutoTokenizer.from_pretrained(export)
+    ids = np.asarray([tokenizer("Natalia sold 48 clips in April. How many in May?")["input_ids"]], np.int32)
+    jax_logits, _ = forward(Transformer(ModelConfig.from_pretrained(export)), params, ids, np.ones_like(ids))
+
+    model = AutoModelForCausalLM.from_pretrained(export, dtype=torch.float32)
+    with torch.no_grad():
+        torch_logits = model(torch.from_numpy(ids.astype(np.int64))).logits.numpy()
+    np.testing.assert_allclose(np.asarray(jax_logits), torch_logits, atol=2e-4, rtol=1e-4)
+    assert tokenizer.chat_template  # the prompts of a later run render the same way
+
+
+# ---- patches, applied directly -----------------------------------------------------------------
+
+
+def patch_context(overrides: list[str]) -> PatchContext:
+    cfg = compose_config(["backend=maxtext", "task=grpo", *overrides])
+    return PatchContext("maxtext", jax.__version__, cfg.model.name, cfg.hardware.name, cfg.hardware.accelerator,
+                        Phase.SETUP, config=cfg)
+
+
+def test_gpu_flags_are_added_once_and_never_override_the_users(monkeypatch):
+    from framework.backends.maxtext.patches import gpu_xla_flags
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
+    gpu_xla_flags(patch_context(["hardware=h100"]))
+    gpu_xla_flags(patch_context(["hardware=h100"]))
+    assert os.environ["XLA_FLAGS"] == "--xla_dump_to=/tmp/x --xla_gpu_enable_latency_hiding_scheduler=true"
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_enable_latency_hiding_scheduler=false")
+    gpu_xla_flags(patch_context(["hardware=h100"]))
+    assert os.environ["XLA_FLAGS"] == "--xla_gpu_enable_latency_hiding_scheduler=false"
+
+
+def test_cpu_device_patch_applies_when_the_mesh_needs_more_devices():
+    from framework.backends.maxtext.patches import mesh_device_count, mesh_needs_several_devices
+
+    assert not mesh_needs_several_devices(patch_context(["hardware=cpu"]))  # fsdp=-1: whatever there is
+    wide = patch_context(["hardware=cpu", "hardware.mesh.fsdp=2", "hardware.mesh.tensor=2"])
+    assert mesh_needs_several_devices(wide) and mesh_device_count(wide) == 4
+    assert mesh_device_count(patch_context(["hardware=cpu", "hardware.mesh.tensor=4"])) == 4
+
+
+@pytest.mark.slow
+def test_cpu_device_patch_splits_the_host_for_a_sharded_run(tmp_path):
+    """Without XLA flags the host is one device; the patch gives the 2 x 2 mesh its 4 CPU devices."""
+    proc = run_cli([*RUN[:2], "grpo.steps=1", "grpo.eval.every=0", "grpo.export_hf=false", "grpo.checkpoint.every=0",
+                    "hardware.mesh.fsdp=2", "hardware.mesh.tensor=2", "progress=false", f"hydra.run.dir={tmp_path}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = {p["id"]: p for p in json.loads((tmp_path / "patches.json").read_text())["patches"]}
+    assert report["maxtext.cpu_host_devices"]["status"] == "applied"
+    assert "mesh {'data': 1, 'fsdp': 2, 'expert': 1, 'tensor': 2} over 4 cpu device(s)" in proc.stderr
+
+
+def test_closed_loop_noise_filter_drops_only_that_error():
+    from types import SimpleNamespace
+
+    from framework.backends.maxtext.patches import is_closed_loop_noise
+
+    assert is_closed_loop_noise(SimpleNamespace(exc_value=RuntimeError("Event loop is closed")))
+    assert not is_closed_loop_noise(SimpleNamespace(exc_value=RuntimeError("disk full")))
+    assert not is_closed_loop_noise(SimpleNamespace(exc_value=ValueError("Event loop is closed")))
