@@ -136,7 +136,7 @@ def _fail_if_a_sweep_failed() -> None:
         sys.exit(EXIT_RUN_FAILED)
 
 
-def fail(exc: BaseException, debug: bool | None = None) -> None:
+def fail(exc: BaseException, debug: bool | None = None, run_dir: Path | None = None) -> None:
     """Print `exc` as one line on stderr and exit: 2 for bad input, 1 for a failed run."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -149,7 +149,8 @@ def fail(exc: BaseException, debug: bool | None = None) -> None:
         sys.stderr.write(f"error: {one_line(exc)}\n")
         sys.exit(EXIT_RUN_FAILED if _is_run_failure(exc) else EXIT_BAD_INPUT)
     # a bug or a backend crash: one line here, the whole traceback in the run directory
-    sys.stderr.write(f"error: {type(exc).__name__}: {exc} (see traceback.txt in the run directory, or set CRUCIBLE_DEBUG=1)\n")
+    where = f"traceback in {run_dir / 'traceback.txt'}" if run_dir else "CRUCIBLE_DEBUG=1 shows the traceback"
+    sys.stderr.write(f"error: {type(exc).__name__}: {exc} ({where})\n")
     sys.exit(EXIT_RUN_FAILED)
 
 

@@ -18,6 +18,8 @@ class RunContext:
     logger: MetricLogger
     seed: int
     multirun: bool = False
+    rank: int = 0  # this process among world_size (SLURM tasks, torchrun); only rank 0 writes records
+    world_size: int = 1
 
     def path(self, name: str) -> Path:
         """A path inside the run directory (parents created)."""

@@ -25,12 +25,14 @@ def _jsonable(value: Any) -> Any:
 class MetricLogger:
     """One object per run. log() appends a JSON line {"step": n, "time_s": t, ...} and mirrors it to wandb."""
 
-    def __init__(self, run_dir: Path, wandb_cfg: dict | None = None, run_name: str = "", config: dict | None = None):
+    def __init__(self, run_dir: Path, wandb_cfg: dict | None = None, run_name: str = "", config: dict | None = None,
+                 enabled: bool = True):
+        """enabled=False (ranks other than 0): log() does nothing."""
         self.path = Path(run_dir) / "metrics.jsonl"
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = self.path.open("a", encoding="utf-8") if enabled else None
         self._start = time.time()
         self._wandb = None
-        if wandb_cfg and wandb_cfg.get("enabled"):
+        if enabled and wandb_cfg and wandb_cfg.get("enabled"):
             self._wandb = self._start_wandb(wandb_cfg, Path(run_dir), run_name, config or {})
 
     @staticmethod
@@ -49,6 +51,8 @@ class MetricLogger:
         )
 
     def log(self, metrics: dict, step: int) -> None:
+        if self._file is None:
+            return
         row = {"step": int(step), "time_s": round(time.time() - self._start, 4)}
         row.update({k: _jsonable(v) for k, v in metrics.items()})
         self._file.write(json.dumps(row) + "\n")
@@ -61,7 +65,7 @@ class MetricLogger:
             self._wandb.summary.update({k: _jsonable(v) for k, v in metrics.items()})
 
     def close(self) -> None:
-        if not self._file.closed:
+        if self._file is not None and not self._file.closed:
             self._file.close()
         if self._wandb is not None:
             self._wandb.finish()

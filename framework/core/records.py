@@ -32,14 +32,20 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_json(path: Path, data: Any) -> None:
-    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
-
-
 class RunRecords:
-    def __init__(self, run_dir: Path):
+    """Writes the records; on ranks other than 0 (enabled=False) every write is skipped."""
+
+    def __init__(self, run_dir: Path, enabled: bool = True):
         self.run_dir = Path(run_dir)
+        self.enabled = enabled
         self.run_dir.mkdir(parents=True, exist_ok=True)
+
+    def _text(self, name: str, text: str) -> None:
+        if self.enabled:
+            write_atomic(self.run_dir / name, text)
+
+    def _json(self, name: str, data: Any) -> None:
+        self._text(name, json.dumps(data, indent=2, default=str) + "\n")
 
     def write_config(self, cfg: DictConfig) -> None:
         """The resolved config; the unresolved one when an interpolation is broken (the error says which)."""
@@ -49,22 +55,22 @@ class RunRecords:
             text = OmegaConf.to_yaml(cfg, resolve=True)
         except OmegaConfBaseException:
             text = OmegaConf.to_yaml(cfg, resolve=False)
-        write_atomic(self.run_dir / "config.yaml", text)
+        self._text("config.yaml", text)
 
     def write_overrides(self, overrides: list[str]) -> None:
-        write_atomic(self.run_dir / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
+        self._text("overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
 
     def write_env(self, env: dict) -> None:
-        write_json(self.run_dir / "env.json", env)
+        self._json("env.json", env)
 
     def write_patches(self, report: dict) -> None:
-        write_json(self.run_dir / "patches.json", report)
+        self._json("patches.json", report)
 
     def write_summary(self, summary: dict) -> None:
-        write_json(self.run_dir / SUMMARY, summary)
+        self._json(SUMMARY, summary)
 
     def write_traceback(self, text: str) -> None:
-        write_atomic(self.run_dir / "traceback.txt", text)
+        self._text("traceback.txt", text)
 
 
 def read_summary(run_dir: Path) -> dict | None:

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from framework.core import env_info
 from framework.core.adapter import BackendAdapter
 from framework.core.context import RunContext
+from framework.core.distributed import process_rank, world_size
 from framework.core.errors import ConfigError, CrucibleError
 from framework.core.loggers import MetricLogger
 from framework.core.patches import PatchContext, PatchRunner, Phase
@@ -60,7 +61,8 @@ class Runtime:
         self.run_dir = Path(run_dir)
         self.overrides = overrides
         self.multirun = multirun
-        self.records = RunRecords(self.run_dir)
+        self.rank, self.world_size = process_rank(), world_size()
+        self.records = RunRecords(self.run_dir, enabled=self.rank == 0)
         self.patches: PatchRunner | None = None
         self.events: list[str] = []  # the lifecycle steps taken, in order (tests pin it)
 
@@ -100,8 +102,10 @@ class Runtime:
             self._apply(Phase.SETUP, adapter, version, backend_config=backend_config)
             trainer_cls = adapter.load_trainer_class(self.cfg.task.name)
             logger = MetricLogger(self.run_dir, OmegaConf.to_container(self.cfg.logger.wandb, resolve=True),
-                                  run_name=self.run_dir.name, config=OmegaConf.to_container(self.cfg, resolve=True))
-            context = RunContext(self.run_dir, self.cfg, logger, int(self.cfg.seed), self.multirun)
+                                  run_name=self.run_dir.name, config=OmegaConf.to_container(self.cfg, resolve=True),
+                                  enabled=self.rank == 0)
+            context = RunContext(self.run_dir, self.cfg, logger, int(self.cfg.seed), self.multirun,
+                                 rank=self.rank, world_size=self.world_size)
             trainer = trainer_cls(backend_config, context)
             trainer.setup()
             self._step("trainer.setup")
@@ -165,7 +169,8 @@ def run_from_hydra(cfg: DictConfig) -> TrainingResult:
         from framework.cli import fail
 
         # one line on stderr, non-zero exit; in a sweep the same job is a failed or invalid row instead
-        fail(runtime.exception or ConfigError(result.error or "invalid configuration"), debug=bool(cfg.debug))
+        fail(runtime.exception or ConfigError(result.error or "invalid configuration"), debug=bool(cfg.debug),
+             run_dir=runtime.run_dir)
     _print_outcome(runtime.run_dir, result)
     if not result.success:
         log.error("job failed: %s", result.error)

@@ -81,3 +81,11 @@ def test_incompatible_task_names_the_valid_ones(tmp_path):
     result = Runtime(cfg, tmp_path, []).run()
     assert result.error == "task=grpo does not run on backend=recording; backend=recording runs task=record"
     assert recording_backend.CALLS == []  # nothing started
+
+
+def test_only_rank_zero_writes_records(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_PROCID", "1")
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    result = Runtime(recording_cfg(), tmp_path, []).run()
+    assert result.success and "run_train" in recording_backend.CALLS  # every rank trains
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # but writes nothing
