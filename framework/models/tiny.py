@@ -112,7 +112,9 @@ def build_tiny_model(model_cfg: Mapping[str, Any], out_dir: Path,
 
 
 def resolve_model_dir(model_cfg: Mapping[str, Any], cache_root: Path) -> str:
-    """Where to load the model from: `path` if set, a cached random-init build, or the hub id."""
+    """Where to load the model from: `path` if set, else a cached random-init build when
+    `random_init` (any architecture; the tiny_* configs are what tests and CPU runs use), else the
+    hub id (transformers / huggingface_hub fetch it)."""
     path = model_cfg.get("path")
     if path:
         if not Path(path).is_dir():
