@@ -10,6 +10,7 @@ position and the RNG key.
 
 from __future__ import annotations
 
+import json
 import logging
 import statistics
 import time
@@ -33,12 +34,13 @@ from framework.backends.maxtext.trainers.evaluation import evaluate
 from framework.backends.maxtext.trainers.preflight import predict_step
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
 from framework.core.errors import BackendError, ConfigError, CrucibleError
+from framework.core.records import write_atomic
 from framework.core.result import TrainingResult
 from framework.core.trainer import BaseTrainer
 from framework.data.prompts import ShuffledBatches
 
 log = logging.getLogger(__name__)
-CHECKPOINT_DIR, EXPORT_DIR = "checkpoints", "hf_export"
+CHECKPOINT_DIR, EXPORT_DIR, SHARDINGS_FILE = "checkpoints", "hf_export", "shardings.json"
 
 
 class GRPOTrainer(BaseTrainer):
@@ -102,6 +104,7 @@ class GRPOTrainer(BaseTrainer):
                     self._save(step)
         self.checkpoints.close()
         artifacts = self._artifacts()
+        artifacts["shardings"] = str(self._write_shardings())
         summary |= {k: v for k, v in rows.items() if isinstance(v, (int, float))}
         summary |= {"steps_completed": task.steps, "resumed_from_step": self.start_step,
                     "measured_step_s": _steady_state(step_times)}
@@ -185,6 +188,8 @@ class GRPOTrainer(BaseTrainer):
     # ---- helpers -------------------------------------------------------------------------------
 
     def _build_mesh(self):
+        if self.config.hardware["nodes"] > 1:  # one process per host; coordinates from the TPU/SLURM environment
+            jax.distributed.initialize()
         try:
             devices = jax.devices()
         except RuntimeError as error:
@@ -230,13 +235,30 @@ class GRPOTrainer(BaseTrainer):
                      prediction["preflight_fits"])
         return prediction
 
+    def _write_shardings(self) -> Path:
+        """shardings.json: the mesh and the partition spec each trained parameter actually has."""
+        def spec(array: jax.Array) -> list:
+            axes = [list(axis) if isinstance(axis, tuple) else axis for axis in array.sharding.spec]
+            return axes + [None] * (array.ndim - len(axes))  # XLA drops trailing unsharded dims
+
+        specs = {jax.tree_util.keystr(key, simple=True, separator="/"): spec(array)
+                 for key, array in jax.tree_util.tree_leaves_with_path(self.params)}
+        path = self.run.path(SHARDINGS_FILE)
+        if jax.process_index() == 0:
+            record = {"mesh": dict(self.mesh.shape), "devices": self.mesh.size, "params": specs}
+            write_atomic(path, json.dumps(record, indent=2) + "\n")
+        return path
+
     def _artifacts(self) -> dict[str, str]:
         artifacts = {}
         last = self.checkpoints.latest_step()
         if last is not None:
             artifacts["last_checkpoint"] = str(self.checkpoints.directory / str(last))
         if self.config.task.export_hf:
-            out = save_hf_checkpoint(self.params, self.model_config, self.model_dir, self.run.path(EXPORT_DIR))
+            params = rollout.to_host(self.params)  # every process takes part in gathering; one writes
+            out = self.run.path(EXPORT_DIR)
+            if jax.process_index() == 0:
+                save_hf_checkpoint(params, self.model_config, self.model_dir, out)
             artifacts["hf_export"] = str(out)
         return artifacts
 

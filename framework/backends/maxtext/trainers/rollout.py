@@ -58,7 +58,7 @@ def generate(sampler: Sampler, encoder: PromptEncoder, params: Any, examples: Se
              rng: jax.Array, sampling: SamplingParams) -> tuple[Rollouts, int]:
     """Sample `sampling.num_samples` completions per problem; also returns the truncated prompt count."""
     prompts, truncated = encoder.encode(examples)
-    out = jax.device_get(sampler.generate(params, prompts, rng, sampling))
+    out = to_host(sampler.generate(params, prompts, rng, sampling))
     completion_mask = np.asarray(out.completion_mask, np.float32)
     rollouts = Rollouts(
         input_ids=np.concatenate([out.prompt_ids, out.completion_ids], axis=1).astype(np.int32),
@@ -69,6 +69,15 @@ def generate(sampler: Sampler, encoder: PromptEncoder, params: Any, examples: Se
         references=[example.reference for example in examples for _ in range(sampling.num_samples)],
     )
     return rollouts, truncated
+
+
+def to_host(tree: Any) -> Any:
+    """Device arrays -> numpy. With several processes (multi-host TPU/GPU) each gathers the global arrays."""
+    if jax.process_count() == 1:
+        return jax.device_get(tree)
+    from jax.experimental import multihost_utils
+
+    return multihost_utils.process_allgather(tree, tiled=True)
 
 
 def score(rollouts: Rollouts, weights: dict[str, float]) -> tuple[np.ndarray, dict[str, float]]:
