@@ -32,6 +32,10 @@ def write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def write_json(path: Path, data: Any) -> None:
+    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
 class RunRecords:
     """Writes the records; on ranks other than 0 (enabled=False) every write is skipped."""
 
@@ -45,7 +49,8 @@ class RunRecords:
             write_atomic(self.run_dir / name, text)
 
     def _json(self, name: str, data: Any) -> None:
-        self._text(name, json.dumps(data, indent=2, default=str) + "\n")
+        if self.enabled:
+            write_json(self.run_dir / name, data)
 
     def write_config(self, cfg: DictConfig) -> None:
         """The resolved config; the unresolved one when an interpolation is broken (the error says which)."""
