@@ -146,3 +146,22 @@ def test_closed_loop_noise_filter_drops_only_that_error():
     assert is_closed_loop_noise(SimpleNamespace(exc_value=RuntimeError("Event loop is closed")))
     assert not is_closed_loop_noise(SimpleNamespace(exc_value=RuntimeError("disk full")))
     assert not is_closed_loop_noise(SimpleNamespace(exc_value=ValueError("Event loop is closed")))
+
+
+# ---- the GPU benchmarks, checked on tiny shapes ----------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", ["grpo_step", "trl_grpo_step"])
+def test_benchmark_runs_on_tiny_shapes_and_prints_its_json(module):
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    proc = subprocess.run([sys.executable, "-m", f"framework.backends.maxtext.benchmarks.{module}", "--tiny"],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout[proc.stdout.index("{\n"):])
+    assert result["prompts"] * result["generations"] == 4 and result["new_tokens"] == 16
+    assert result["step_s"] > 0 and result["rollout_tokens_per_s"] > 0 and 0 < result["update_mfu"] < 1

@@ -50,8 +50,8 @@ def tiny():
     ids = jnp.zeros((1, 4), jnp.int32)
     boxed = jax.jit(lambda: model.init(jax.random.key(0), ids, ids, jnp.ones((1, 4), bool))["params"])()
     params = nn.unbox(boxed)
-    shardings = param_shardings(abstract_params(Transformer(config)), mesh, DEFAULT_RULES)
-    return model, params, shardings, mesh, config
+    boxed = abstract_params(Transformer(config))
+    return model, params, (nn.unbox(boxed), param_shardings(boxed, mesh, DEFAULT_RULES)), mesh, config
 
 
 def grpo_task(**overrides):
@@ -80,7 +80,7 @@ def accumulated_grads(tiny, task, arrays):
     from framework.backends.maxtext.trainers.update import PolicyUpdate
 
     model, params, shardings, mesh, _ = tiny
-    update = PolicyUpdate(model, task, optax.sgd(1.0), shardings, mesh, None)
+    update = PolicyUpdate(model, task, optax.sgd(1.0), *shardings, mesh, None)
     batches = [update.to_device(b) for b in update.micro_batches(arrays)]
     num_tokens = jnp.float32(arrays["completion_mask"].sum())
     weight = jnp.float32(1.0 if task.loss_normalization == "token" else 1.0 / len(batches))

@@ -20,6 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import linen as nn
 
 from framework.backends.maxtext.checkpoint_io import load_hf_params, resolve_checkpoint_dir, save_hf_checkpoint
 from framework.backends.maxtext.config import GRPOConfig
@@ -74,9 +75,10 @@ class GRPOTrainer(BaseTrainer):
         self.ref_params = jax.tree.map(jnp.copy, self.params) if task.beta > 0 else None
         self.schedule = learning_rate_schedule(task.optimizer, task.steps, task.ppo_epochs)
         optimizer = build_optimizer(task.optimizer, self.schedule)
-        self.opt_state = optimizer.init(self.params)  # eager: the moments take the params' shardings
-        shardings = param_shardings(abstract_params(Transformer(self.model_config)), self.mesh, self.rules)
-        self.update = PolicyUpdate(model, task, optimizer, shardings, self.mesh, self.rules)
+        boxed = abstract_params(Transformer(self.model_config))
+        self.update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed),
+                                   param_shardings(boxed, self.mesh, self.rules), self.mesh, self.rules)
+        self.opt_state = self.update.init_opt_state(self.params)
         self.sampler = Sampler(model, eos_token_ids=self._eos_token_ids(), pad_token_id=self.tokenizer.pad_token_id,
                                prompt_bucket=task.max_prompt_tokens)
         self.batches = ShuffledBatches(self.train_set, task.prompts_per_step, seed=self.config.seed)

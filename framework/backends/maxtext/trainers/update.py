@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from framework.backends.maxtext.config import GRPOTask, OptimizerConfig
 from framework.backends.maxtext.grpo.loss import grpo_loss, masked_mean
@@ -103,13 +103,25 @@ class PolicyUpdate:
     """Compiled pieces of one GRPO update, and the loop over PPO epochs and micro-batches."""
 
     def __init__(self, model: Transformer, task: GRPOTask, optimizer: optax.GradientTransformation,
-                 param_shardings: Any, mesh: Mesh | None, rules: LogicalRules | None):
+                 param_shapes: Any, param_shardings: Any, mesh: Mesh, rules: LogicalRules | None):
+        """param_shapes: ShapeDtypeStructs of the params; param_shardings: their NamedShardings.
+
+        Every compiled function returns params, gradients and optimizer state with fixed shardings
+        (the moments like their params), so no step hands the next one a layout that recompiles.
+        """
         self.model, self.task, self.optimizer = model, task, optimizer
         self.mesh, self.rules = mesh, rules
+        replicated = NamedSharding(mesh, PartitionSpec())
+        self.opt_state_shardings = optax.tree_map_params(
+            optimizer, lambda _, sharding: sharding, jax.eval_shape(optimizer.init, param_shapes), param_shardings,
+            transform_non_params=lambda _: replicated)
+        self.init_opt_state = jax.jit(optimizer.init, out_shardings=self.opt_state_shardings)
         self.log_probs = jax.jit(self._log_probs)
         self.zero_grads = jax.jit(lambda params: jax.tree.map(jnp.zeros_like, params), out_shardings=param_shardings)
-        self.accumulate = jax.jit(self._accumulate, donate_argnames=("grads",))
-        self.apply = jax.jit(self._apply, donate_argnames=("params", "opt_state"))
+        self.accumulate = jax.jit(self._accumulate, donate_argnames=("grads",),
+                                  out_shardings=(param_shardings, replicated))
+        self.apply = jax.jit(self._apply, donate_argnames=("params", "opt_state"),
+                             out_shardings=(param_shardings, self.opt_state_shardings, replicated))
 
     # ---- compiled functions --------------------------------------------------------------------
 

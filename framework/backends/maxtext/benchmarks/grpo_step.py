@@ -1,0 +1,154 @@
+"""Time one GRPO step of the maxtext backend and print JSON: rollout tokens/s, step time, update MFU.
+
+    python -m framework.backends.maxtext.benchmarks.grpo_step                 # Qwen2.5-0.5B shapes, GPU
+    python -m framework.backends.maxtext.benchmarks.grpo_step --tiny          # tiny model, CPU check
+
+The model has the architecture of `--model` (a conf/model file) with random weights; prompts are
+random token ids of exactly --prompt-tokens and EOS is disabled, so every completion has exactly
+--new-tokens tokens and every step does the same work. A step is what GRPOTrainer runs: sampling
+(num_generations per prompt, one prefill per prompt), host rewards (random here: the text is not
+decoded), group advantages, and the micro-batched update (ppo_epochs=1, beta=0: no extra forward).
+
+Update MFU = model FLOPs of the update (benchmarks/flops.py) / (update seconds x peak of
+--hardware at --dtype).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[4]
+FULL = {"model": "qwen2_5_0_5b_instruct", "hardware": "h100", "prompts": 16, "generations": 8,
+        "prompt_tokens": 256, "new_tokens": 256, "micro_batch": 16, "dtype": "bfloat16", "steps": 5, "warmup": 2}
+TINY = {"model": "tiny_qwen2", "hardware": "cpu", "prompts": 2, "generations": 2, "prompt_tokens": 16,
+        "new_tokens": 16, "micro_batch": 4, "dtype": "float32", "steps": 2, "warmup": 1}
+PEAK_KEY = {"bfloat16": "bf16", "float32": "fp32"}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiny", action="store_true", help="tiny model and shapes (a CPU check of the script)")
+    for name, value in FULL.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=None,
+                            help=f"default {value} ({TINY[name]} with --tiny)")
+    args = parser.parse_args(argv)
+    for name, value in (TINY if args.tiny else FULL).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
+
+
+def load_yaml(group: str, name: str) -> dict:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.load(REPO_ROOT / "conf" / group / f"{name}.yaml"), resolve=True)
+
+
+def grpo_task(args: argparse.Namespace):
+    """The task of conf/task/grpo.yaml with the benchmark's shapes."""
+    from omegaconf import OmegaConf
+
+    from framework.backends.maxtext.config import GRPOTask, build
+
+    values = OmegaConf.to_container(OmegaConf.load(REPO_ROOT / "conf" / "task" / "grpo.yaml").grpo)
+    values |= {"prompts_per_step": args.prompts, "num_generations": args.generations, "max_prompt_tokens":
+               args.prompt_tokens, "max_new_tokens": args.new_tokens, "micro_batch_size": args.micro_batch,
+               "ppo_epochs": 1, "beta": 0.0, "param_dtype": "float32", "compute_dtype": args.dtype}
+    return build(GRPOTask, values, "grpo")
+
+
+def build_components(args: argparse.Namespace):
+    import jax
+    import jax.numpy as jnp
+    from flax import linen as nn
+
+    from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params
+    from framework.backends.maxtext.sampler import Sampler
+    from framework.backends.maxtext.sharding import DEFAULT_RULES, build_mesh, param_shardings
+    from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
+
+    task = grpo_task(args)
+    config = ModelConfig.from_hf_config(load_yaml("model", args.model)["hf_config"], param_dtype="float32",
+                                        dtype=args.dtype)
+    mesh = build_mesh({"data": 1, "fsdp": -1, "tensor": 1, "expert": 1})
+    model = Transformer(config, mesh, DEFAULT_RULES)
+    boxed = abstract_params(Transformer(config))
+    shardings = param_shardings(boxed, mesh, DEFAULT_RULES)
+    ids = jnp.zeros((1, 1), jnp.int32)
+    init = jax.jit(lambda: nn.unbox(model.init(jax.random.key(0), ids, ids, jnp.ones((1, 1), bool))["params"]),
+                   out_shardings=shardings)
+    params = init()
+    optimizer = build_optimizer(task.optimizer, learning_rate_schedule(task.optimizer, task.steps, 1))
+    update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed), shardings, mesh, DEFAULT_RULES)
+    opt_state = update.init_opt_state(params)
+    # An EOS id the model cannot emit: every completion runs to new_tokens (fixed work per step).
+    sampler = Sampler(model, eos_token_ids=[config.vocab_size], pad_token_id=0, prompt_bucket=args.prompt_tokens)
+    return task, config, params, opt_state, sampler, update
+
+
+def run_step(task, sampler, update, params, opt_state, rng, step: int):
+    """One GRPO step; returns new params/state and (rollout s, update s)."""
+    import jax
+    import numpy as np
+
+    from framework.backends.maxtext.grpo.advantages import compute_advantages
+    from framework.backends.maxtext.sampler import SamplingParams
+
+    data = np.random.default_rng(step)
+    vocab = sampler.model.config.vocab_size
+    prompts = data.integers(1, vocab, (task.prompts_per_step, task.max_prompt_tokens)).tolist()
+    sampling = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,
+                              num_samples=task.num_generations)
+    start = time.perf_counter()
+    out = jax.device_get(sampler.generate(params, prompts, jax.random.fold_in(rng, step), sampling))
+    rolled_out = time.perf_counter()
+    rewards = data.random(task.rows_per_step).astype(np.float32)
+    arrays = {"input_ids": np.concatenate([out.prompt_ids, out.completion_ids], 1).astype(np.int32),
+              "attention_mask": np.concatenate([out.prompt_mask, out.completion_mask], 1).astype(np.int32),
+              "completion_mask": np.asarray(out.completion_mask, np.float32),
+              "advantages": compute_advantages(rewards, task.num_generations)}
+    params, opt_state, _ = update.run(params, opt_state, None, arrays)
+    jax.block_until_ready(params)
+    return params, opt_state, (rolled_out - start, time.perf_counter() - rolled_out)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    import jax
+
+    from framework.backends.maxtext.benchmarks.flops import grpo_update_flops
+
+    task, config, params, opt_state, sampler, update = build_components(args)
+    rng = jax.random.key(0)
+    timings = []
+    for step in range(args.warmup + args.steps):
+        params, opt_state, timing = run_step(task, sampler, update, params, opt_state, rng, step)
+        if step >= args.warmup:
+            timings.append(timing)
+    rollout_s = statistics.median(t[0] for t in timings)
+    update_s = statistics.median(t[1] for t in timings)
+    step_s = statistics.median(t[0] + t[1] for t in timings)
+    rows = task.rows_per_step
+    peak = load_yaml("hardware", args.hardware)["peak_tflops"][PEAK_KEY[args.dtype]]
+    flops = grpo_update_flops(load_yaml("model", args.model)["hf_config"], rows, args.prompt_tokens, args.new_tokens)
+    result = {
+        "framework": "crucible-maxtext (jax)", "jax": jax.__version__, "device": jax.devices()[0].device_kind,
+        "devices": jax.device_count(), "model": args.model, "dtype": args.dtype,
+        "prompts": args.prompts, "generations": args.generations, "prompt_tokens": args.prompt_tokens,
+        "new_tokens": args.new_tokens, "micro_batch": args.micro_batch, "timed_steps": args.steps,
+        "warmup_steps": args.warmup, "step_s": step_s, "rollout_s": rollout_s, "update_s": update_s,
+        "rollout_tokens_per_s": rows * args.new_tokens / rollout_s,
+        "update_tokens_per_s": rows * (args.prompt_tokens + args.new_tokens) / update_s,
+        "update_tflops": flops / update_s / 1e12, "peak_tflops": peak, "hardware": args.hardware,
+        "update_mfu": flops / update_s / (peak * 1e12) if peak else None,
+    }
+    print(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()

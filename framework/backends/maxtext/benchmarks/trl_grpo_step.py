@@ -1,0 +1,166 @@
+"""Time TRL's GRPOTrainer (PyTorch, transformers generate) on the shapes of grpo_step.py; print JSON.
+
+    python -m framework.backends.maxtext.benchmarks.trl_grpo_step              # Qwen2.5-0.5B shapes, GPU
+    python -m framework.backends.maxtext.benchmarks.trl_grpo_step --tiny       # tiny model, CPU check
+
+The same work as grpo_step.py: a random-init model of --model's architecture (an HF directory built
+offline by framework.models.tiny, cached under --cache-dir), prompts of exactly --prompt-tokens
+tokens ("7" repeated: one token per digit), completions forced to exactly --new-tokens tokens
+(min_new_tokens), num_generations per prompt, ppo_epochs (num_iterations) 1, beta 0, token-level
+loss (loss_type "dapo"), micro-batches of --micro-batch with gradient accumulation over the whole
+batch: one generation and one optimizer step per GRPO step.
+
+Timings: step = time between the ends of consecutive optimizer steps; rollout = time inside
+model.generate; update = step - rollout (log-probs, loss, backward, optimizer, TRL's bookkeeping).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[4]
+FULL = {"model": "qwen2_5_0_5b_instruct", "hardware": "h100", "prompts": 16, "generations": 8,
+        "prompt_tokens": 256, "new_tokens": 256, "micro_batch": 16, "dtype": "bfloat16", "steps": 5, "warmup": 2}
+TINY = {"model": "tiny_qwen2", "hardware": "cpu", "prompts": 2, "generations": 2, "prompt_tokens": 16,
+        "new_tokens": 16, "micro_batch": 4, "dtype": "float32", "steps": 2, "warmup": 1}
+PEAK_KEY = {"bfloat16": "bf16", "float32": "fp32"}
+PROMPT_TOKEN = "7"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiny", action="store_true", help="tiny model and shapes (a CPU check of the script)")
+    parser.add_argument("--cache-dir", default=str(REPO_ROOT / "outputs" / "cache" / "models"),
+                        help="where the random-init model directory is built")
+    for name, value in FULL.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=None,
+                            help=f"default {value} ({TINY[name]} with --tiny)")
+    args = parser.parse_args(argv)
+    for name, value in (TINY if args.tiny else FULL).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
+
+
+def load_yaml(group: str, name: str) -> dict:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.load(REPO_ROOT / "conf" / group / f"{name}.yaml"), resolve=True)
+
+
+def random_init_dir(args: argparse.Namespace) -> str:
+    from framework.models.tiny import resolve_model_dir
+
+    model = load_yaml("model", args.model) | {"path": None, "random_init": True, "dtype": args.dtype}
+    return resolve_model_dir(model, Path(args.cache_dir))
+
+
+def prompt_dataset(tokenizer, args: argparse.Namespace):
+    from datasets import Dataset
+
+    prompt = PROMPT_TOKEN * args.prompt_tokens
+    length = len(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+    if length != args.prompt_tokens:
+        raise RuntimeError(f"the benchmark prompt is {length} tokens, not {args.prompt_tokens}")
+    return Dataset.from_dict({"prompt": [prompt] * args.prompts * (args.warmup + args.steps + 1)})
+
+
+def random_reward(completions, **kwargs) -> list[float]:
+    return [random.random() for _ in completions]
+
+
+class Timings:
+    """Step ends (a TrainerCallback) and the time spent in generate (a wrapper around it)."""
+
+    def __init__(self, torch):
+        self.torch, self.step_ends, self.generate_s = torch, [], []
+
+    def sync(self) -> float:
+        if self.torch.cuda.is_available():
+            self.torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def callback(self):
+        from transformers import TrainerCallback
+
+        timings = self
+
+        class StepEnd(TrainerCallback):
+            def on_train_begin(self, args, state, control, **kwargs):
+                timings.step_ends.append(timings.sync())
+
+            def on_step_end(self, args, state, control, **kwargs):
+                timings.step_ends.append(timings.sync())
+
+        return StepEnd()
+
+    def wrap_generate(self, model) -> None:
+        generate = model.generate
+
+        def timed_generate(*args, **kwargs):
+            start = self.sync()
+            out = generate(*args, **kwargs)
+            self.generate_s.append(self.sync() - start)
+            return out
+
+        model.generate = timed_generate
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    import torch
+    import transformers
+    import trl
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from framework.backends.maxtext.benchmarks.flops import grpo_update_flops
+
+    random.seed(0)
+    model_dir = random_init_dir(args)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    rows = args.prompts * args.generations
+    on_gpu = torch.cuda.is_available()
+    config = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="trl_grpo_step_"), per_device_train_batch_size=args.micro_batch,
+        gradient_accumulation_steps=rows // args.micro_batch, num_generations=args.generations,
+        max_completion_length=args.new_tokens, generation_kwargs={"min_new_tokens": args.new_tokens},
+        temperature=1.0, learning_rate=1e-6, beta=0.0, num_iterations=1, loss_type="dapo",
+        max_steps=args.warmup + args.steps, logging_steps=1, report_to="none", save_strategy="no",
+        bf16=on_gpu and args.dtype == "bfloat16", use_cpu=not on_gpu, seed=0, disable_tqdm=True,
+    )
+    timings = Timings(torch)
+    trainer = GRPOTrainer(model=model_dir, reward_funcs=random_reward, args=config,
+                          train_dataset=prompt_dataset(tokenizer, args), processing_class=tokenizer,
+                          callbacks=[timings.callback()])
+    timings.wrap_generate(trainer.model)
+    trainer.train()
+
+    step_s = statistics.median(b - a for a, b in zip(timings.step_ends[args.warmup:], timings.step_ends[args.warmup + 1:]))
+    rollout_s = statistics.median(timings.generate_s[args.warmup:])
+    update_s = step_s - rollout_s
+    peak = load_yaml("hardware", args.hardware)["peak_tflops"][PEAK_KEY[args.dtype]]
+    flops = grpo_update_flops(load_yaml("model", args.model)["hf_config"], rows, args.prompt_tokens, args.new_tokens)
+    result = {
+        "framework": "trl GRPOTrainer (torch)", "trl": trl.__version__, "transformers": transformers.__version__,
+        "torch": torch.__version__, "device": torch.cuda.get_device_name() if on_gpu else "cpu",
+        "model": args.model, "dtype": args.dtype, "prompts": args.prompts, "generations": args.generations,
+        "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens, "micro_batch": args.micro_batch,
+        "timed_steps": args.steps, "warmup_steps": args.warmup, "step_s": step_s, "rollout_s": rollout_s,
+        "update_s": update_s, "rollout_tokens_per_s": rows * args.new_tokens / rollout_s,
+        "update_tokens_per_s": rows * (args.prompt_tokens + args.new_tokens) / update_s,
+        "update_tflops": flops / update_s / 1e12, "peak_tflops": peak, "hardware": args.hardware,
+        "update_mfu": flops / update_s / (peak * 1e12) if peak else None,
+    }
+    print(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()
