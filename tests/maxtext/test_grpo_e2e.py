@@ -165,3 +165,26 @@ def test_benchmark_runs_on_tiny_shapes_and_prints_its_json(module):
     result = json.loads(proc.stdout[proc.stdout.index("{\n"):])
     assert result["prompts"] * result["generations"] == 4 and result["new_tokens"] == 16
     assert result["step_s"] > 0 and result["rollout_tokens_per_s"] > 0 and 0 < result["update_mfu"] < 1
+
+
+# ---- bad input: one line naming the key, before any weights load -------------------------------
+
+
+BAD_GRPO_INPUTS = [
+    (["backend=maxtext", "task=grpo", "model=tiny_qwen2", "hardware=cpu"],
+     "data=none: task=grpo needs a data set; choose data=gsm8k, gsm8k_local, gsm8k_sample or arithmetic"),
+    (["recipe=grpo_gsm8k_cpu", "grpo.micro_batch_size=5"],
+     "grpo.micro_batch_size: 5 must divide prompts_per_step x num_generations = 16"),
+    (["recipe=grpo_gsm8k_cpu", "+grpo.rewards.speed=1.0"], "grpo.rewards: ['speed']; give {name: weight}"),
+    (["recipe=grpo_gsm8k_cpu", "grpo.temperature=0"], "grpo.temperature: 0 must be > 0"),
+    (["recipe=grpo_gsm8k_cpu", "hardware.mesh.tensor=-1"], "hardware.mesh: only one axis may be -1"),
+]
+
+
+@pytest.mark.parametrize("overrides,expected", BAD_GRPO_INPUTS, ids=[o[-1] for o, _ in BAD_GRPO_INPUTS])
+def test_bad_grpo_input_is_one_clear_line(overrides, expected, tmp_path):
+    proc = run_cli([*overrides, f"hydra.run.dir={tmp_path}"])
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and expected in errors[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 REQUIRED_MODULES = {"jax": "jax", "flax": "flax", "optax": "optax", "orbax.checkpoint": "orbax-checkpoint"}
 # hardware.accelerator -> JAX platform name
-JAX_PLATFORMS = {"cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}
+JAX_PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "tpu": "tpu"}  # "gpu": CUDA or ROCm, whichever is installed
 
 
 class MaxTextAdapter(BackendAdapter):
