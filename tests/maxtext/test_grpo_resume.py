@@ -88,3 +88,10 @@ def test_checkpoint_of_another_model_is_refused(runs, tmp_path):
     shutil.copytree(runs[1], run_dir)
     line = one_error_line(run(run_dir, "grpo.steps=6", "model.hf_config.intermediate_size=96"))
     assert "saved by a different run setup: model.intermediate_size (saved 128, now 96)" in line
+
+
+def test_a_fresh_start_never_overwrites_checkpoints(runs, tmp_path):
+    run_dir = tmp_path / "no_resume"
+    shutil.copytree(runs[1], run_dir)
+    line = one_error_line(run(run_dir, "grpo.steps=6", "grpo.checkpoint.resume=false"))
+    assert "holds checkpoints (latest: step 4) and grpo.checkpoint.resume=false" in line

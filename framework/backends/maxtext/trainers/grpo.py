@@ -34,7 +34,7 @@ from framework.backends.maxtext.trainers.data import load_split, system_prompt, 
 from framework.backends.maxtext.trainers.evaluation import evaluate
 from framework.backends.maxtext.trainers.preflight import predict_step
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
-from framework.core.errors import BackendError, ConfigError, CrucibleError
+from framework.core.errors import BackendError, CheckpointError, ConfigError, CrucibleError
 from framework.core.records import write_atomic
 from framework.core.result import TrainingResult
 from framework.core.trainer import BaseTrainer
@@ -87,6 +87,10 @@ class GRPOTrainer(BaseTrainer):
         self.checkpoints = Checkpoints(self.run.run_dir / CHECKPOINT_DIR, task.checkpoint.keep, self._fingerprint())
         if task.checkpoint.resume:
             self._restore_latest()
+        elif self.checkpoints.latest_step() is not None:
+            raise CheckpointError(f"{self.checkpoints.directory} holds checkpoints (latest: step "
+                                  f"{self.checkpoints.latest_step()}) and grpo.checkpoint.resume=false; resume "
+                                  f"them (resume=true) or start in a new run dir")
 
     def run_train(self) -> TrainingResult:
         task = self.config.task
