@@ -108,9 +108,8 @@ class GRPOTrainer(BaseTrainer):
                 bar.set_postfix(reward=f"{rows['reward_mean']:.3f}", acc=f"{rows['accuracy']:.2f}")
                 if self._due(step, task.checkpoint.every):
                     self._save(step)
-        self.checkpoints.close()
+        self.checkpoints.close()  # waits for the last asynchronous save
         artifacts = self._artifacts()
-        artifacts["shardings"] = str(self._write_shardings())
         summary |= {k: v for k, v in rows.items() if isinstance(v, (int, float))}
         summary |= {"steps_completed": task.steps, "resumed_from_step": self.start_step,
                     "measured_step_s": _steady_state(step_times)}
@@ -256,7 +255,7 @@ class GRPOTrainer(BaseTrainer):
         return path
 
     def _artifacts(self) -> dict[str, str]:
-        artifacts = {}
+        artifacts = {"shardings": str(self._write_shardings())}
         last = self.checkpoints.latest_step()
         if last is not None:
             artifacts["last_checkpoint"] = str(self.checkpoints.directory / str(last))
