@@ -130,8 +130,9 @@ def test_cpu_device_patch_applies_when_the_mesh_needs_more_devices():
 @pytest.mark.slow
 def test_cpu_device_patch_splits_the_host_for_a_sharded_run(tmp_path):
     """Without XLA flags the host is one device; the patch gives the 2 x 2 mesh its 4 CPU devices."""
-    proc = run_cli([*RUN[:2], "grpo.steps=1", "grpo.eval.every=0", "grpo.export_hf=false", "grpo.checkpoint.every=0",
-                    "hardware.mesh.fsdp=2", "hardware.mesh.tensor=2", "progress=false", f"hydra.run.dir={tmp_path}"])
+    proc = run_cli(["recipe=grpo_gsm8k_cpu", "grpo.steps=1", "grpo.eval.every=0", "grpo.export_hf=false",
+                    "grpo.checkpoint.every=0", "hardware.mesh.fsdp=2", "hardware.mesh.tensor=2", "progress=false",
+                    f"hydra.run.dir={tmp_path}"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = {p["id"]: p for p in json.loads((tmp_path / "patches.json").read_text())["patches"]}
     assert report["maxtext.cpu_host_devices"]["status"] == "applied"

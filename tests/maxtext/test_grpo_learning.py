@@ -126,5 +126,6 @@ def test_learning_rate_warms_up_then_follows_the_schedule():
     schedule = learning_rate_schedule(task.optimizer, task.steps, task.ppo_epochs)
     per_step = [float(schedule(update)) for update in range(0, 12, 2)]  # first update of each step
     assert per_step[:2] == pytest.approx([0.5, 1.0])
-    assert per_step[2] == pytest.approx(1.0) and per_step[-1] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * 3 / 4)))
+    cosine_at_three_quarters = 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * 3 / 4))
+    assert per_step[2] == pytest.approx(1.0) and per_step[-1] == pytest.approx(cosine_at_three_quarters)
     assert float(schedule(1)) == per_step[0]  # both PPO epochs of a step use the same rate

@@ -19,7 +19,8 @@ pytest.importorskip("jax")
 FORCED_CPU = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
 ON_CPU = ["recipe=grpo_gsm8k_tpu", "model=tiny_qwen2", "data=gsm8k_sample", "hardware.nodes=1",
           "hardware.devices_per_node=8", "grpo.steps=2", "grpo.prompts_per_step=4", "grpo.num_generations=4",
-          "grpo.max_prompt_tokens=384", "grpo.max_new_tokens=16", "grpo.micro_batch_size=8", "grpo.logprob_chunk_size=16",
+          "grpo.max_prompt_tokens=384", "grpo.max_new_tokens=16", "grpo.micro_batch_size=8",
+          "grpo.logprob_chunk_size=16",
           "grpo.eval.every=0", "grpo.checkpoint.every=0", "grpo.export_hf=false", "progress=false"]
 # Logical axes of each parameter (models/transformer.py) -> mesh axes by sharding.DEFAULT_RULES on
 # fsdp=2 x tensor=4. tiny_qwen2 has 4 query heads but 2 KV heads: 2 does not split 4 ways, so K/V

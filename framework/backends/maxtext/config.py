@@ -148,9 +148,10 @@ def _dataclass_of(tp: Any) -> type | None:
 
 def check_grpo_values(task: GRPOTask) -> None:
     """Ranges and divisibility the types cannot express; ConfigError names the key."""
-    positive = {"steps": task.steps, "prompts_per_step": task.prompts_per_step, "max_prompt_tokens": task.max_prompt_tokens,
-                "max_new_tokens": task.max_new_tokens, "ppo_epochs": task.ppo_epochs,
-                "micro_batch_size": task.micro_batch_size, "logprob_chunk_size": task.logprob_chunk_size,
+    positive = {"steps": task.steps, "prompts_per_step": task.prompts_per_step,
+                "max_prompt_tokens": task.max_prompt_tokens, "max_new_tokens": task.max_new_tokens,
+                "ppo_epochs": task.ppo_epochs, "micro_batch_size": task.micro_batch_size,
+                "logprob_chunk_size": task.logprob_chunk_size,
                 "eval.max_new_tokens": task.eval.max_new_tokens, "checkpoint.keep": task.checkpoint.keep}
     for name, value in positive.items():
         if value < 1:

@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> dict:
     timings.wrap_generate(trainer.model)
     trainer.train()
 
-    step_s = statistics.median(b - a for a, b in zip(timings.step_ends[args.warmup:], timings.step_ends[args.warmup + 1:]))
+    timed_ends = timings.step_ends[args.warmup:]
+    step_s = statistics.median(end - previous for previous, end in zip(timed_ends, timed_ends[1:]))
     rollout_s = statistics.median(timings.generate_s[args.warmup:])
     update_s = step_s - rollout_s
     peak = load_yaml("hardware", args.hardware)["peak_tflops"][PEAK_KEY[args.dtype]]
