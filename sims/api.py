@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sims.builders import graph_and_counts
-from sims.calculator import estimate_step
+from sims.builders import build_graph, graph_and_counts
+from sims.calculator import OP_CLASS, Context, estimate_step, op_cost
 from sims.hardware import hardware_spec
 from sims.memory import estimate_memory
+from framework.core.errors import ConfigError
 from sims.workload import Layout, Workload, layout_problem, parse_layout, parse_workload
 
 
@@ -120,3 +121,25 @@ def simulate(hf_config: Mapping, hardware: Mapping, layout: Mapping, workload: M
     if not result.fits:
         result.reason = f"needs {result.memory_per_device_gb:.1f} GB per device, {hw.memory_gb:g} GB available"
     return result
+
+
+def predict_op(
+    hf_config: Mapping, hardware: Mapping, workload: Mapping, op: str, layout: Mapping | None = None
+) -> dict | None:
+    """One forward execution of the IR node named `op` on one device: {op, op_class, flops, bytes,
+    time_s, bound}, with the same accounting `simulate` sums; None for a collective that does not
+    run in this layout. Calibration records measured kernels with these FLOPs and bytes, and the
+    accuracy benchmark compares single kernels against it."""
+    parsed_layout = parse_layout(layout or {})
+    parsed_workload = parse_workload(workload)
+    hw = hardware_spec(hardware)
+    graph = build_graph(hf_config, parsed_workload.mode)
+    names = [node.name for node in graph.nodes]
+    if op not in names:
+        raise ConfigError(f"op {op!r} is not in the {graph.meta['model_type']} {parsed_workload.mode} graph; valid: {', '.join(names)}")
+    node = graph.node(op)
+    cost = op_cost(node, Context.for_step(graph, hw, parsed_layout, parsed_workload))
+    if cost is None:
+        return None
+    op_class = OP_CLASS.get(node.op_type, "comm")
+    return {"op": op, "op_class": op_class, "flops": cost.flops, "bytes": cost.bytes, "time_s": cost.time_s, "bound": cost.bound}

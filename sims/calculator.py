@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from sims.calibration.table import GemmInterpolator
+from sims.calibration.table import GemmInterpolator, OpInterpolator
 from sims.hardware import HardwareSpec
 from sims.ir import ComputationalGraph, OpNode
 from sims.partition import expert_data_parallel, local_params, numel, stage_counts, tp_split, weight_numel
@@ -91,6 +91,7 @@ class Context:
     layout: Layout | None = None
     workload: Workload | None = None
     interpolator: GemmInterpolator | None = None
+    op_interpolator: OpInterpolator | None = None
 
     @classmethod
     def for_step(cls, graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload) -> "Context":
@@ -104,6 +105,7 @@ class Context:
             layout,
             workload,
             _interpolator(hw),
+            _op_interpolator(hw),
         )
 
 
@@ -130,13 +132,15 @@ def op_cost(node: OpNode, ctx: Context) -> OpCost | None:
     if node.is_comm:
         return comm_cost(node, ctx)
     flops, nbytes = OP_WORK[node.op_type](node, ctx)
-    cls = ctx.hw.efficiency.op_classes[OP_CLASS[node.op_type]]
+    cls = ctx.hw.efficiency.for_op(node.name, OP_CLASS[node.op_type])
     peak = ctx.precision.gemm_peak if node.op_type in ("gemm", "moe_gemm") else ctx.precision.other_peak
     compute_s = flops / (peak * cls.compute)
     memory_s = nbytes / (ctx.hw.memory_bytes_per_s * cls.memory)
     floor_s = cls.floor_us * 1e-6
     bound = "compute" if compute_s >= memory_s else "memory"
     measured = _measured_gemm_s(node, ctx)
+    if measured is None:
+        measured = _measured_op_s(node, ctx, flops, nbytes, floor_s)
     if measured is not None:
         return OpCost(flops, nbytes, max(measured, floor_s), bound if measured > floor_s else "floor")
     if floor_s >= max(compute_s, memory_s):
@@ -201,7 +205,8 @@ def norm_work(node: OpNode, ctx: Context) -> tuple[float, float]:
 
 
 def elementwise_work(node: OpNode, ctx: Context) -> tuple[float, float]:
-    split = tp_split(node, ctx.tp)
+    # MoE token shuffles run on the whole replica's tokens, split over tp only under expert parallelism.
+    split = ctx.tp if node.attrs.get("sequence_parallel_with_ep") and ctx.ep > 1 else tp_split(node, ctx.tp)
     inp = numel(node.inputs[0], ctx.dims) / split
     out = numel(node.outputs[0], ctx.dims) / split
     return node.attrs.get("flops_per_element", 1) * out, (inp + out) * ctx.precision.act_bytes
@@ -235,6 +240,17 @@ def _measured_gemm_s(node: OpNode, ctx: Context) -> float | None:
         k /= split
     m = numel(node.inputs[0], ctx.dims) / node.weights[0][0]
     return ctx.interpolator.time_s(m, n, k, ctx.precision.dtype)
+
+
+def _measured_op_s(node: OpNode, ctx: Context, flops: float, nbytes: float, floor_s: float) -> float | None:
+    """The op's measured curve at this size, when the table has one. Only grouped expert GEMMs
+    follow an fp8 workload's dtype; the other ops stay bf16 under fp8."""
+    if ctx.op_interpolator is None or node.op_type == "gemm":
+        return None
+    dtype = ctx.precision.dtype
+    if dtype == "fp8" and node.op_type != "moe_gemm":
+        dtype = "bf16"
+    return ctx.op_interpolator.time_s(node.name, dtype, flops, nbytes, floor_s)
 
 
 # --- collectives ---------------------------------------------------------------------------------
@@ -439,5 +455,24 @@ def _interpolator(hw: HardwareSpec) -> GemmInterpolator | None:
             nbytes = (m * k + m * n) * act_bytes + k * n * WEIGHT_BYTES[gemm_dtype]
             return max(2.0 * m * n * k / hw.peak_flops(gemm_dtype), nbytes / hw.memory_bytes_per_s)
 
-        cached = _INTERPOLATORS[key] = (hw, GemmInterpolator(hw.efficiency.gemm_measurements, roofline_s))
+        floor_s = hw.efficiency.op_classes["gemm"].floor_us * 1e-6
+        interpolator = GemmInterpolator(hw.efficiency.gemm_measurements, roofline_s, floor_s)
+        cached = _INTERPOLATORS[key] = (hw, interpolator)
+    return cached[1]
+
+
+_OP_INTERPOLATORS: dict[int, tuple[HardwareSpec, OpInterpolator]] = {}
+
+
+def _op_interpolator(hw: HardwareSpec) -> OpInterpolator | None:
+    if not hw.efficiency.op_measurements:
+        return None
+    cached = _OP_INTERPOLATORS.get(id(hw))
+    if cached is None or cached[0] is not hw:
+
+        def roofline_s(op: str, dtype: str, flops: float, nbytes: float) -> tuple[float, str]:
+            compute_s, memory_s = flops / hw.peak_flops(dtype), nbytes / hw.memory_bytes_per_s
+            return max(compute_s, memory_s), "compute" if compute_s >= memory_s else "memory"
+
+        cached = _OP_INTERPOLATORS[id(hw)] = (hw, OpInterpolator(hw.efficiency.op_measurements, roofline_s))
     return cached[1]

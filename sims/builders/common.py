@@ -85,7 +85,8 @@ class GraphBuilder:
 
     def head(self) -> None:
         h, end = self.hidden, [self.num_layers]
-        self.add("final_norm", "norm", end, [("logit_tokens", h)], [("logit_tokens", h)], [(h,)])
+        # The final norm runs on every token (transformers, vLLM); only the head is limited to logit_tokens.
+        self.add("final_norm", "norm", end, [("tokens", h)], [("tokens", h)], [(h,)], attrs={"fused_residual": True})
         self.add(
             "lm_head",
             "gemm",
@@ -163,6 +164,7 @@ class GraphBuilder:
             attrs={"flops_per_element": 3},
             **attn,
         )
+        self.kv_cache_write(layers, kv_width, kv_heads, SHARDED, **attn)
         self.add(
             "attention",
             "attention",
@@ -187,6 +189,21 @@ class GraphBuilder:
         )
         self.add("o_proj", "gemm", layers, [("tokens", q_width)], [("tokens", h)], [(q_width, h)], ROW, **attn)
         self.nodes.append(tp_comm("attn_all_reduce", layers, h))
+
+    def kv_cache_write(self, layers: Sequence[int], width: int, max_split: int, parallel: ParallelSpec, **flags) -> None:
+        """Inference writes each new token's keys and values (or MLA latent) into the cache."""
+        if self.mode == "train":
+            return
+        self.add(
+            "kv_cache_write",
+            "elementwise",
+            layers,
+            [("tokens", width)],
+            [("tokens", width)],
+            parallel=parallel,
+            attrs={"flops_per_element": 0, "max_split": max_split},
+            **flags,
+        )
 
     def dense_mlp(
         self,
@@ -261,6 +278,18 @@ class GraphBuilder:
         )
         if shared_intermediate:
             self.dense_mlp(layers, shared_intermediate, prefix="shared_experts", with_norm=False, all_reduce=False)
+        # Token copies gathered into expert order (sort by expert, gather, group offsets) and, after the
+        # experts, weighted by the router and summed back per token. tp ranks split the tokens with ep > 1.
+        token_split = {"sequence_parallel_with_ep": True}
+        self.add(
+            "moe_permute",
+            "elementwise",
+            layers,
+            [("routed_tokens", h)],
+            [("routed_tokens", h)],
+            attrs={"flops_per_element": 0, **token_split},
+            **moe,
+        )
         self.add(
             "moe_dispatch",
             "all_to_all",
@@ -309,6 +338,15 @@ class GraphBuilder:
             [("routed_tokens", h)],
             [("routed_tokens", h)],
             parallel=ParallelSpec(group="ep", when="ep_gt_1"),
+            **moe,
+        )
+        self.add(
+            "moe_unpermute",
+            "elementwise",
+            layers,
+            [("routed_tokens", h)],
+            [("tokens", h)],
+            attrs={"flops_per_element": 2 * top_k, **token_split},
             **moe,
         )
         # Shared experts are tp-split, so their partial sums need the all-reduce even with ep > 1.

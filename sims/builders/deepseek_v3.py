@@ -20,6 +20,7 @@ from sims.builders.common import (
     COLUMN,
     HEADS,
     ROW,
+    REPLICATED,
     SHARDED,
     GraphBuilder,
     layer_groups,
@@ -88,6 +89,7 @@ def mla_attention(b: GraphBuilder, layers, cfg: Mapping) -> None:
         **mla,
     )
     cache = {"cache_dim": latent, "cache_heads": 1}
+    b.kv_cache_write(layers, latent, 1, REPLICATED, **mla)  # the latent is cached whole on every tp rank
     if b.mode == "decode":
         b.add(
             "q_absorb",

@@ -2,7 +2,8 @@
 
 A measurement is a dict, one of:
   kernel:     {"op_class": "gemm", "dtype": "bf16", "flops": F, "bytes": B, "time_us": T,
-               "m": .., "n": .., "k": ..}      # m, n, k only for 2-D GEMMs (kept as gemm_measurements)
+               "m": .., "n": .., "k": ..,     # m, n, k only for 2-D GEMMs (kept as gemm_measurements)
+               "op": "q_proj"}                # optional: the IR node it times (fits an `ops` entry)
   collective: {"collective": "all_reduce" | "all_gather" | "all_to_all", "group": n,
                "bytes": B, "time_us": T}      # bytes as the calculator counts them
 
@@ -12,6 +13,9 @@ Per op class (kernel model: time = max(F / (peak * compute), B / (bw * memory)) 
   compute   median of (F / peak) / (time - floor) over compute-bound kernels (F/peak >= B/bw)
             that take at least 3x the floor
   memory    the same with B / bw over memory-bound kernels
+Per op (measurements naming an IR node `op`, except GEMMs, which interpolate by shape): the same
+fit over that op's measurements, falling back to its class's fitted values where it has none; the
+measurements themselves are kept as op_measurements, whose curve the calculator follows.
 Per link kind (time = wire_bytes / (bw * bandwidth) + latency): a least-squares line through
 (wire bytes, time); latency = intercept, bandwidth = 1 / (slope * bw).
 A class or link without usable measurements keeps its default.
@@ -24,7 +28,14 @@ from dataclasses import replace
 from statistics import median
 
 from framework.core.errors import ConfigError
-from sims.calibration.table import OP_CLASSES, ClassEfficiency, EfficiencyTable, GemmMeasurement, LinkEfficiency
+from sims.calibration.table import (
+    OP_CLASSES,
+    ClassEfficiency,
+    EfficiencyTable,
+    GemmMeasurement,
+    LinkEfficiency,
+    OpMeasurement,
+)
 from sims.hardware import HardwareSpec, hardware_spec
 
 LAUNCH_DOMINATED = 0.1
@@ -43,14 +54,21 @@ def fit_table(
     defaults = EfficiencyTable()
     kernels = [m for m in measurements if "op_class" in m]
     collectives = [m for m in measurements if "collective" in m]
+    unknown = sorted({m["op_class"] for m in kernels} - set(OP_CLASSES))
+    if unknown:
+        raise ConfigError(f"measurements name unknown op_class {', '.join(unknown)}; valid: {', '.join(OP_CLASSES)}")
     op_classes = dict(defaults.op_classes)
     for name in OP_CLASSES:
         mine = [m for m in kernels if m["op_class"] == name]
         if mine:
             op_classes[name] = _fit_class(mine, hw, defaults.op_classes[name])
-    unknown = sorted({m["op_class"] for m in kernels} - set(OP_CLASSES))
-    if unknown:
-        raise ConfigError(f"measurements name unknown op_class {', '.join(unknown)}; valid: {', '.join(OP_CLASSES)}")
+    ops = {}
+    for name in sorted({m["op"] for m in kernels if m.get("op") and m["op_class"] != "gemm"}):
+        mine = [m for m in kernels if m.get("op") == name]
+        classes = {m["op_class"] for m in mine}
+        if len(classes) > 1:
+            raise ConfigError(f"measurements of op {name!r} name several op classes ({', '.join(sorted(classes))})")
+        ops[name] = _fit_class(mine, hw, op_classes[classes.pop()])
     links = dict(defaults.links)
     for kind in links:
         mine = [m for m in collectives if _link_kind(m, hw) == kind]
@@ -61,8 +79,20 @@ def fit_table(
         for m in kernels
         if m["op_class"] == "gemm" and {"m", "n", "k"} <= set(m)
     )
+    op_times = tuple(
+        OpMeasurement(m["op"], m["dtype"], float(m["flops"]), float(m["bytes"]), float(m["time_us"]))
+        for m in kernels
+        if m.get("op") and m["op_class"] != "gemm"
+    )
     return replace(
-        defaults, op_classes=op_classes, links=links, gemm_measurements=gemms, device_name=hw.name, source=source
+        defaults,
+        op_classes=op_classes,
+        ops=ops,
+        op_measurements=op_times,
+        links=links,
+        gemm_measurements=gemms,
+        device_name=hw.name,
+        source=source,
     )
 
 
@@ -76,7 +106,8 @@ def _fit_class(measurements: Sequence[Mapping], hw: HardwareSpec, default: Class
             )
         timed.append((m["flops"] / peak, m["bytes"] / hw.memory_bytes_per_s, m["time_us"] * 1e-6))
     launch = [t for compute, memory, t in timed if max(compute, memory) < LAUNCH_DOMINATED * t]
-    floor = min(launch) if launch else default.floor_us * 1e-6
+    # No kernel of the class is faster than its floor, launch-dominated or not.
+    floor = min(min(launch) if launch else default.floor_us * 1e-6, min(t for _, _, t in timed))
     usable = [(c, mem, t) for c, mem, t in timed if t >= ABOVE_FLOOR * floor]
     compute = [c / (t - floor) for c, mem, t in usable if c >= mem]
     memory = [mem / (t - floor) for c, mem, t in usable if mem > c]
