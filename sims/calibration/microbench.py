@@ -1,124 +1,220 @@
-"""Measure kernels with torch on this machine's device and write an efficiency table.
+"""Measure a model's kernels on this machine's accelerator and fit an efficiency table.
 
-    python -m sims.calibration.microbench --hardware conf/hardware/h100.yaml --out tables/h100.json
-    python -m sims.calibration.microbench --hardware conf/hardware/cpu.yaml --device cpu --dtype fp32 \
-        --quick --out cpu.json
+    python -m sims.calibration.microbench --hardware conf/hardware/h100.yaml \
+        --model conf/model/qwen3_8b.yaml conf/model/qwen3_30b_a3b.yaml --out h100.json
+    python -m sims.calibration.microbench --hardware conf/hardware/cpu.yaml --model conf/model/tiny_qwen3.yaml \
+        --device cpu --dtype fp32 --quick --out cpu.json
 
-Measures GEMMs over a grid of shapes (kept per shape for interpolation), SwiGLU (elementwise),
-RMSNorm (norm), causal SDPA attention and embedding lookups, then fits the table with
-sims.calibration.fit. Point a hardware file's `efficiency_table` at the output. fp8 GEMMs and
-collectives are not measured here (collective measurements can be added to the list passed to
-fit_table: see its docstring).
+For every workload of the plan (prefill and decode points) the model's IR is bound to that
+workload and each node is timed as transformers runs it (sims/calibration/kernels.py): GEMMs of
+the model's real shapes (q/k/v/o, MLP gate/up/down, lm_head), the grouped expert GEMMs, the
+router, attention (prefill and decode through torch SDPA), norms, rotary, activations, the cache
+write, the embedding; plus a large copy (memory bandwidth) and a one-element kernel (the launch
+floor). Each measurement carries the FLOPs and bytes the simulator counts for that node
+(`sims.predict_op`), so `fit_table` turns time into efficiency in the calculator's own terms.
+`python run.py task=calibrate` runs the same from Crucible's command line.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from sims.api import predict_op
+from sims.builders import build_graph
+from sims.calculator import OP_CLASS, bind_dims
 from sims.calibration.fit import fit_table
+from sims.calibration.kernels import Bench, HFKernels
 from sims.calibration.table import save_table
+from sims.calibration.timing import rotations, time_call
+from sims.workload import Layout, parse_workload
 
-TORCH_DTYPES = {"bf16": "bfloat16", "fp32": "float32"}
-ELEMENT_BYTES = {"bf16": 2, "fp32": 4}
+BENCHMARKS = ("gemm", "moe", "router", "attention", "norm", "elementwise", "embedding", "copy", "launch")
+MIXED_LAUNCH_KERNELS = 8
+MOE_BLOCK_OPS = ("experts_gate_up", "experts_act", "experts_down")
+DERIVED_OPS = ("moe_permute", "moe_unpermute")  # the experts module's time beyond MOE_BLOCK_OPS
+WORKLOADS = (
+    {"mode": "prefill", "batch": 1, "seq_len": 128},
+    {"mode": "prefill", "batch": 1, "seq_len": 1024},
+    {"mode": "prefill", "batch": 4, "seq_len": 2048},
+    {"mode": "prefill", "batch": 2, "seq_len": 8192},
+    {"mode": "decode", "batch": 1, "context_len": 1024},
+    {"mode": "decode", "batch": 8, "context_len": 4096},
+    {"mode": "decode", "batch": 64, "context_len": 1024},
+)
+QUICK_WORKLOADS = (
+    {"mode": "prefill", "batch": 1, "seq_len": 16},
+    {"mode": "prefill", "batch": 2, "seq_len": 64},
+    {"mode": "decode", "batch": 2, "context_len": 64},
+)
 
 
-def gemm_shapes(quick: bool) -> list[tuple[int, int, int]]:
-    """(m, n, k): decode-sized to prefill-sized token counts over typical projection widths."""
-    if quick:
-        return [(m, n, k) for m in (1, 16, 128) for n, k in ((256, 256), (512, 256))]
-    widths = ((4096, 4096), (4096, 14336), (14336, 4096), (1024, 4096), (8192, 8192))
-    return [(m, n, k) for m in (1, 8, 32, 128, 512, 2048, 8192) for n, k in widths]
+@dataclass(frozen=True)
+class Plan:
+    workloads: tuple[Mapping, ...] = WORKLOADS
+    benchmarks: tuple[str, ...] = BENCHMARKS
+    dtype: str = "bf16"
+    warmup: int = 3
+    repeats: int = 10
+    graphs: bool = True  # CUDA graphs on CUDA (GPU time without host overhead)
+    copy_mb: int = 256
+    count_kernels: bool = False  # record the GPU kernels one call launches (torch.profiler)
 
 
-def run_microbench(device: str = "cuda", dtype: str = "bf16", quick: bool = False) -> list[dict]:
+@dataclass
+class Item:
+    """One thing to time: a bench and the record its measurement completes."""
+
+    bench: Bench
+    record: dict
+    bytes_touched: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+def measure(
+    hf_config: Mapping,
+    hardware: Mapping,
+    plan: Plan,
+    device: str,
+    progress: Callable[[Iterable, int, str], Iterable] | None = None,
+    on_result: Callable[[int, dict], None] | None = None,
+) -> list[dict]:
+    """Time the model's kernels for every workload of the plan; returns the measurements
+    (the input of fit_table), the moe_permute/moe_unpermute ones derived from moe_block."""
+    kernels = HFKernels(hf_config, device, plan.dtype)
+    items = _items(kernels, hf_config, hardware, plan)
+    progress = progress or (lambda iterable, total, desc: iterable)
+    results = []
+    for index, item in enumerate(progress(items, len(items), "micro-benchmarks")):
+        args = [item.bench.make_args()]
+        args += [item.bench.make_args() for _ in range(rotations(item.bytes_touched, device) - 1)]
+        timing = time_call(item.bench.fn, args, device, plan.warmup, plan.repeats, plan.graphs)
+        record = {**item.record, "time_us": timing.time_us, "spread": timing.spread, "timing": timing.mode}
+        if plan.count_kernels and device.startswith("cuda"):
+            record["kernels"] = count_kernels(item.bench.fn, args[0])
+        del args
+        results.append(record)
+        if on_result:
+            on_result(index, record)
+    return results + derive_moe_shuffles(results)
+
+
+def _items(kernels: HFKernels, hf_config: Mapping, hardware: Mapping, plan: Plan) -> list[Item]:
+    wanted = set(plan.benchmarks)
+    items, seen = [], set()
+    for raw in plan.workloads:
+        workload = {**raw, "dtype": plan.dtype}
+        parsed = parse_workload(workload)
+        graph = build_graph(hf_config, parsed.mode)
+        dims = bind_dims(graph, Layout(), parsed)
+        point = {"mode": parsed.mode, "batch": parsed.batch, "seq_len": parsed.query_len, "kv_len": parsed.kv_len}
+        for node in graph.nodes:
+            if node.is_comm or OP_CLASS[node.op_type] not in wanted:
+                continue
+            work = predict_op(hf_config, hardware, workload, node.name)
+            key = (node.name, work["flops"], work["bytes"])
+            bench = None if key in seen else kernels.bench(node, dims)
+            if bench is None:
+                continue
+            seen.add(key)
+            record = {"benchmark": node.name, "op": node.name, "op_class": work["op_class"], "dtype": plan.dtype,
+                      **point, "tokens": int(dims["tokens"]), "flops": work["flops"], "bytes": work["bytes"]}
+            if node.op_type == "gemm" and len(node.weights[0]) == 2:
+                rows = dims["logit_tokens"] if node.name == "lm_head" else dims["tokens"]
+                record.update(m=int(rows), n=node.weights[0][1], k=node.weights[0][0])
+            items.append(Item(bench, record, work["bytes"]))
+        if "moe" in wanted and ("moe_block", dims["tokens"]) not in seen:
+            block = kernels.moe_block(int(dims["tokens"]))
+            if block is not None:
+                seen.add(("moe_block", dims["tokens"]))
+                parts = {op: predict_op(hf_config, hardware, workload, op) for op in MOE_BLOCK_OPS + DERIVED_OPS}
+                record = {"benchmark": "moe_block", "dtype": plan.dtype, **point, "tokens": int(dims["tokens"]),
+                          "parts": {op: {"flops": w["flops"], "bytes": w["bytes"]} for op, w in parts.items()}}
+                items.append(Item(block, record, sum(w["bytes"] for w in parts.values())))
+    element_bytes = 4 if plan.dtype == "fp32" else 2
+    if "copy" in wanted:
+        nbytes = plan.copy_mb * 2**20
+        items.append(Item(kernels.copy(nbytes), {"benchmark": "copy", "op_class": "elementwise", "dtype": plan.dtype,
+                                                 "flops": 0.0, "bytes": 2.0 * nbytes}, 2.0 * nbytes))
+    if "launch" in wanted:
+        items.append(Item(kernels.launch(), {"benchmark": "launch", "op_class": "elementwise", "dtype": plan.dtype,
+                                             "flops": 1.0, "bytes": 2.0 * element_bytes}))
+        mixed = {"benchmark": "launch_mixed", "dtype": plan.dtype, "kernels_per_call": MIXED_LAUNCH_KERNELS}
+        items.append(Item(kernels.launch_mixed(), mixed))  # no op_class: reported, not fitted
+    return items
+
+
+def count_kernels(fn: Callable, args: tuple) -> int:
+    """GPU kernels (and memory operations) one eager call launches."""
     import torch
-    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile
 
-    if dtype not in TORCH_DTYPES:
-        raise ValueError(f"dtype {dtype!r} is not measured here; valid: {', '.join(TORCH_DTYPES)}")
-    tdtype, size = getattr(torch, TORCH_DTYPES[dtype]), ELEMENT_BYTES[dtype]
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    return sum(1 for event in prof.events() if event.device_type.name == "CUDA")
 
-    def sync() -> None:
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
 
-    def timed_us(fn: Callable, *args, **kwargs) -> float:
-        """Best mean over a few batches of calls (as timeit does): the least disturbed estimate."""
-        repeat, batches = (5, 3) if quick else (20, 5)
-        for _ in range(3):
-            fn(*args, **kwargs)
-        best = float("inf")
-        for _ in range(batches):
-            sync()
-            start = time.perf_counter()
-            for _ in range(repeat):
-                fn(*args, **kwargs)
-            sync()
-            best = min(best, (time.perf_counter() - start) / repeat)
-        return best * 1e6
+def derive_moe_shuffles(measurements: Sequence[dict]) -> list[dict]:
+    """moe_permute and moe_unpermute measurements from each moe_block: the experts module's time
+    minus its grouped GEMMs and activation at the same token count, split between the two by the
+    bytes the simulator counts for them (a floor of 1% of the block keeps noise from going negative)."""
+    parts = {(m["benchmark"], m["tokens"]): m["time_us"] for m in measurements if m.get("op") in MOE_BLOCK_OPS}
+    derived = []
+    for block in (m for m in measurements if m.get("benchmark") == "moe_block"):
+        inner = [parts.get((op, block["tokens"])) for op in MOE_BLOCK_OPS]
+        if None in inner:
+            continue
+        rest_us = max(block["time_us"] - sum(inner), 0.01 * block["time_us"])
+        shuffle_bytes = sum(block["parts"][op]["bytes"] for op in DERIVED_OPS)
+        for op in DERIVED_OPS:
+            work = block["parts"][op]
+            derived.append({
+                "benchmark": op, "op": op, "op_class": "elementwise", "dtype": block["dtype"],
+                **{k: block[k] for k in ("mode", "batch", "seq_len", "kv_len", "tokens")},
+                "flops": work["flops"], "bytes": work["bytes"], "time_us": rest_us * work["bytes"] / shuffle_bytes,
+                "timing": f"derived from moe_block ({block['timing']})",
+            })
+    return derived
 
-    def tensor(*shape: int):
-        return torch.randn(*shape, device=device, dtype=tdtype)
 
-    def record(op_class: str, flops: float, elements: float, time_us: float, **shape) -> dict:
-        return {
-            "op_class": op_class,
-            "dtype": dtype,
-            **shape,
-            "flops": flops,
-            "bytes": elements * size,
-            "time_us": time_us,
-        }
+def default_device() -> str:
+    import torch
 
-    def swiglu(gate_up):
-        half = gate_up.shape[-1] // 2
-        return F.silu(gate_up[:, :half]) * gate_up[:, half:]
-
-    out = []
-    for m, n, k in gemm_shapes(quick):
-        x, w = tensor(m, k), tensor(k, n)
-        out.append(record("gemm", 2.0 * m * n * k, m * k + m * n + k * n, timed_us(torch.matmul, x, w), m=m, n=n, k=k))
-    width = 512 if quick else 8192
-    for rows in (1, 64, 1024) if quick else (1, 64, 1024, 8192):
-        elements = rows * width
-        out.append(record("elementwise", 5.0 * elements, 3 * elements, timed_us(swiglu, tensor(rows, 2 * width))))
-        hidden, weight = tensor(rows, width), tensor(width)
-        out.append(record("norm", 5.0 * elements, 2 * elements, timed_us(F.rms_norm, hidden, (width,), weight)))
-        ids = torch.randint(0, 4 * width, (rows,), device=device)
-        out.append(record("embedding", 0.0, 2 * elements, timed_us(F.embedding, ids, tensor(4 * width, width))))
-    heads, head_dim = (4, 32) if quick else (32, 128)
-    for seq in (64, 256) if quick else (512, 2048, 8192):
-        q, k, v = (tensor(1, heads, seq, head_dim) for _ in range(3))
-        flops = 2.0 * heads * seq * (seq + 1) / 2 * 2 * head_dim  # causal: seq*(seq+1)/2 query-key pairs
-        time_us = timed_us(F.scaled_dot_product_attention, q, k, v, is_causal=True)
-        out.append(record("attention", flops, 4 * heads * seq * head_dim, time_us))
-    return out
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def main() -> None:
+    import yaml
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hardware", required=True, help="conf/hardware/*.yaml of the device being measured")
+    parser.add_argument("--model", nargs="+", required=True, help="conf/model/*.yaml whose kernels to measure")
     parser.add_argument("--out", required=True, help="efficiency table JSON to write")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--dtype", default="bf16", choices=sorted(TORCH_DTYPES))
-    parser.add_argument("--quick", action="store_true", help="a few small shapes (smoke test)")
+    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
+    parser.add_argument("--quick", action="store_true", help="a few small workloads (smoke test)")
+    parser.add_argument("--no-graphs", action="store_true", help="time eager calls instead of CUDA graph replays")
     parser.add_argument("--measurements", help="also write the raw measurements to this JSON file")
     args = parser.parse_args()
     hardware = yaml.safe_load(Path(args.hardware).read_text())
-    measurements = run_microbench(args.device, args.dtype, args.quick)
+    device = args.device or default_device()
+    plan = Plan(QUICK_WORKLOADS if args.quick else WORKLOADS, dtype=args.dtype, graphs=not args.no_graphs,
+                copy_mb=16 if args.quick else 256)
+    measurements = []
+    for model_file in args.model:
+        hf_config = yaml.safe_load(Path(model_file).read_text())["hf_config"]
+        measurements += measure(hf_config, hardware, plan, device)
     if args.measurements:
         Path(args.measurements).write_text(json.dumps(measurements, indent=1))
-    table = fit_table(measurements, hardware, source=f"sims.calibration.microbench on {args.device} ({args.dtype})")
+    table = fit_table(measurements, hardware, source=f"sims.calibration.microbench on {device} ({args.dtype})")
     save_table(table, args.out)
-    for name, eff in table.op_classes.items():
-        print(f"{name:<12} compute {eff.compute:.3f}  memory {eff.memory:.3f}  floor {eff.floor_us:.1f} us")
-    print(f"wrote {args.out} ({len(table.gemm_measurements)} GEMM shapes)")
+    for name, eff in {**table.op_classes, **table.ops}.items():
+        print(f"{name:<28} compute {eff.compute:.3f}  memory {eff.memory:.3f}  floor {eff.floor_us:.1f} us")
+    print(f"wrote {args.out} ({len(measurements)} measurements, {len(table.gemm_measurements)} GEMM shapes)")
 
 
 if __name__ == "__main__":
