@@ -27,9 +27,15 @@ STEP_METRICS = [
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("crucible_cache")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, cache_dir):
+    """One run from an empty cache: the tiny model is built and every program compiled afresh."""
     run_dir = tmp_path_factory.mktemp("grpo_e2e")
-    proc = run_cli([*RUN, f"hydra.run.dir={run_dir}"])
+    proc = run_cli([*RUN, f"hydra.run.dir={run_dir}"], env={"CRUCIBLE_CACHE": str(cache_dir)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run_dir
 
@@ -72,6 +78,13 @@ def test_patch_report_says_what_applied_and_why_others_did_not(run_dir):
     assert report["maxtext.gpu_xla_flags"]["status"] == "skipped"
     assert "not in ['gpu']" in report["maxtext.gpu_xla_flags"]["reason"]
     assert report["maxtext.cpu_host_devices"]["reason"] == "condition mesh_needs_several_devices is false"
+
+
+@pytest.mark.slow
+def test_model_build_and_compiled_programs_land_in_the_cache_dir(run_dir, cache_dir):
+    assert [p.name.split("-")[0] for p in (cache_dir / "models").iterdir()] == ["tiny_qwen2"]
+    compiled = {p.name.split("-")[0] for p in (cache_dir / "jax").iterdir()}  # the compilation_cache patch
+    assert {"jit__accumulate", "jit__apply", "jit__log_probs", "jit__generate"} <= compiled
 
 
 @pytest.mark.slow

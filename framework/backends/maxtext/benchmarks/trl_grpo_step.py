@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import tempfile
@@ -36,8 +37,8 @@ PROMPT_TOKEN = "7"
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="tiny model and shapes (a CPU check of the script)")
-    parser.add_argument("--cache-dir", default=str(REPO_ROOT / "outputs" / "cache" / "models"),
-                        help="where the random-init model directory is built")
+    cache = Path(os.environ.get("CRUCIBLE_CACHE", REPO_ROOT / "outputs" / "cache")) / "models"
+    parser.add_argument("--cache-dir", default=str(cache), help="where the random-init model directory is built")
     for name, value in FULL.items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=None,
                             help=f"default {value} ({TINY[name]} with --tiny)")
