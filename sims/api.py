@@ -136,10 +136,12 @@ def predict_op(
     graph = build_graph(hf_config, parsed_workload.mode)
     names = [node.name for node in graph.nodes]
     if op not in names:
-        raise ConfigError(f"op {op!r} is not in the {graph.meta['model_type']} {parsed_workload.mode} graph; valid: {', '.join(names)}")
+        where = f"the {graph.meta['model_type']} {parsed_workload.mode} graph"
+        raise ConfigError(f"op {op!r} is not in {where}; valid: {', '.join(names)}")
     node = graph.node(op)
     cost = op_cost(node, Context.for_step(graph, hw, parsed_layout, parsed_workload))
     if cost is None:
         return None
     op_class = OP_CLASS.get(node.op_type, "comm")
-    return {"op": op, "op_class": op_class, "flops": cost.flops, "bytes": cost.bytes, "time_s": cost.time_s, "bound": cost.bound}
+    return {"op": op, "op_class": op_class, "flops": cost.flops, "bytes": cost.bytes, "time_s": cost.time_s,
+            "bound": cost.bound}

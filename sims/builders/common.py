@@ -190,7 +190,9 @@ class GraphBuilder:
         self.add("o_proj", "gemm", layers, [("tokens", q_width)], [("tokens", h)], [(q_width, h)], ROW, **attn)
         self.nodes.append(tp_comm("attn_all_reduce", layers, h))
 
-    def kv_cache_write(self, layers: Sequence[int], width: int, max_split: int, parallel: ParallelSpec, **flags) -> None:
+    def kv_cache_write(
+        self, layers: Sequence[int], width: int, max_split: int, parallel: ParallelSpec, **flags
+    ) -> None:
         """Inference writes each new token's keys and values (or MLA latent) into the cache."""
         if self.mode == "train":
             return

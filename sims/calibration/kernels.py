@@ -131,7 +131,8 @@ class HFKernels:
         width = node.inputs[0][-1]
         norm = self.norm if width == self.norm.weight.shape[0] else type(self.norm)(width).to(self.device, self.dtype)
         if node.attrs.get("fused_residual"):
-            return Bench(lambda x, residual: norm(residual + x), lambda: (self.randn(b, s, width), self.randn(b, s, width)))
+            pair = lambda: (self.randn(b, s, width), self.randn(b, s, width))  # noqa: E731
+            return Bench(lambda x, residual: norm(residual + x), pair)
         return Bench(norm, lambda: (self.randn(b, s, width),))
 
     def _qk_norm(self, b: int, s: int) -> Bench:
@@ -201,7 +202,10 @@ class HFKernels:
             q = self.randn(b, s, heads, head_dim).transpose(1, 2)
             return (q, self.randn(b, kv_heads, kv_len, head_dim), self.randn(b, kv_heads, kv_len, head_dim))
 
-        return Bench(lambda q, k, v: sdpa_attention_forward(a, q, k, v, None, dropout=0.0, scaling=a.scaling)[0], make_args)
+        def attention(q, k, v):
+            return sdpa_attention_forward(a, q, k, v, None, dropout=0.0, scaling=a.scaling)[0]
+
+        return Bench(attention, make_args)
 
     # --- MoE nodes ------------------------------------------------------------------------------
 

@@ -33,7 +33,8 @@ memory bandwidth when memory-bound; floor_us: the shortest time any kernel of th
 (launch and setup). Both count the FLOPs and bytes the simulator assigns to an op, so an op that
 the measured software runs as several unfused kernels (transformers' RMSNorm: eight) shows up as a
 higher floor and a lower memory efficiency; `ops` entries hold such per-op figures by IR node name
-(`graph.table()` lists the names) and take precedence over the op's class. bandwidth: achieved bus bandwidth over the link's per-direction peak;
+(`graph.table()` lists the names) and take precedence over the op's class.
+bandwidth: achieved bus bandwidth over the link's per-direction peak;
 latency_us: fixed cost of one collective. gemm_measurements: y = x @ W with x (m, k), W (k, n);
 GEMMs of other shapes are interpolated between them (GemmInterpolator). op_measurements: an op's
 time at the FLOPs and bytes the simulator counts for it; other sizes of the same op are
@@ -124,7 +125,8 @@ class EfficiencyTable:
     @classmethod
     def from_dict(cls, record: Mapping, origin: str = "efficiency table") -> "EfficiencyTable":
         """Validate a table; sections and classes it leaves out keep the defaults."""
-        known = {"format", "device_name", "source", "op_classes", "ops", "links", "gemm_measurements", "op_measurements"}
+        known = {"format", "device_name", "source", "op_classes", "ops", "links", "gemm_measurements",
+                 "op_measurements"}
         _no_unknown(record, known, origin)
         if record.get("format", FORMAT) != FORMAT:
             raise ConfigError(f"{origin}: format is {record.get('format')!r}; valid: {FORMAT}")
@@ -257,7 +259,11 @@ class OpInterpolator:
     ends the nearest end's above-floor time scales with r (its efficiency is kept), so sizes
     below the smallest measured fall towards the floor."""
 
-    def __init__(self, measurements: tuple[OpMeasurement, ...], roofline_s: Callable[[str, str, float, float], tuple[float, str]]):
+    def __init__(
+        self,
+        measurements: tuple[OpMeasurement, ...],
+        roofline_s: Callable[[str, str, float, float], tuple[float, str]],
+    ):
         self._roofline_s = roofline_s
         self._curves: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
         for m in measurements:
@@ -302,14 +308,16 @@ def _op_measurement(entry: Mapping, origin: str) -> OpMeasurement:
     _no_unknown(entry, {"op", "dtype", "flops", "bytes", "time_us"}, origin)
     missing = [key for key in ("op", "dtype", "flops", "bytes", "time_us") if key not in entry]
     if missing:
-        raise ConfigError(f"{origin}: missing {', '.join(missing)}; each op measurement needs op, dtype, flops, bytes, time_us")
+        needed = "op, dtype, flops, bytes, time_us"
+        raise ConfigError(f"{origin}: missing {', '.join(missing)}; each op measurement needs {needed}")
     for key in ("flops", "bytes"):
         if not isinstance(entry[key], (int, float)) or entry[key] < 0:
             raise ConfigError(f"{origin}: {key} is {entry[key]!r}; expected a number >= 0")
     if not isinstance(entry["time_us"], (int, float)) or entry["time_us"] <= 0:
         raise ConfigError(f"{origin}: time_us is {entry['time_us']!r}; expected a positive number")
     _check_member(f"{origin}: dtype", entry["dtype"], DTYPES)
-    return OpMeasurement(str(entry["op"]), entry["dtype"], float(entry["flops"]), float(entry["bytes"]), float(entry["time_us"]))
+    numbers = (float(entry[key]) for key in ("flops", "bytes", "time_us"))
+    return OpMeasurement(str(entry["op"]), entry["dtype"], *numbers)
 
 
 def _gemm(entry: Mapping, origin: str) -> GemmMeasurement:

@@ -127,7 +127,8 @@ def test_the_fitted_table_changes_the_simulators_answers(dense_measurements, tmp
     save_table(table, tmp_path / "cpu.json")
     workload = {"mode": "decode", "batch": 2, "context_len": 64, "dtype": "fp32"}
     default = simulate(model_config("tiny_qwen3"), cpu, {}, workload)
-    calibrated = simulate(model_config("tiny_qwen3"), {**cpu, "efficiency_table": str(tmp_path / "cpu.json")}, {}, workload)
+    with_table = {**cpu, "efficiency_table": str(tmp_path / "cpu.json")}
+    calibrated = simulate(model_config("tiny_qwen3"), with_table, {}, workload)
     assert calibrated.latency_s != default.latency_s
     # at a measured workload each node's time is its measurement
     rotary = next(m for m in dense_measurements if m.get("op") == "rotary" and m["mode"] == "decode")

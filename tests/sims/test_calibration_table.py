@@ -122,7 +122,7 @@ def test_ops_measured_by_name_get_their_own_entry_and_curve():
 
 
 def test_measurements_of_one_op_must_share_a_class():
-    mixed = [dict(synthetic("norm", 0, 1e6, 0.3, 0.5, 3), op="x"), dict(synthetic("elementwise", 0, 1e6, 0.3, 0.5, 3), op="x")]
+    mixed = [dict(synthetic(kind, 0, 1e6, 0.3, 0.5, 3), op="x") for kind in ("norm", "elementwise")]
     with pytest.raises(ConfigError, match="op 'x' name several op classes"):
         fit_table(mixed, hardware("h100"))
 
