@@ -1,12 +1,21 @@
-"""Trainers of the simulator backend. `run_train` here means: evaluate the configuration."""
+"""Trainers of the simulator backend. `run_train` means: evaluate the configuration (sim), or
+measure this machine's kernels and write an efficiency table (calibrate)."""
 
 from __future__ import annotations
 
+import datetime
+import json
+import shutil
 import time
+from pathlib import Path
 
-from framework.backends.sim.config import SimJob
+from framework.backends.sim.config import CalibrateJob, SimJob
+from framework.core.errors import BackendError, ConfigError
 from framework.core.result import TrainingResult
 from framework.core.trainer import BaseTrainer
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+INSTALLED_TABLES = REPO_ROOT / "sims" / "calibration" / "tables"
 
 
 class SimTrainer(BaseTrainer):
@@ -18,7 +27,8 @@ class SimTrainer(BaseTrainer):
 
         job = self.config
         start = time.perf_counter()
-        result = simulate(job.hf_config, job.hardware, job.task.layout(), job.task.workload())
+        devices = job.hardware["devices_per_node"] * job.hardware["nodes"]
+        result = simulate(job.hf_config, job.hardware, job.task.layout(devices), job.task.workload())
         summary = result.summary()
         self.run.logger.log(summary, step=0)
         artifacts = {}
@@ -30,3 +40,104 @@ class SimTrainer(BaseTrainer):
             success=True, metrics=summary, wall_time_s=time.perf_counter() - start, samples=1,
             artifacts=artifacts, status=summary["status"], error=summary.get("reason") or None,
         )
+
+
+class CalibrateTrainer(BaseTrainer):
+    """Times the selected model's kernels on this machine (sims.calibration.microbench) and fits
+    the efficiency table a hardware file's `efficiency_table` can point to."""
+
+    config: CalibrateJob
+
+    def setup(self) -> None:
+        from sims.calibration.microbench import BENCHMARKS
+
+        task = self.config.task
+        unknown = sorted(set(task.benchmarks) - set(BENCHMARKS))
+        if unknown or not task.benchmarks:
+            raise ConfigError(f"calibrate.benchmarks: {unknown or 'empty'}; valid: {', '.join(BENCHMARKS)}")
+        for key in ("prefill", "decode"):
+            for point in getattr(task, key):
+                if len(point) != 2 or min(point) < 1:
+                    valid = "[batch, length] of integers >= 1"
+                    raise ConfigError(f"calibrate.{key}: {point} is not valid; expected {valid}")
+        if not task.prefill and not task.decode:
+            raise ConfigError("calibrate.prefill and calibrate.decode are both empty; list at least one workload")
+        for key in ("warmup", "repeats", "copy_mb"):
+            if getattr(task, key) < (0 if key == "warmup" else 1):
+                raise ConfigError(f"calibrate.{key}: {getattr(task, key)} is too small")
+        self.device = self._device()
+
+    def _device(self) -> str:
+        import torch
+
+        wanted = self.config.task.device
+        if wanted == "auto":
+            wanted = "cuda" if self.config.hardware["accelerator"] == "gpu" else "cpu"
+        if wanted == "cuda" and not torch.cuda.is_available():
+            raise BackendError(
+                f"calibrate on hardware={self.config.hardware['name']} needs a CUDA device and this machine has none; "
+                "run it on that machine, or use hardware=cpu to calibrate this CPU"
+            )
+        return wanted
+
+    def run_train(self) -> TrainingResult:
+        from sims.calibration.fit import fit_table
+        from sims.calibration.microbench import Plan, measure
+        from sims.calibration.table import save_table
+
+        job, task = self.config, self.config.task
+        start = time.perf_counter()
+        workloads = [{"mode": "prefill", "batch": b, "seq_len": s} for b, s in task.prefill]
+        workloads += [{"mode": "decode", "batch": b, "context_len": c} for b, c in task.decode]
+        plan = Plan(tuple(workloads), tuple(task.benchmarks), task.dtype, task.warmup, task.repeats,
+                    task.cuda_graphs, task.copy_mb)
+
+        def progress(items, total, desc):
+            return self.run.progress(items, total=total, desc=desc, unit="kernel")
+
+        def log(index: int, record: dict) -> None:
+            fields = ("benchmark", "op_class", "mode", "batch", "tokens", "time_us", "timing")
+            self.run.logger.log({k: record[k] for k in fields if k in record}, step=index)
+
+        measurements = measure(job.hf_config, job.hardware, plan, self.device, progress, log)
+        measurements_path = self.run.path("measurements.json")
+        measurements_path.write_text(json.dumps(measurements, indent=1))
+        source = (f"task=calibrate model={job.model_name} on {self._device_name()} ({task.dtype}, "
+                  f"{'CUDA graphs' if task.cuda_graphs and self.device == 'cuda' else 'eager'}), "
+                  f"{datetime.date.today().isoformat()}")
+        table = fit_table(measurements, job.hardware, source=source)
+        table_path = Path(task.output) if task.output else self.run.path("efficiency_table.json")
+        table_path.parent.mkdir(parents=True, exist_ok=True)
+        save_table(table, table_path)
+        artifacts = {"efficiency_table": str(table_path), "measurements": str(measurements_path)}
+        if task.install:
+            installed = INSTALLED_TABLES / f"{job.hardware['name']}.json"
+            shutil.copyfile(table_path, installed)
+            artifacts["installed_table"] = str(installed)
+        metrics = {**summary_metrics(measurements, job.hardware, self.device), "table": str(table_path)}
+        return TrainingResult(success=True, metrics=metrics, wall_time_s=time.perf_counter() - start,
+                              samples=len(measurements), artifacts=artifacts)
+
+    def _device_name(self) -> str:
+        import platform
+
+        import torch
+
+        return torch.cuda.get_device_name() if self.device == "cuda" else (platform.processor() or "CPU")
+
+
+def summary_metrics(measurements: list[dict], hardware: dict, device: str) -> dict:
+    """Headline numbers of a calibration: what the device reached and how well the table fits."""
+    named = {m["benchmark"]: m for m in measurements}
+    copy, launch = named.get("copy"), named.get("launch")
+    gemms = [m for m in measurements if m.get("op_class") == "gemm" and "m" in m]
+    peak = hardware["peak_tflops"].get(measurements[0]["dtype"]) if measurements else None
+    best_tflops = max((m["flops"] / m["time_us"] * 1e-6 for m in gemms), default=None)
+    return {
+        "device": device,
+        "measurements": len(measurements),
+        "launch_floor_us": launch["time_us"] if launch else None,
+        "copy_tb_s": copy["bytes"] / copy["time_us"] * 1e-6 if copy else None,
+        "gemm_best_tflops": best_tflops,
+        "gemm_best_fraction_of_peak": best_tflops / peak if best_tflops and peak else None,
+    }
