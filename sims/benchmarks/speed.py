@@ -1,17 +1,25 @@
-"""How many configurations per second `simulate` evaluates once a model's graph is built.
+"""How fast the simulator is: configurations per second in-process, and a multirun sweep end to end.
 
     python -m sims.benchmarks.speed [--seconds 2]
+    python -m sims.benchmarks.speed --sweep      # also time a 64-job `python run.py -m` sweep
 
-Sweeps layouts and batch sizes per model and workload and times the whole `simulate` call (input
-parsing, layout checks, step time, memory) on the valid layouts, after a first pass that builds
-and caches the graphs.
+The first sweeps layouts and batch sizes per model and workload and times the whole `simulate`
+call (input parsing, layout checks, step time, memory) on the valid layouts, after a first pass
+that builds and caches the graphs. --sweep runs SWEEP_ARGS through Crucible's command line (one
+process, Hydra's basic launcher: each job composes its config, writes its run records and
+simulates) and reports the wall time and the rows of sweep_summary.csv.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import itertools
+import subprocess
+import sys
+import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import yaml
@@ -49,11 +57,32 @@ def measure(hf_config: dict, hardware: dict, workload: dict, seconds: float) -> 
     return evaluations, time.perf_counter() - start
 
 
+SWEEP_ARGS = [  # 4 x 4 x 2 x 2 = 64 jobs
+    "-m", "task=sim", "model=qwen3_30b_a3b", "hardware=h100",
+    "sim.tp=1,2,4,8", "sim.ep=1,2,4,8", "sim.mode=prefill,decode", "sim.dp=1,-1",
+]
+
+
+def time_sweep() -> tuple[float, Counter]:
+    """Wall seconds of the SWEEP_ARGS multirun and its rows by status."""
+    with tempfile.TemporaryDirectory() as sweep_dir:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, str(REPO / "run.py"), *SWEEP_ARGS, f"hydra.sweep.dir={sweep_dir}"],
+                       cwd=REPO, capture_output=True, text=True)
+        wall_s = time.perf_counter() - start
+        with open(Path(sweep_dir) / "sweep_summary.csv") as handle:
+            statuses = Counter(row["status"] for row in csv.DictReader(handle))
+    return wall_s, statuses
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=1.0, help="time per model and workload")
+    parser.add_argument("--sweep", action="store_true", help="also time a 64-job multirun through run.py")
+    parser.add_argument("--table", help="an efficiency table for the H100 (default: built-in factors)")
     args = parser.parse_args()
     hardware = yaml.safe_load((REPO / "conf/hardware/h100.yaml").read_text())
+    hardware["efficiency_table"] = args.table
     hardware["nodes"] = 2  # room for tp*dp*pp up to 16
     print(f"{'model':<18} {'mode':<8} {'configs/s':>10} {'us/config':>10}")
     for model in MODELS:
@@ -61,6 +90,11 @@ def main() -> None:
         for workload in WORKLOADS:
             n, elapsed = measure(hf_config, hardware, workload, args.seconds)
             print(f"{model:<18} {workload['mode']:<8} {n / elapsed:>10.0f} {1e6 * elapsed / n:>10.1f}")
+    if args.sweep:
+        wall_s, statuses = time_sweep()
+        jobs = sum(statuses.values())
+        rows = ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))
+        print(f"python run.py {' '.join(SWEEP_ARGS)}: {jobs} jobs ({rows}) in {wall_s:.1f} s ({wall_s / jobs:.2f} s/job)")
 
 
 if __name__ == "__main__":
