@@ -272,11 +272,16 @@ class OpInterpolator:
                 self._curves.setdefault((m.op, m.dtype, bound), []).append((r, m.time_us * 1e-6))
         for points in self._curves.values():
             points.sort()
-
-    def has(self, op: str, dtype: str) -> bool:
-        return any(key[:2] == (op, dtype) for key in self._curves)
+        self._cache: dict[tuple, float | None] = {}
 
     def time_s(self, op: str, dtype: str, flops: float, nbytes: float, floor_s: float) -> float | None:
+        """Interpolated time, or None when the op has no measurements of this dtype."""
+        key = (op, dtype, flops, nbytes, floor_s)
+        if key not in self._cache:
+            self._cache[key] = self._interpolate(op, dtype, flops, nbytes, floor_s)
+        return self._cache[key]
+
+    def _interpolate(self, op: str, dtype: str, flops: float, nbytes: float, floor_s: float) -> float | None:
         r, bound = self._roofline_s(op, dtype, flops, nbytes)
         points = self._curves.get((op, dtype, bound)) or self._curves.get(
             (op, dtype, "memory" if bound == "compute" else "compute")
