@@ -38,9 +38,9 @@ import yaml
 from sims import predict_op, simulate
 from sims.calibration import microbench
 from sims.calibration.fit import fit_table
-from sims.calibration.kernels import HFKernels, build_hf_model, torch_dtype
+from sims.calibration.kernels import HFKernels, build_hf_model
 from sims.calibration.table import save_table
-from sims.calibration.timing import time_call
+from sims.calibration.timing import rotations, time_call
 from sims.calculator import bind_dims
 from sims.builders import build_graph
 from sims.workload import Layout, parse_workload
@@ -132,15 +132,11 @@ class FixedCache:
         self.keys = [torch.randn(shape, device=device, dtype=dtype) for _ in range(layers)]
         self.values = [torch.randn(shape, device=device, dtype=dtype) for _ in range(layers)]
         self.positions = torch.arange(kv_len - new, kv_len, device=device)
-        self.seen = kv_len - new
 
     def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
         self.keys[layer_idx].index_copy_(2, self.positions, key_states)
         self.values[layer_idx].index_copy_(2, self.positions, value_states)
         return self.keys[layer_idx], self.values[layer_idx]
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.seen
 
 
 def time_model(model, workload: Mapping, device: str, warmup: int, repeats: int, profile: bool = False) -> dict:
@@ -307,7 +303,7 @@ def measure_cases(
     kernels_by_model.clear()
     for name in s["models"]:
         model = None
-        for model_name, workload in (c for c in s["whole"] if c[0] == name):
+        for _, workload in (c for c in s["whole"] if c[0] == name):
             w = {**workload, "dtype": dtype}
             if model is None:
                 _free(device)
@@ -382,8 +378,6 @@ def _time_moe_block(
 
 
 def _time_bench(bench, nbytes: float, device: str, plan: microbench.Plan) -> dict:
-    from sims.calibration.timing import rotations
-
     args = [bench.make_args() for _ in range(rotations(nbytes, device))]
     timing = time_call(bench.fn, args, device, plan.warmup, plan.repeats, plan.graphs)
     return {"time_us": timing.time_us, "timing": timing.mode, "spread": timing.spread}
