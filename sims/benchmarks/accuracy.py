@@ -16,7 +16,7 @@ token only, a static KV cache written at the end of the context) and are timed a
 replays (GPU time, no host overhead; eager timings, host included, are recorded beside them).
 Kernels are timed the same way (sims/calibration/timing.py). Each case is predicted with the
 built-in efficiency factors and with the fitted table; errors are (predicted - measured) /
-measured. Writes accuracy.json, microbench.json and the fitted table to --out.
+measured. Writes accuracy.json (and .md), microbench.json and the fitted table to --out.
 """
 
 from __future__ import annotations
@@ -434,6 +434,27 @@ def environment(device: str) -> dict:
     }
 
 
+def markdown(report: dict) -> str:
+    """The cases and the summary as Markdown tables (what docs/benchmarks.md shows)."""
+    lines = ["| case | measured (us) | eager (us) | built-in | calibrated | held out |", "|---|---|---|---|---|---|"]
+    for c in report["cases"]:
+        if "error_calibrated" not in c:
+            lines.append(f"| {c['name']} | failed: {c.get('error', '?')} | | | | |")
+            continue
+        eager = f"{c['eager_us']:.0f}" if "eager_us" in c else ""
+        lines.append(f"| {c['name']} | {c['time_us']:.1f} | {eager} | {c['error_default']:+.1%} | "
+                     f"{c['error_calibrated']:+.1%} | {'yes' if c['held_out'] else 'no'} |")
+    lines += ["", "| held-out cases | built-in: median / worst abs. error | calibrated: median / worst |",
+              "|---|---|---|"]
+    summary = report["summary"]
+    for group, stats in summary["calibrated"].items():
+        default = summary["default"][group]
+        lines.append(f"| {group} ({stats['cases']}) | {default['median_abs_error']:.1%} / "
+                     f"{default['worst_abs_error']:.1%} | {stats['median_abs_error']:.1%} / "
+                     f"{stats['worst_abs_error']:.1%} |")
+    return "\n".join(lines) + "\n"
+
+
 def print_table(cases: list[dict], summary: dict) -> None:
     print(f"\n{'case':<52} {'measured':>11} {'default':>9} {'calib.':>9}  held-out")
     for c in cases:
@@ -489,6 +510,7 @@ def main() -> None:
               "table": table_path.name, "calibration_measurements": len(measurements), "summary": summary,
               "cases": cases}
     (out / "accuracy.json").write_text(json.dumps(report, indent=1))
+    (out / "accuracy.md").write_text(markdown(report))
     print_table(cases, summary)
 
 
