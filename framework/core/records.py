@@ -77,6 +77,10 @@ class RunRecords:
     def write_traceback(self, text: str) -> None:
         self._text("traceback.txt", text)
 
+    def clear_traceback(self) -> None:
+        if self.enabled:
+            (self.run_dir / "traceback.txt").unlink(missing_ok=True)
+
 
 def read_summary(run_dir: Path) -> dict | None:
     path = Path(run_dir) / SUMMARY

@@ -83,6 +83,7 @@ class Runtime:
 
     def run(self) -> TrainingResult:
         """Run the lifecycle; never raises: failures come back as a failed TrainingResult (see .error)."""
+        self.records.clear_traceback()  # a resumed run in the same dir starts without the old failure
         self.records.write_config(self.cfg)
         self.records.write_overrides(self.overrides)
         self.records.write_env(env_info.collect(REPO_ROOT))

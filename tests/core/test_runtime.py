@@ -56,6 +56,9 @@ def test_cleanup_runs_when_a_step_raises(tmp_path, stage):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "failed" and "boom" in summary["result"]["error"]
     assert "RuntimeError" in (tmp_path / "traceback.txt").read_text()
+    recording_backend.CALLS.clear()
+    assert Runtime(recording_cfg(), tmp_path, []).run().success  # e.g. a resume in the same run dir
+    assert not (tmp_path / "traceback.txt").exists()
 
 
 def test_version_filter_skips_with_reason(tmp_path):

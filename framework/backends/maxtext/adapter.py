@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 REQUIRED_MODULES = {"jax": "jax", "flax": "flax", "optax": "optax", "orbax.checkpoint": "orbax-checkpoint"}
 # hardware.accelerator -> JAX platform name
-JAX_PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "tpu": "tpu"}  # "gpu": CUDA or ROCm, whichever is installed
+JAX_PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "tpu": "tpu"}  # "gpu": CUDA or ROCm, see gpu_platform()
 
 
 class MaxTextAdapter(BackendAdapter):
@@ -41,7 +41,8 @@ class MaxTextAdapter(BackendAdapter):
         if accelerator not in JAX_PLATFORMS:
             raise ConfigError(f"hardware.accelerator: {accelerator!r} has no JAX platform; backend=maxtext runs on "
                               f"{', '.join(JAX_PLATFORMS)}")
-        set_jax_platform(JAX_PLATFORMS[accelerator])
+        platform = JAX_PLATFORMS[accelerator]
+        set_jax_platform(gpu_platform() if platform == "gpu" else platform)
 
     def detect_backend_version(self) -> str:
         import jax
@@ -62,6 +63,16 @@ class MaxTextAdapter(BackendAdapter):
             model_source=resolve_model_dir(model, Path(self.cache_dir) / "models"),
             hardware=_container(cfg.hardware), mesh=_container(cfg.hardware.mesh),
             logical_axis_rules=self.logical_axis_rules, cache_dir=self.cache_dir, seed=int(cfg.seed))
+
+
+def gpu_platform() -> str:
+    """'cuda' or 'rocm', by the plugin installed: JAX_PLATFORMS=gpu makes jax 0.11 try both and fail."""
+    import pkgutil
+
+    plugins = {m.name for m in pkgutil.iter_modules()}
+    has_rocm = any(name.startswith("jax_rocm") for name in plugins)
+    has_cuda = any(name.startswith("jax_cuda") for name in plugins)
+    return "rocm" if has_rocm and not has_cuda else "cuda"
 
 
 def set_jax_platform(platform: str) -> None:
