@@ -60,6 +60,16 @@ class MetricLogger:
         if self._wandb is not None:
             self._wandb.log({k: v for k, v in row.items() if k != "step"}, step=int(step))
 
+    def rewind(self, step: int) -> None:
+        """Drop rows logged after `step`: a run resumed from the checkpoint of `step` logs them again."""
+        if self._file is None:
+            return
+        self._file.close()
+        kept = [row for row in read_metrics(self.path) if row.get("step", 0) <= step]
+        with self.path.open("w", encoding="utf-8") as f:
+            f.writelines(json.dumps(row) + "\n" for row in kept)
+        self._file = self.path.open("a", encoding="utf-8")
+
     def summary(self, metrics: dict) -> None:
         if self._wandb is not None:
             self._wandb.summary.update({k: _jsonable(v) for k, v in metrics.items()})

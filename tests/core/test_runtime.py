@@ -92,3 +92,15 @@ def test_only_rank_zero_writes_records(tmp_path, monkeypatch):
     result = Runtime(recording_cfg(), tmp_path, []).run()
     assert result.success and "run_train" in recording_backend.CALLS  # every rank trains
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # but writes nothing
+
+
+def test_logger_rewind_drops_rows_after_the_restored_step(tmp_path):
+    from framework.core.loggers import MetricLogger, read_metrics
+
+    logger = MetricLogger(tmp_path)
+    for step in (1, 2, 3, 4):
+        logger.log({"loss": float(step)}, step=step)
+    logger.rewind(2)
+    logger.log({"loss": 30.0}, step=3)
+    logger.close()
+    assert [(r["step"], r["loss"]) for r in read_metrics(tmp_path / "metrics.jsonl")] == [(1, 1.0), (2, 2.0), (3, 30.0)]

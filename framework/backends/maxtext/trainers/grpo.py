@@ -181,6 +181,7 @@ class GRPOTrainer(BaseTrainer):
         self.batches.load_state_dict(meta["data_iterator"])
         self.rng = key_from_json(meta["rng"])
         self.start_step = step
+        self.run.logger.rewind(step)
         log.info("grpo: resumed from %s/%d", self.checkpoints.directory, step)
 
     def _fingerprint(self) -> dict:
