@@ -10,7 +10,7 @@ from framework.data.arithmetic import evaluate, generate_arithmetic
 from framework.data.gsm8k import SAMPLE_DIR, load_from_hub, load_gsm8k, read_jsonl
 from framework.data.prompts import SYSTEM_PROMPT, ShuffledBatches, build_messages, render_prompt, render_prompts
 
-SHARED_GSM8K = Path("/work/shared/data/gsm8k")
+SHARED_GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k"  # ../shared beside the repo
 CHATML_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"

@@ -19,7 +19,7 @@ from framework.rl.rewards import (
     tag_count,
 )
 
-SHARED_GSM8K = Path("/work/shared/data/gsm8k")
+SHARED_GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k"  # ../shared beside the repo
 GSM8K_DIR = SHARED_GSM8K if SHARED_GSM8K.is_dir() else SAMPLE_DIR
 
 
