@@ -112,6 +112,7 @@ class CalibrateTrainer(BaseTrainer):
         artifacts = {"efficiency_table": str(table_path), "measurements": str(measurements_path)}
         if task.install:
             installed = INSTALLED_TABLES / f"{job.hardware['name']}.json"
+            installed.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(table_path, installed)
             artifacts["installed_table"] = str(installed)
         metrics = {**summary_metrics(measurements, job.hardware, self.device), "table": str(table_path)}
