@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from sims.api import predict_op
@@ -71,7 +71,6 @@ class Item:
     bench: Bench
     record: dict
     bytes_touched: float = 0.0
-    extra: dict = field(default_factory=dict)
 
 
 def measure(
@@ -89,8 +88,7 @@ def measure(
     progress = progress or (lambda iterable, total, desc: iterable)
     results = []
     for index, item in enumerate(progress(items, len(items), "micro-benchmarks")):
-        args = [item.bench.make_args()]
-        args += [item.bench.make_args() for _ in range(rotations(item.bytes_touched, device) - 1)]
+        args = [item.bench.make_args() for _ in range(rotations(item.bytes_touched, device))]
         timing = time_call(item.bench.fn, args, device, plan.warmup, plan.repeats, plan.graphs)
         record = {**item.record, "time_us": timing.time_us, "spread": timing.spread, "timing": timing.mode}
         if plan.count_kernels and device.startswith("cuda"):
