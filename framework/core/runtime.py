@@ -43,7 +43,7 @@ def validate(cfg: DictConfig) -> BackendAdapter:
     check_schema(cfg, "model", ModelConfig)
     check_schema(cfg, "hardware", HardwareConfig)
     check_path_exists(cfg.model.path, "model.path", "model directory")
-    check_path_exists(cfg.hardware.efficiency_table, "hardware.efficiency_table", "efficiency table")
+    check_path_exists(cfg.hardware.efficiency_table, "hardware.efficiency_table", "efficiency table", base=REPO_ROOT)
     check_targets(cfg)
     adapter = instantiate(cfg.backend.adapter)
     task = cfg.task.name

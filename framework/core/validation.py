@@ -154,6 +154,11 @@ def list_options(conf_dir: Path, group: str) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
 
 
-def check_path_exists(path: str | None, key: str, what: str = "path") -> None:
-    if path is not None and not Path(path).expanduser().exists():
-        raise ConfigError(f"{key}: {what} {path!r} does not exist")
+def check_path_exists(path: str | None, key: str, what: str = "path", base: Path | None = None) -> None:
+    """`path` exists; a relative one may also be relative to `base` (paths in conf/ are relative to the repo)."""
+    if path is None:
+        return
+    candidate = Path(path).expanduser()
+    if candidate.exists() or (base is not None and not candidate.is_absolute() and (base / candidate).exists()):
+        return
+    raise ConfigError(f"{key}: {what} {path!r} does not exist")
