@@ -84,7 +84,9 @@ def test_patch_report_says_what_applied_and_why_others_did_not(run_dir):
 def test_model_build_and_compiled_programs_land_in_the_cache_dir(run_dir, cache_dir):
     assert [p.name.split("-")[0] for p in (cache_dir / "models").iterdir()] == ["tiny_qwen2"]
     compiled = {p.name.split("-")[0] for p in (cache_dir / "jax").iterdir()}  # the compilation_cache patch
-    assert {"jit__accumulate", "jit__apply", "jit__log_probs", "jit__generate"} <= compiled
+    # only programs compiling longer than COMPILE_CACHE_MIN_SECONDS are kept, which depends on the machine's
+    # speed; the sampler's decode loop takes seconds everywhere
+    assert "jit__generate" in compiled
 
 
 @pytest.mark.slow
