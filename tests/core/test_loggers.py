@@ -1,0 +1,19 @@
+"""logger=wandb: a real offline wandb run inside the run directory, next to metrics.jsonl."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import run_cli
+
+
+def test_wandb_offline_run_lands_in_the_run_dir(tmp_path):
+    proc = run_cli(["logger=wandb", "model=qwen3_8b", f"hydra.run.dir={tmp_path}"], env={"WANDB_SILENT": "true"})
+    assert proc.returncode == 0, proc.stderr
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    (run_file,) = runs[0].glob("run-*.wandb")
+    assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])["status"] == "ok"
+    recorded = run_file.read_bytes()  # wandb's own record of the run (protobuf), synced later with `wandb sync`
+    assert b"qwen3_8b" in recorded and b"hub_id" in recorded  # the composed config
+    assert b"tokens_per_s_per_device" in recorded  # the logged metrics
