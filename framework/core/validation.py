@@ -13,7 +13,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from framework.core.errors import ConfigError
 

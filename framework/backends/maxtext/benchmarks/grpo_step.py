@@ -19,34 +19,8 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[4]
-FULL = {"model": "qwen2_5_0_5b_instruct", "hardware": "h100", "prompts": 16, "generations": 8,
-        "prompt_tokens": 256, "new_tokens": 256, "micro_batch": 16, "dtype": "bfloat16", "steps": 5, "warmup": 2}
-TINY = {"model": "tiny_qwen2", "hardware": "cpu", "prompts": 2, "generations": 2, "prompt_tokens": 16,
-        "new_tokens": 16, "micro_batch": 4, "dtype": "float32", "steps": 2, "warmup": 1}
-PEAK_KEY = {"bfloat16": "bf16", "float32": "fp32"}
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tiny", action="store_true", help="tiny model and shapes (a CPU check of the script)")
-    for name, value in FULL.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=None,
-                            help=f"default {value} ({TINY[name]} with --tiny)")
-    args = parser.parse_args(argv)
-    for name, value in (TINY if args.tiny else FULL).items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
-    return args
-
-
-def load_yaml(group: str, name: str) -> dict:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(OmegaConf.load(REPO_ROOT / "conf" / group / f"{name}.yaml"), resolve=True)
-
+from framework.backends.maxtext.benchmarks.shapes import PEAK_KEY, REPO_ROOT, load_yaml, parse_args
 
 def grpo_task(args: argparse.Namespace):
     """The task of conf/task/grpo.yaml with the benchmark's shapes."""
@@ -117,7 +91,7 @@ def run_step(task, sampler, update, params, opt_state, rng, step: int):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
+    args = parse_args(__doc__.splitlines()[0], argv)
     import jax
 
     from framework.backends.maxtext.benchmarks.flops import grpo_update_flops

@@ -1,0 +1,36 @@
+"""The shapes and command line both GRPO benchmarks share, so that they always time the same work."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[4]
+FULL = {"model": "qwen2_5_0_5b_instruct", "hardware": "h100", "prompts": 16, "generations": 8,
+        "prompt_tokens": 256, "new_tokens": 256, "micro_batch": 16, "dtype": "bfloat16", "steps": 5, "warmup": 2}
+TINY = {"model": "tiny_qwen2", "hardware": "cpu", "prompts": 2, "generations": 2, "prompt_tokens": 16,
+        "new_tokens": 16, "micro_batch": 4, "dtype": "float32", "steps": 2, "warmup": 1}
+PEAK_KEY = {"bfloat16": "bf16", "float32": "fp32"}
+
+
+def parse_args(description: str, argv: list[str] | None = None,
+               extra: dict[str, dict] | None = None) -> argparse.Namespace:
+    """--tiny picks TINY, else FULL; any shape can be overridden (--prompt-tokens 512); `extra` adds options."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--tiny", action="store_true", help="tiny model and shapes (a CPU check of the script)")
+    for flag, options in (extra or {}).items():
+        parser.add_argument(flag, **options)
+    for name, value in FULL.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=None,
+                            help=f"default {value} ({TINY[name]} with --tiny)")
+    args = parser.parse_args(argv)
+    for name, value in (TINY if args.tiny else FULL).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
+
+
+def load_yaml(group: str, name: str) -> dict:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.load(REPO_ROOT / "conf" / group / f"{name}.yaml"), resolve=True)
