@@ -70,7 +70,7 @@ def test_save_and_load_round_trip(tmp_path):
 def test_hardware_table_changes_the_estimate(tmp_path):
     cfg, prefill = model_config("qwen3_8b"), {"mode": "prefill", "batch": 4, "seq_len": 2048}
     slow = write(tmp_path, {"op_classes": {"gemm": {"compute": 0.25}}})
-    default = simulate(cfg, hardware("h100"), {}, prefill)
+    default = simulate(cfg, hardware("h100", efficiency_table=None), {}, prefill)  # built-in factors
     calibrated = simulate(cfg, hardware("h100", efficiency_table=slow), {}, prefill)
     q_proj = lambda r: next(x for x in r.breakdown_rows() if x["name"] == "q_proj")  # noqa: E731
     assert q_proj(calibrated)["time_s"] - 36 * 4e-6 == pytest.approx(3 * (q_proj(default)["time_s"] - 36 * 4e-6))
@@ -156,13 +156,14 @@ def test_op_curves_keep_compute_and_memory_bound_sizes_apart():
 
 def test_the_calculator_follows_a_measured_op_curve(tmp_path):
     cfg, decode = model_config("qwen3_8b"), {"mode": "decode", "batch": 8, "context_len": 1024}
-    work = predict_op(cfg, hardware("h100"), decode, "rotary")
+    built_in = hardware("h100", efficiency_table=None)
+    work = predict_op(cfg, built_in, decode, "rotary")
     entry = {"op": "rotary", "dtype": "bf16", "flops": work["flops"], "bytes": work["bytes"], "time_us": 33.0}
     calibrated = hardware("h100", efficiency_table=write(tmp_path, {"op_measurements": [entry]}))
     assert predict_op(cfg, calibrated, decode, "rotary")["time_s"] == pytest.approx(33e-6)
     assert predict_op(cfg, calibrated, {**decode, "dtype": "fp8"}, "rotary")["time_s"] == pytest.approx(33e-6)
     assert predict_op(cfg, calibrated, {**decode, "batch": 16}, "rotary")["time_s"] > 33e-6
-    assert predict_op(cfg, calibrated, decode, "qk_norm") == predict_op(cfg, hardware("h100"), decode, "qk_norm")
+    assert predict_op(cfg, calibrated, decode, "qk_norm") == predict_op(cfg, built_in, decode, "qk_norm")
 
 
 @pytest.mark.parametrize(
