@@ -164,6 +164,21 @@ def test_closed_loop_noise_filter_drops_only_that_error():
     assert not is_closed_loop_noise(SimpleNamespace(exc_value=ValueError("Event loop is closed")))
 
 
+def test_only_unretrieved_tensorstore_reads_are_dropped_from_asyncio():
+    import logging
+
+    from framework.backends.maxtext.patches import is_in_flight_read_noise
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("asyncio", logging.ERROR, __file__, 1, message, None, None)
+
+    noise = ("Future exception was never retrieved\nfuture: <Future finished exception=ValueError('FAILED_PRECONDITION: "
+             "Error reading \"params.x\" in OCDBT database at local file \"/ckpt/4/state/\"')>")
+    assert is_in_flight_read_noise(record(noise))
+    assert not is_in_flight_read_noise(record("Future exception was never retrieved\nfuture: <Future ValueError('x')>"))
+    assert not is_in_flight_read_noise(record("Task was destroyed but it is pending!"))
+
+
 # ---- the GPU benchmarks, checked on tiny shapes ----------------------------------------------------
 
 

@@ -6,6 +6,7 @@ settings only take effect before JAX initialises its backends.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
@@ -72,9 +73,16 @@ def is_closed_loop_noise(unraisable) -> bool:
     return isinstance(error, RuntimeError) and str(error) == "Event loop is closed"
 
 
+def is_in_flight_read_noise(record: logging.LogRecord) -> bool:
+    """asyncio's report of a tensorstore read that failed after the restore had already failed."""
+    message = record.getMessage()
+    return message.startswith("Future exception was never retrieved") and "OCDBT database" in message
+
+
 @register_patch("maxtext.orbax_closed_loop_noise", backend="maxtext", phase=Phase.SETUP,
                 description="after a failed orbax restore, tensorstore reads still in flight report 'Event loop "
-                            "is closed' once each (dozens of tracebacks); drop exactly those")
+                            "is closed' or an unretrieved read error once each (dozens of tracebacks); drop "
+                            "exactly those")
 def orbax_closed_loop_noise(ctx: PatchContext) -> None:
     previous = sys.unraisablehook
 
@@ -83,3 +91,4 @@ def orbax_closed_loop_noise(ctx: PatchContext) -> None:
             previous(unraisable)
 
     sys.unraisablehook = hook
+    logging.getLogger("asyncio").addFilter(lambda record: not is_in_flight_read_noise(record))
