@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from framework.core.errors import ConfigError, DataError
+from framework.core.plain import to_plain
 
 ENDOFTEXT = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -139,16 +140,7 @@ def _hf_config_of(model_cfg: Mapping[str, Any]) -> dict[str, Any]:
     if not hf_config or "model_type" not in hf_config or "vocab_size" not in hf_config:
         raise ConfigError(f"model {model_cfg.get('name')!r}: model.hf_config needs at least model_type and "
                           f"vocab_size to build a random-init model")
-    return _plain(hf_config)
-
-
-def _plain(value: Any) -> Any:
-    """OmegaConf containers (and tuples) to plain dicts/lists, so configs hash and serialise."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig":
-        return [_plain(v) for v in value]
-    return value
+    return to_plain(hf_config)
 
 
 def _torch_dtype_name(model_cfg: Mapping[str, Any]) -> str:

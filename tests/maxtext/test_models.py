@@ -1,55 +1,19 @@
 """Flax models of the maxtext backend against transformers, and the HF checkpoint loader/saver."""
 
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from framework.backends.maxtext.checkpoint_io import hf_tensor_name, hf_to_flax, load_hf_params, save_hf_checkpoint
 from framework.backends.maxtext.models import (KVCache, ModelConfig, Transformer, abstract_params, forward,
                                                token_log_probs)
 from framework.backends.maxtext.models.transformer import positions_from_mask, rope_inverse_frequencies
 from framework.core.errors import CheckpointError, ConfigError, DataError
-from framework.models.tiny import build_tiny_model
+from tests.maxtext.tiny_checkpoints import load_tiny, model_cfg
 
-CONF_MODEL = Path(__file__).resolve().parents[2] / "conf" / "model"
 TINY_NAMES = ["tiny_qwen2", "tiny_qwen3", "tiny_llama"]
-
-
-def model_cfg(name: str) -> dict:
-    return yaml.safe_load((CONF_MODEL / f"{name}.yaml").read_text())
-
-
-def perturbed_model_dir(name: str, base: Path) -> Path:
-    """The tiny model with noise on every tensor: HF init leaves biases at 0 and norm scales at 1,
-    which would hide a wrong layout of exactly those tensors."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    out = base / "perturbed" / name
-    if (out / "model.safetensors").is_file():
-        return out
-    source = build_tiny_model(model_cfg(name), base / "tiny_models" / name)
-    model = AutoModelForCausalLM.from_pretrained(source)
-    noise = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn(param.shape, generator=noise) * 0.1)
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(source).save_pretrained(out)
-    return out
-
-
-def load_tiny(name: str, base: Path) -> dict:
-    from transformers import AutoModelForCausalLM
-
-    model_dir = perturbed_model_dir(name, base)
-    config = ModelConfig.from_pretrained(model_dir)
-    return {"dir": model_dir, "config": config, "params": load_hf_params(model_dir, config),
-            "hf": AutoModelForCausalLM.from_pretrained(model_dir).eval()}
 
 
 @pytest.fixture(scope="module", params=TINY_NAMES)

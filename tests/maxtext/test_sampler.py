@@ -1,57 +1,24 @@
 """The maxtext sampler: greedy parity with transformers' generate, padding, EOS, filters, log-probs."""
 
-from pathlib import Path
-
 import jax
 import numpy as np
 import pytest
 import torch
-import yaml
 
-from framework.backends.maxtext.checkpoint_io import load_hf_params
-from framework.backends.maxtext.models import ModelConfig, Transformer, forward
+from framework.backends.maxtext.models import Transformer, forward
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
 from framework.core.errors import ConfigError, DataError
-from framework.models.tiny import build_tiny_model
+from tests.maxtext.tiny_checkpoints import load_tiny
 
-CONF_MODEL = Path(__file__).resolve().parents[2] / "conf" / "model"
 EOS, PAD = 2, 0  # <|im_end|>, <|endoftext|> in the tiny tokenizers
 # Tests share these settings and 3-prompt batches padded to 16 so that they share compiled code.
 GREEDY = SamplingParams(max_new_tokens=12, temperature=0.0)
 SAMPLED = SamplingParams(max_new_tokens=10, temperature=2.0, top_k=5, top_p=0.6, num_samples=3)
 
 
-def perturbed_model_dir(name: str, base: Path) -> Path:
-    """The tiny model with noise on every tensor (same recipe as test_models: biases and norms non-trivial)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    out = base / "perturbed" / name
-    if (out / "model.safetensors").is_file():
-        return out
-    model_cfg = yaml.safe_load((CONF_MODEL / f"{name}.yaml").read_text())
-    source = build_tiny_model(model_cfg, base / "tiny_models" / name)
-    model = AutoModelForCausalLM.from_pretrained(source)
-    noise = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn(param.shape, generator=noise) * 0.1)
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(source).save_pretrained(out)
-    return out
-
-
-def load(name: str, base: Path) -> dict:
-    from transformers import AutoModelForCausalLM
-
-    model_dir = perturbed_model_dir(name, base)
-    config = ModelConfig.from_pretrained(model_dir)
-    return {"config": config, "params": load_hf_params(model_dir, config),
-            "hf": AutoModelForCausalLM.from_pretrained(model_dir).eval()}
-
-
 @pytest.fixture(scope="module")
 def qwen2(tmp_path_factory) -> dict:
-    tiny = load("tiny_qwen2", tmp_path_factory.getbasetemp())
+    tiny = load_tiny("tiny_qwen2", tmp_path_factory.getbasetemp())
     tiny["sampler"] = Sampler(Transformer(tiny["config"]), eos_token_ids=[EOS], pad_token_id=PAD, prompt_bucket=8)
     return tiny
 
@@ -71,7 +38,7 @@ def hf_greedy(hf, sampler: Sampler, prompts, max_new_tokens: int, eos: list[int]
 
 @pytest.mark.parametrize("name", ["tiny_qwen2", "tiny_qwen3", "tiny_llama"])
 def test_greedy_matches_transformers_generate(name, tmp_path_factory):
-    tiny = load(name, tmp_path_factory.getbasetemp())
+    tiny = load_tiny(name, tmp_path_factory.getbasetemp())
     sampler = Sampler(Transformer(tiny["config"]), eos_token_ids=[EOS], pad_token_id=PAD, prompt_bucket=8)
     prompts = prompts_of_lengths(3, 11, 1)  # padded to 16: every row has left padding
     out = sampler.generate(tiny["params"], prompts, jax.random.key(0), GREEDY)

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from framework.backends.maxtext.config import DataSpec, GRPOConfig, GRPOTask, build, check_grpo_values
 from framework.core.adapter import BackendAdapter
 from framework.core.errors import BackendError, ConfigError
+from framework.core.plain import to_plain
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ class MaxTextAdapter(BackendAdapter):
     patch_modules = ("framework.backends.maxtext.patches",)
 
     def __init__(self, logical_axis_rules: dict, cache_dir: str):
-        self.logical_axis_rules = _plain(logical_axis_rules)
+        self.logical_axis_rules = to_plain(logical_axis_rules)
         self.cache_dir = str(cache_dir)
 
     def prepare_backend(self, cfg: DictConfig) -> None:
@@ -112,5 +113,3 @@ def _container(node: Any) -> Any:
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
-def _plain(value: Any) -> Any:
-    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else dict(value or {})

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from framework.core.errors import ConfigError, DataError
+from framework.core.plain import to_plain
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 SUPPORTED_ROPE_TYPES = ("default", "llama3")
@@ -55,7 +56,7 @@ class ModelConfig:
     def from_hf_config(cls, hf_config: Mapping[str, Any], *, param_dtype: str = "float32",
                        dtype: str | None = None) -> "ModelConfig":
         """From HF config.json fields (transformers 4 `rope_theta`/`rope_scaling` or 5 `rope_parameters`)."""
-        hf = _plain(hf_config)
+        hf = to_plain(hf_config)
         model_type = hf.get("model_type")
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ConfigError(f"model.hf_config.model_type: {model_type!r} is not supported by the maxtext "
@@ -112,15 +113,6 @@ class ModelConfig:
         except json.JSONDecodeError as error:
             raise DataError(f"{path}: not valid JSON ({error})") from error
         return cls.from_hf_config(hf, **dtypes)
-
-
-def _plain(value: Any) -> Any:
-    """OmegaConf containers to plain dicts/lists (they must serialise to JSON)."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig":
-        return [_plain(v) for v in value]
-    return value
 
 
 def _dtype(name: str, key: str) -> str:

@@ -1,0 +1,48 @@
+"""Tiny HF checkpoints with non-trivial weights, shared by the model and sampler tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from framework.models.tiny import build_tiny_model
+
+CONF_MODEL = Path(__file__).resolve().parents[2] / "conf" / "model"
+
+
+def model_cfg(name: str) -> dict:
+    return yaml.safe_load((CONF_MODEL / f"{name}.yaml").read_text())
+
+
+def perturbed_model_dir(name: str, base: Path) -> Path:
+    """The tiny model with noise on every tensor: HF init leaves biases at 0 and norm scales at 1,
+    which would hide a wrong layout of exactly those tensors."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = base / "perturbed" / name
+    if (out / "model.safetensors").is_file():
+        return out
+    source = build_tiny_model(model_cfg(name), base / "tiny_models" / name)
+    model = AutoModelForCausalLM.from_pretrained(source)
+    noise = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=noise) * 0.1)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(source).save_pretrained(out)
+    return out
+
+
+def load_tiny(name: str, base: Path) -> dict:
+    """The perturbed checkpoint as our params (through the loader under test) and as the HF model."""
+    from transformers import AutoModelForCausalLM
+
+    from framework.backends.maxtext.checkpoint_io import load_hf_params
+    from framework.backends.maxtext.models import ModelConfig
+
+    model_dir = perturbed_model_dir(name, base)
+    config = ModelConfig.from_pretrained(model_dir)
+    return {"dir": model_dir, "config": config, "params": load_hf_params(model_dir, config),
+            "hf": AutoModelForCausalLM.from_pretrained(model_dir).eval()}
