@@ -1,5 +1,6 @@
 """Flax models of the maxtext backend against transformers, and the HF checkpoint loader/saver."""
 
+
 import jax
 import jax.numpy as jnp
 import numpy as np
