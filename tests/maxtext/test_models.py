@@ -1,6 +1,5 @@
 """Flax models of the maxtext backend against transformers, and the HF checkpoint loader/saver."""
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -1,6 +1,5 @@
 """The maxtext sampler: greedy parity with transformers' generate, padding, EOS, filters, log-probs."""
 
-
 import jax
 import numpy as np
 import pytest
