@@ -143,8 +143,11 @@ def fail(exc: BaseException, debug: bool | None = None, run_dir: Path | None = N
 
     from framework.core.errors import CrucibleError
 
-    if debug if debug is not None else _debug(sys.argv[1:]):
+    debug = debug if debug is not None else _debug(sys.argv[1:])
+    if debug:
         traceback.print_exception(exc)
+    else:
+        _quiet_shutdown()
     if isinstance(exc, (CrucibleError, HydraException, OmegaConfBaseException)):
         sys.stderr.write(f"error: {one_line(exc)}\n")
         sys.exit(EXIT_RUN_FAILED if _is_run_failure(exc) else EXIT_BAD_INPUT)
@@ -152,6 +155,16 @@ def fail(exc: BaseException, debug: bool | None = None, run_dir: Path | None = N
     where = f"traceback in {run_dir / 'traceback.txt'}" if run_dir else "CRUCIBLE_DEBUG=1 shows the traceback"
     sys.stderr.write(f"error: {type(exc).__name__}: {exc} ({where})\n")
     sys.exit(EXIT_RUN_FAILED)
+
+
+def _quiet_shutdown() -> None:
+    """After the one error line nothing else is printed: libraries whose pending work is torn down at
+    exit (orbax/tensorstore reads of a checkpoint that failed to restore) report it as 'Exception
+    ignored' or 'Future exception was never retrieved' tracebacks. The records are already written."""
+    import logging
+
+    sys.unraisablehook = lambda unraisable: None
+    logging.disable(logging.CRITICAL)
 
 
 def _is_run_failure(exc: BaseException) -> bool:

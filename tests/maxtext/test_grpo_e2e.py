@@ -161,6 +161,19 @@ def test_closed_loop_noise_filter_drops_only_that_error():
 
     assert is_closed_loop_noise(SimpleNamespace(exc_value=RuntimeError("Event loop is closed")))
     assert not is_closed_loop_noise(SimpleNamespace(exc_value=RuntimeError("disk full")))
+
+    def raised_in(filename: str) -> Exception:
+        namespace: dict = {}
+        exec(compile("def read():\n    raise Exception('Encountered error while reading array index')", filename,
+                     "exec"), namespace)
+        try:
+            namespace["read"]()
+        except Exception as error:
+            return error
+
+    orbax_error = raised_in("/site-packages/orbax/checkpoint/_src/serialization/serialization.py")
+    assert is_closed_loop_noise(SimpleNamespace(exc_value=orbax_error))
+    assert not is_closed_loop_noise(SimpleNamespace(exc_value=raised_in("/work/framework/trainers/grpo.py")))
     assert not is_closed_loop_noise(SimpleNamespace(exc_value=ValueError("Event loop is closed")))
 
 

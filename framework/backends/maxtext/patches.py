@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import sys
+import traceback
 from pathlib import Path
 
 from framework.core.patches import PatchContext, Phase, register_patch
@@ -69,14 +70,20 @@ def compilation_cache(ctx: PatchContext) -> None:
 
 
 def is_closed_loop_noise(unraisable) -> bool:
+    """An error of a tensorstore read that orbax left in flight: 'Event loop is closed', or any
+    exception raised inside orbax's checkpoint code (reported as 'Exception ignored in ...')."""
     error = unraisable.exc_value
-    return isinstance(error, RuntimeError) and str(error) == "Event loop is closed"
+    if isinstance(error, RuntimeError) and str(error) == "Event loop is closed":
+        return True
+    frames = traceback.extract_tb(error.__traceback__) if error is not None else []
+    return any("/orbax/checkpoint/" in frame.filename for frame in frames)
 
 
 def is_in_flight_read_noise(record: logging.LogRecord) -> bool:
     """asyncio's report of a tensorstore read that failed after the restore had already failed."""
     message = record.getMessage()
-    return message.startswith("Future exception was never retrieved") and "OCDBT database" in message
+    return message.startswith("Future exception was never retrieved") and (
+        "OCDBT database" in message or "TensorStore" in message)
 
 
 @register_patch("maxtext.orbax_closed_loop_noise", backend="maxtext", phase=Phase.SETUP,
