@@ -75,8 +75,10 @@ def plot_sweep(rows: Sequence[dict], out_png: str | Path) -> Path:
     ]
     if capacities:
         legend.append(plt.Line2D([], [], color="black", linestyle="--", label="device memory"))
-    top.legend(handles=legend, fontsize=8, loc="upper right")
-    top.set_title("Simulated sweep")
+    # above the plot, so it never hides a bar
+    top.legend(handles=legend, fontsize=8, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(legend),
+               frameon=False)
+    top.set_title("Simulated sweep", loc="left")
     fig.tight_layout()
     out_png = Path(out_png)
     fig.savefig(out_png, dpi=120)
