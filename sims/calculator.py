@@ -14,11 +14,11 @@ Nothing overlaps: compute, collectives and the gradient sync add up (an upper bo
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from sims.calibration.table import GemmInterpolator, OpInterpolator
 from sims.hardware import HardwareSpec
+from sims.cache import GraphCache
 from sims.ir import ComputationalGraph, OpNode
 from sims.partition import expert_data_parallel, local_params, numel, stage_counts, tp_split, weight_numel
 from sims.workload import Layout, Workload
@@ -368,18 +368,10 @@ def pipeline_time_s(stage_s: list[float], microbatches: int) -> float:
 def model_flops(graph: ComputationalGraph, workload: Workload) -> float:
     """FLOPs of one step of the whole model on the whole batch (layout-independent; replicated
     ops counted once; no recompute). The numerator of MFU."""
-    key = (id(graph), workload)
-    cached = _MODEL_FLOPS.get(key)
-    if cached is not None and cached[0] is graph:
-        return cached[1]
-    total = _count_model_flops(graph, workload)
-    _MODEL_FLOPS[key] = (graph, total)
-    if len(_MODEL_FLOPS) > 4096:
-        _MODEL_FLOPS.popitem(last=False)
-    return total
+    return _MODEL_FLOPS.get(graph, workload, lambda: _count_model_flops(graph, workload))
 
 
-_MODEL_FLOPS: OrderedDict = OrderedDict()
+_MODEL_FLOPS = GraphCache(maxsize=4096)
 
 
 def _count_model_flops(graph: ComputationalGraph, workload: Workload) -> float:

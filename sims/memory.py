@@ -7,11 +7,11 @@ allocator slack and framework buffers take, which this model does not count).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from sims.calculator import Context
 from sims.hardware import HardwareSpec
+from sims.cache import GraphCache
 from sims.ir import ComputationalGraph, OpNode
 from sims.partition import (
     expert_data_parallel,
@@ -124,10 +124,10 @@ def _largest_layer_saved(graph: ComputationalGraph, saved: list[float], first: i
 
 def _layer_kinds(graph: ComputationalGraph) -> dict[tuple[int, ...], list[int]]:
     """Layers grouped by the set of nodes they run (e.g. dense vs MoE layers): layers -> node indices."""
-    key = id(graph)
-    cached = _KINDS_CACHE.get(key)
-    if cached is not None and cached[0] is graph:
-        return cached[1]
+    return _LAYER_KINDS.get(graph, None, lambda: _group_layers(graph))
+
+
+def _group_layers(graph: ComputationalGraph) -> dict[tuple[int, ...], list[int]]:
     by_layer: dict[int, list[int]] = {}
     for index, node in enumerate(graph.nodes):
         for layer in node.layers:
@@ -136,14 +136,10 @@ def _layer_kinds(graph: ComputationalGraph) -> dict[tuple[int, ...], list[int]]:
     kinds: dict[tuple[int, ...], list[int]] = {}
     for layer, members in by_layer.items():
         kinds.setdefault(tuple(members), []).append(layer)
-    result = {tuple(layers): list(members) for members, layers in kinds.items()}
-    _KINDS_CACHE[key] = (graph, result)
-    if len(_KINDS_CACHE) > 256:
-        _KINDS_CACHE.popitem(last=False)
-    return result
+    return {tuple(layers): list(members) for members, layers in kinds.items()}
 
 
-_KINDS_CACHE: OrderedDict = OrderedDict()
+_LAYER_KINDS = GraphCache(maxsize=256)
 
 
 def _logits_elements(graph: ComputationalGraph, ctx: Context, counts: list[int]) -> float:

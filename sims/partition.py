@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections import OrderedDict
 from functools import lru_cache
 from math import prod
 
+from sims.cache import GraphCache
 from sims.ir import ComputationalGraph, OpNode
 from sims.workload import Layout
 
@@ -49,22 +49,19 @@ def stage_layer_bounds(num_layers: int, pp: int) -> list[int]:
 def stage_counts(graph: ComputationalGraph, pp: int) -> list[list[int]]:
     """counts[stage][node index]: executions of each node per forward pass on that stage. The
     embedding (layer -1) runs on the first stage, final norm and head (layer L) on the last."""
-    key = (id(graph), pp)
-    cached = _STAGE_CACHE.get(key)
-    if cached is not None and cached[0] is graph:
-        return cached[1]
+    return _STAGE_COUNTS.get(graph, pp, lambda: _count_per_stage(graph, pp))
+
+
+def _count_per_stage(graph: ComputationalGraph, pp: int) -> list[list[int]]:
     interior = stage_layer_bounds(graph.meta["num_layers"], pp)[1:-1]
     counts = [[0] * len(graph.nodes) for _ in range(pp)]
     for index, node in enumerate(graph.nodes):
         for layer in node.layers:
             counts[bisect_right(interior, layer)][index] += 1
-    _STAGE_CACHE[key] = (graph, counts)
-    if len(_STAGE_CACHE) > 256:
-        _STAGE_CACHE.popitem(last=False)
     return counts
 
 
-_STAGE_CACHE: OrderedDict = OrderedDict()
+_STAGE_COUNTS = GraphCache(maxsize=256)
 
 
 def node_params_per_device(node: OpNode, layout: Layout) -> float:
