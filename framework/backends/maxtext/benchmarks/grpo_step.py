@@ -20,7 +20,7 @@ import json
 import statistics
 import time
 
-from framework.backends.maxtext.benchmarks.shapes import PEAK_KEY, REPO_ROOT, load_yaml, parse_args
+from framework.backends.maxtext.benchmarks.shapes import REPO_ROOT, load_yaml, parse_args, step_report
 
 def grpo_task(args: argparse.Namespace):
     """The task of conf/task/grpo.yaml with the benchmark's shapes."""
@@ -94,8 +94,6 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(__doc__.splitlines()[0], argv)
     import jax
 
-    from framework.backends.maxtext.benchmarks.flops import grpo_update_flops
-
     task, config, params, opt_state, sampler, update = build_components(args)
     rng = jax.random.key(0)
     timings = []
@@ -106,20 +104,8 @@ def main(argv: list[str] | None = None) -> dict:
     rollout_s = statistics.median(t[0] for t in timings)
     update_s = statistics.median(t[1] for t in timings)
     step_s = statistics.median(t[0] + t[1] for t in timings)
-    rows = task.rows_per_step
-    peak = load_yaml("hardware", args.hardware)["peak_tflops"][PEAK_KEY[args.dtype]]
-    flops = grpo_update_flops(load_yaml("model", args.model)["hf_config"], rows, args.prompt_tokens, args.new_tokens)
-    result = {
-        "framework": "crucible-maxtext (jax)", "jax": jax.__version__, "device": jax.devices()[0].device_kind,
-        "devices": jax.device_count(), "model": args.model, "dtype": args.dtype,
-        "prompts": args.prompts, "generations": args.generations, "prompt_tokens": args.prompt_tokens,
-        "new_tokens": args.new_tokens, "micro_batch": args.micro_batch, "timed_steps": args.steps,
-        "warmup_steps": args.warmup, "step_s": step_s, "rollout_s": rollout_s, "update_s": update_s,
-        "rollout_tokens_per_s": rows * args.new_tokens / rollout_s,
-        "update_tokens_per_s": rows * (args.prompt_tokens + args.new_tokens) / update_s,
-        "update_tflops": flops / update_s / 1e12, "peak_tflops": peak, "hardware": args.hardware,
-        "update_mfu": flops / update_s / (peak * 1e12) if peak else None,
-    }
+    result = {"framework": "crucible-maxtext (jax)", "jax": jax.__version__, "device": jax.devices()[0].device_kind,
+              "devices": jax.device_count(), **step_report(args, task.rows_per_step, step_s, rollout_s, update_s)}
     print(json.dumps(result, indent=2))
     return result
 

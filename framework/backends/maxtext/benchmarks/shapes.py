@@ -34,3 +34,21 @@ def load_yaml(group: str, name: str) -> dict:
     from omegaconf import OmegaConf
 
     return OmegaConf.to_container(OmegaConf.load(REPO_ROOT / "conf" / group / f"{name}.yaml"), resolve=True)
+
+
+def step_report(args: argparse.Namespace, rows: int, step_s: float, rollout_s: float, update_s: float) -> dict:
+    """The shapes and the derived figures both benchmarks print: throughputs and update MFU from one
+    FLOPs model (benchmarks/flops.py) and the peak of --hardware at --dtype."""
+    from framework.backends.maxtext.benchmarks.flops import grpo_update_flops
+
+    peak = load_yaml("hardware", args.hardware)["peak_tflops"][PEAK_KEY[args.dtype]]
+    flops = grpo_update_flops(load_yaml("model", args.model)["hf_config"], rows, args.prompt_tokens, args.new_tokens)
+    return {
+        "model": args.model, "dtype": args.dtype, "prompts": args.prompts, "generations": args.generations,
+        "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens, "micro_batch": args.micro_batch,
+        "timed_steps": args.steps, "warmup_steps": args.warmup, "step_s": step_s, "rollout_s": rollout_s,
+        "update_s": update_s, "rollout_tokens_per_s": rows * args.new_tokens / rollout_s,
+        "update_tokens_per_s": rows * (args.prompt_tokens + args.new_tokens) / update_s,
+        "update_tflops": flops / update_s / 1e12, "peak_tflops": peak, "hardware": args.hardware,
+        "update_mfu": flops / update_s / (peak * 1e12) if peak else None,
+    }

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from framework.backends.maxtext.benchmarks.shapes import PEAK_KEY, REPO_ROOT, load_yaml, parse_args
+from framework.backends.maxtext.benchmarks.shapes import REPO_ROOT, load_yaml, parse_args, step_report
 
 PROMPT_TOKEN = "7"
 
@@ -98,8 +98,6 @@ def main(argv: list[str] | None = None) -> dict:
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from framework.backends.maxtext.benchmarks.flops import grpo_update_flops
-
     random.seed(0)
     model_dir = random_init_dir(args)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -124,19 +122,9 @@ def main(argv: list[str] | None = None) -> dict:
     step_s = statistics.median(end - previous for previous, end in zip(timed_ends, timed_ends[1:]))
     rollout_s = statistics.median(timings.generate_s[args.warmup:])
     update_s = step_s - rollout_s
-    peak = load_yaml("hardware", args.hardware)["peak_tflops"][PEAK_KEY[args.dtype]]
-    flops = grpo_update_flops(load_yaml("model", args.model)["hf_config"], rows, args.prompt_tokens, args.new_tokens)
-    result = {
-        "framework": "trl GRPOTrainer (torch)", "trl": trl.__version__, "transformers": transformers.__version__,
-        "torch": torch.__version__, "device": torch.cuda.get_device_name() if on_gpu else "cpu",
-        "model": args.model, "dtype": args.dtype, "prompts": args.prompts, "generations": args.generations,
-        "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens, "micro_batch": args.micro_batch,
-        "timed_steps": args.steps, "warmup_steps": args.warmup, "step_s": step_s, "rollout_s": rollout_s,
-        "update_s": update_s, "rollout_tokens_per_s": rows * args.new_tokens / rollout_s,
-        "update_tokens_per_s": rows * (args.prompt_tokens + args.new_tokens) / update_s,
-        "update_tflops": flops / update_s / 1e12, "peak_tflops": peak, "hardware": args.hardware,
-        "update_mfu": flops / update_s / (peak * 1e12) if peak else None,
-    }
+    result = {"framework": "trl GRPOTrainer (torch)", "trl": trl.__version__, "transformers": transformers.__version__,
+              "torch": torch.__version__, "device": torch.cuda.get_device_name() if on_gpu else "cpu",
+              **step_report(args, rows, step_s, rollout_s, update_s)}
     print(json.dumps(result, indent=2))
     return result
 
