@@ -21,6 +21,18 @@ class RunContext:
     rank: int = 0  # this process among world_size (SLURM tasks, torchrun); only rank 0 writes records
     world_size: int = 1
 
+    fingerprint: dict | None = None  # the settings a resumed run must share (see Runtime.fingerprint)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def checkpoints(self, policy):
+        """This run's CheckpointStore (framework.core.checkpoint) under the task's policy."""
+        from framework.core.checkpoint import CheckpointStore
+
+        return CheckpointStore(self.run_dir, policy, self.fingerprint, enabled=self.is_main)
+
     def path(self, name: str) -> Path:
         """A path inside the run directory (parents created)."""
         target = self.run_dir / name

@@ -1,0 +1,80 @@
+"""The one parallel vocabulary of every run: dp, fsdp, tp, pp, ep, cp (the top-level `parallel` node).
+
+Its default comes from the hardware file; `parallel.tp=2` on the command line overrides it. The
+simulator, the JAX mesh, megatron's parallel_state and torch's launch all read this node, so a
+preflight predicts the very layout that runs.
+
+    dp    data-parallel replicas (whole model copies)
+    fsdp  data-parallel ranks that also shard parameters and optimizer state (ZeRO-3 / FSDP)
+    tp    tensor parallel (Megatron-style column/row splits)
+    pp    pipeline stages
+    ep    expert parallel (MoE experts spread over ranks; carved from dp x fsdp, as megatron does)
+    cp    context parallel (the sequence split over ranks)
+
+One axis may be -1: it takes the devices the others leave.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from framework.core.errors import ConfigError
+
+REMAINING = -1
+AXES = ("dp", "fsdp", "tp", "pp", "ep", "cp")
+# the axes whose product is the number of devices; ep is carved from dp x fsdp x cp
+DEVICE_AXES = ("dp", "fsdp", "tp", "pp", "cp")
+
+
+@dataclass
+class ParallelConfig:
+    dp: int
+    fsdp: int
+    tp: int
+    pp: int
+    ep: int
+    cp: int
+
+    def resolve(self, devices: int, key: str = "parallel") -> "ParallelConfig":
+        """Every axis a positive size; the -1 axis takes the remaining devices; the product equals `devices`."""
+        sizes = asdict(self)
+        for axis, size in sizes.items():
+            if size != REMAINING and size < 1:
+                raise ConfigError(f"{key}.{axis}: {size} is not valid; use an integer >= 1 or -1 (the remaining devices)")
+        remaining = [a for a in DEVICE_AXES if sizes[a] == REMAINING]
+        if sizes["ep"] == REMAINING:
+            raise ConfigError(f"{key}.ep: -1 is not valid; ep divides dp x fsdp x cp, give its size")
+        if len(remaining) > 1:
+            raise ConfigError(f"{key}: only one axis may be -1, got {', '.join(remaining)}")
+        fixed = 1
+        for axis in DEVICE_AXES:
+            fixed *= 1 if sizes[axis] == REMAINING else sizes[axis]
+        if remaining:
+            if devices % fixed:
+                raise ConfigError(f"{key}: {devices} devices do not split into the fixed axes' product {fixed}")
+            sizes[remaining[0]] = devices // fixed
+        product = 1
+        for axis in DEVICE_AXES:
+            product *= sizes[axis]
+        if product != devices:
+            layout = " x ".join(f"{a}={sizes[a]}" for a in DEVICE_AXES)
+            raise ConfigError(f"{key}: {layout} uses {product} devices, but {devices} are there; set one axis to -1")
+        data_ranks = sizes["dp"] * sizes["fsdp"] * sizes["cp"]
+        if data_ranks % sizes["ep"]:
+            raise ConfigError(f"{key}.ep: {sizes['ep']} must divide dp x fsdp x cp = {data_ranks}")
+        return ParallelConfig(**sizes)
+
+    @property
+    def devices(self) -> int:
+        product = 1
+        for axis in DEVICE_AXES:
+            product *= getattr(self, axis)
+        return product
+
+    @property
+    def data_parallel(self) -> int:
+        """Ranks that see different data: dp x fsdp."""
+        return self.dp * self.fsdp
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)

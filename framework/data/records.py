@@ -1,0 +1,152 @@
+"""Backend-neutral data sets for SFT (chat), DPO (preference pairs) and pretraining (text).
+
+Each format is jsonl, one object per line, read from a shipped sample, a local file or folder
+(`train.jsonl`, `test.jsonl`), or the hub (`datasets.load_dataset`). Every record is validated before
+any model is built; the first bad line is a DataError naming the file, the line and what is expected.
+
+    chat        {"messages": [{"role": "system"|"user"|"assistant", "content": str}, ...]}  (ends with assistant)
+    preference  {"prompt": str | [messages], "chosen": str, "rejected": str}
+    text        {"text": str}
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Literal, Optional
+
+from framework.core.errors import DataError
+
+SAMPLES = Path(__file__).parent / "samples"
+ROLES = ("system", "user", "assistant")
+RecordFormat = Literal["chat", "preference", "text"]
+
+
+@dataclass
+class RecordSpec:
+    """The `data` group of the chat, preference and text formats."""
+
+    name: str
+    format: RecordFormat
+    source: Literal["hub", "local", "sample"]
+    path: Optional[str]  # sample: a folder under framework/data/samples; local: a jsonl file or folder; hub: id
+    train_limit: Optional[int]  # only the first N training records; null = all
+
+
+@dataclass(frozen=True)
+class PreferencePair:
+    prompt: list[dict]  # chat messages before the answer (a plain-string prompt becomes one user turn)
+    chosen: str
+    rejected: str
+
+
+def _check_messages(messages: Any, where: str, field: str = "messages") -> list[dict]:
+    if not isinstance(messages, list) or not messages:
+        raise DataError(f"{where}: '{field}' must be a non-empty list of {{role, content}} objects")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ROLES or not isinstance(message.get("content"), str):
+            raise DataError(f"{where}: {field}[{index}] must be {{\"role\": one of {list(ROLES)}, \"content\": str}}")
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def chat_record(record: Any, where: str) -> list[dict]:
+    if not isinstance(record, dict) or "messages" not in record:
+        raise DataError(f"{where}: expected {{\"messages\": [...]}} (chat format)")
+    messages = _check_messages(record["messages"], where)
+    if messages[-1]["role"] != "assistant":
+        raise DataError(f"{where}: the last message must be the assistant's (the target of SFT)")
+    return messages
+
+
+def preference_record(record: Any, where: str) -> PreferencePair:
+    if not isinstance(record, dict):
+        raise DataError(f"{where}: expected an object with 'prompt', 'chosen' and 'rejected'")
+    missing = [k for k in ("prompt", "chosen", "rejected") if k not in record]
+    if missing:
+        raise DataError(f"{where}: missing field(s) {missing}; each record needs 'prompt', 'chosen' and 'rejected'")
+    prompt = record["prompt"]
+    if isinstance(prompt, str):
+        prompt = [{"role": "user", "content": prompt}]
+    prompt = _check_messages(prompt, where, "prompt")
+    for key in ("chosen", "rejected"):
+        if not isinstance(record[key], str) or not record[key]:
+            raise DataError(f"{where}: '{key}' must be a non-empty string (the assistant's answer)")
+    return PreferencePair(prompt, record["chosen"], record["rejected"])
+
+
+def text_record(record: Any, where: str) -> str:
+    if not isinstance(record, dict) or not isinstance(record.get("text"), str) or not record["text"].strip():
+        raise DataError(f"{where}: expected {{\"text\": non-empty string}}")
+    return record["text"]
+
+
+PARSERS: dict[str, Callable[[Any, str], Any]] = {"chat": chat_record, "preference": preference_record,
+                                                 "text": text_record}
+
+
+def read_jsonl(path: Path, parse: Callable[[Any, str], Any], limit: int | None = None) -> list:
+    if not path.is_file():
+        raise DataError(f"{path}: no such jsonl file")
+    records = []
+    try:
+        with path.open(encoding="utf-8") as lines:
+            for number, line in enumerate(lines, start=1):
+                if limit is not None and len(records) >= limit:
+                    break
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise DataError(f"{path}:{number}: not valid JSON ({error.msg}); expected one object per line") from None
+                records.append(parse(record, f"{path}:{number}"))
+    except UnicodeDecodeError as error:
+        raise DataError(f"{path}: not UTF-8 text (byte {error.start}); save the file as UTF-8") from None
+    if not records:
+        raise DataError(f"{path}: no records")
+    return records
+
+
+def split_file(spec: RecordSpec, split: str) -> Path | None:
+    """The jsonl file of `split`; None when a single-file data set has no test split."""
+    if spec.source == "sample":
+        return SAMPLES / str(spec.path) / f"{split}.jsonl"
+    path = Path(str(spec.path)).expanduser()
+    if path.is_dir():
+        file = path / f"{split}.jsonl"
+        return file if split == "train" or file.is_file() else None
+    return path if split == "train" else None
+
+
+def load_records(spec: RecordSpec, split: str = "train", limit: int | None = None) -> list:
+    """Validated records of `split` ("train" or "test"): messages lists, PreferencePairs or strings."""
+    if split not in ("train", "test"):
+        raise DataError(f"split {split!r} is unknown; valid: train, test")
+    parse = PARSERS[spec.format]
+    limit = spec.train_limit if split == "train" and limit is None else limit
+    if spec.source == "hub":
+        return _load_hub(str(spec.path), split, parse, limit)
+    file = split_file(spec, split)
+    if file is None:
+        return []
+    return read_jsonl(file, parse, limit)
+
+
+def _load_hub(dataset_id: str, split: str, parse: Callable[[Any, str], Any], limit: int | None) -> list:
+    import datasets
+
+    try:
+        rows = datasets.load_dataset(dataset_id, split=split)
+    except Exception as error:  # datasets raises many types (offline, not found): one line
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise DataError(f"{dataset_id} (split {split}): could not load from the hub ({type(error).__name__}: "
+                        f"{detail}); use a local jsonl file or folder (data.source=local data.path=...)") from None
+    if limit is not None:
+        rows = rows.select(range(min(limit, len(rows))))
+    return [parse(dict(row), f"{dataset_id}:{split} row {index}") for index, row in enumerate(rows)]
+
+
+def render_messages(messages: Iterable[dict]) -> str:
+    """A plain transcript of messages (for tokenizers without a chat template)."""
+    return "\n".join(f"{m['role']}: {m['content']}" for m in messages)

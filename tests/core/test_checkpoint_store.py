@@ -1,0 +1,68 @@
+"""The core checkpoint contract: atomic publish, manifest checksums, fallback past a damaged checkpoint,
+fingerprint refusal, keep-N pruning."""
+
+import json
+
+import pytest
+
+from framework.core.checkpoint import MANIFEST, CheckpointPolicy, CheckpointStore
+from framework.core.errors import CheckpointError
+
+
+def _store(tmp_path, keep=3, fingerprint=None, resume=True):
+    return CheckpointStore(tmp_path, CheckpointPolicy(every=1, keep=keep, resume=resume), fingerprint or {"m": 1})
+
+
+def _save(store, step, payload=b"weights"):
+    return store.save(step, lambda d: (d / "w.bin").write_bytes(payload + bytes([step])), {"position": step})
+
+
+def test_save_publishes_with_manifest_and_latest_restores_state(tmp_path):
+    store = _store(tmp_path)
+    _save(store, 1)
+    path = _save(store, 2)
+    manifest = json.loads((path / MANIFEST).read_text())
+    assert manifest["files"]["w.bin"]["bytes"] == len(b"weights") + 1
+    latest = store.latest()
+    assert (latest.step, latest.state) == (2, {"position": 2})
+    assert not [p for p in store.root.iterdir() if p.name.startswith(".")]  # no staging left
+
+
+def test_a_flipped_byte_falls_back_to_the_previous_checkpoint(tmp_path, caplog):
+    store = _store(tmp_path)
+    _save(store, 1)
+    path = _save(store, 2)
+    data = bytearray((path / "w.bin").read_bytes())
+    data[0] ^= 0x01
+    (path / "w.bin").write_bytes(bytes(data))
+    assert store.latest().step == 1
+    assert "checksum mismatch" in caplog.text
+
+
+def test_a_failed_write_leaves_no_checkpoint(tmp_path):
+    store = _store(tmp_path)
+
+    def broken(folder):
+        (folder / "half.bin").write_bytes(b"x")
+        raise OSError("No space left on device")
+
+    with pytest.raises(OSError):
+        store.save(1, broken)
+    assert store.steps() == [] and store.latest() is None
+
+
+def test_a_changed_setup_is_refused_naming_the_key(tmp_path):
+    _save(_store(tmp_path, fingerprint={"model": {"layers": 2}}), 1)
+    with pytest.raises(CheckpointError, match=r"model.layers \(saved 2, now 4\)"):
+        _store(tmp_path, fingerprint={"model": {"layers": 4}}).latest()
+
+
+def test_keep_prunes_old_checkpoints_and_policy_says_when_to_save(tmp_path):
+    store = _store(tmp_path, keep=2)
+    for step in (1, 2, 3):
+        _save(store, step)
+    assert store.steps() == [2, 3]
+    policy = CheckpointPolicy(every=2, keep=1, resume=True)
+    assert [s for s in range(1, 6) if policy.due(s, last_step=5)] == [2, 4, 5]
+    assert not CheckpointPolicy(every=0, keep=1, resume=True).due(5, 5)
+    assert _store(tmp_path, resume=False).resume_point() is None
