@@ -1,0 +1,99 @@
+"""Adapter of the megatron backend: checks megatron-core and torch, builds the pretrain config.
+
+Nothing here imports torch or megatron at module level: the adapter is instantiated when any run
+validates, and `python run.py --help` must stay fast.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from importlib import metadata
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from framework.backends.megatron.config import MegatronPretrainConfig
+from framework.core.adapter import BackendAdapter
+from framework.core.build import build
+from framework.core.errors import BackendError, ConfigError
+from framework.core.parallel import ParallelConfig
+from framework.data.records import RecordSpec
+from framework.tasks.pretrain import PretrainTask, check_pretrain
+
+REQUIRED = {"megatron.core": "megatron-core", "torch": "torch"}
+ACCELERATORS = ("cpu", "gpu")
+
+
+class MegatronAdapter(BackendAdapter):
+    name = "megatron"
+    trainers = {"pretrain": "framework.backends.megatron.trainers.pretrain:PretrainTrainer"}
+    patch_modules = ("framework.backends.megatron.patches",)
+
+    def __init__(self, layer_spec: str, cache_dir: str, preflight: bool):
+        self.layer_spec = str(layer_spec)
+        self.cache_dir = str(cache_dir)
+        self.preflight = bool(preflight)
+
+    def prepare_backend(self, cfg: DictConfig) -> None:
+        missing = [package for module, package in REQUIRED.items() if not _has_module(module)]
+        if missing:
+            raise BackendError(f"backend=megatron needs {', '.join(missing)}: pip install -e '.[megatron]'")
+        if cfg.hardware.accelerator not in ACCELERATORS:
+            raise ConfigError(f"hardware.accelerator: {cfg.hardware.accelerator!r}; backend=megatron runs on "
+                              f"{', '.join(ACCELERATORS)}")
+        if self.layer_spec not in ("local", "te"):
+            raise ConfigError(f"backend.adapter.layer_spec: {self.layer_spec!r}; valid: local, te")
+        quiet_megatron()
+
+    def detect_backend_version(self) -> str | None:
+        try:
+            return metadata.version("megatron-core")
+        except metadata.PackageNotFoundError:
+            return None
+
+    def convert_config(self, cfg: DictConfig) -> MegatronPretrainConfig:
+        from framework.backends.megatron.model import check_layout, decoder_shape, read_hf_config
+        from framework.models.tiny import resolve_model_dir
+
+        task = build(PretrainTask, cfg.pretrain, "pretrain")
+        check_pretrain(task)
+        data = _text_spec(cfg)
+        model = OmegaConf.to_container(cfg.model, resolve=True)
+        model_dir = resolve_model_dir(model, Path(self.cache_dir) / "models")
+        if not Path(model_dir).is_dir():
+            raise ConfigError(f"model.path: backend=megatron reads a local HF directory, got hub id {model_dir!r}; "
+                              f"download it and set model.path=DIR, or model.random_init=true")
+        hf_config = read_hf_config(model_dir)
+        parallel = build(ParallelConfig, cfg.parallel, "parallel")
+        shape = decoder_shape(hf_config)
+        check_layout(shape, parallel.tp, parallel.pp)
+        return MegatronPretrainConfig(
+            task=task, data=data, model_name=cfg.model.name, model_dir=model_dir, hf_config=hf_config,
+            hardware=OmegaConf.to_container(cfg.hardware, resolve=True), parallel=parallel,
+            layer_spec=self.layer_spec, cache_dir=self.cache_dir, preflight=self.preflight, seed=int(cfg.seed))
+
+
+def quiet_megatron() -> None:
+    """megatron logs every config and bucket at INFO and warns at import that apex/TE are absent
+    (expected with the local layer spec): keep its warnings and errors only."""
+    import logging
+    import warnings
+
+    logging.getLogger("megatron").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=r".*(Transformer Engine|Apex) (and Apex )?(are|is) not installed.*")
+    warnings.filterwarnings("ignore", message=r"full scope is deprecated")
+
+
+def _has_module(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _text_spec(cfg: DictConfig) -> RecordSpec:
+    data = OmegaConf.to_container(cfg.data, resolve=True)
+    if data.get("format") != "text":
+        raise ConfigError(f"data={data.get('name')}: task=pretrain needs a text data set (format: text, jsonl "
+                          f"'text'), e.g. data=text_sample")
+    return build(RecordSpec, data, "data")
