@@ -52,7 +52,9 @@ class MegatronAdapter(BackendAdapter):
             return None
 
     def convert_config(self, cfg: DictConfig) -> MegatronPretrainConfig:
+        from framework.backends.megatron.distributed import resolve_layout
         from framework.backends.megatron.model import check_layout, decoder_shape, read_hf_config
+        from framework.core.distributed import detect
         from framework.models.tiny import resolve_model_dir
 
         task = build(PretrainTask, cfg.pretrain, "pretrain")
@@ -65,8 +67,8 @@ class MegatronAdapter(BackendAdapter):
                               f"download it and set model.path=DIR, or model.random_init=true")
         hf_config = read_hf_config(model_dir)
         parallel = build(ParallelConfig, cfg.parallel, "parallel")
-        shape = decoder_shape(hf_config)
-        check_layout(shape, parallel.tp, parallel.pp)
+        layout = resolve_layout(parallel, detect().world_size, self.layer_spec)  # the launched ranks
+        check_layout(decoder_shape(hf_config), layout.tp, layout.pp)
         return MegatronPretrainConfig(
             task=task, data=data, model_name=cfg.model.name, model_dir=model_dir, hf_config=hf_config,
             hardware=OmegaConf.to_container(cfg.hardware, resolve=True), parallel=parallel,
