@@ -1,0 +1,75 @@
+"""Bad input to backend=megatron is one line naming the key or file and what is valid."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from hydra.utils import instantiate
+
+from framework.core.errors import ConfigError, DataError
+from framework.data.records import RecordSpec
+from tests.conftest import compose_config, run_cli
+
+
+def _convert(overrides, cache_dir):
+    cfg = compose_config(["recipe=pretrain_megatron_cpu", f"backend.adapter.cache_dir={cache_dir}", *overrides])
+    return instantiate(cfg.backend.adapter).convert_config(cfg)
+
+
+def test_layout_that_does_not_divide_the_devices(cache_dir):
+    with pytest.raises(ConfigError, match="parallel: 1 devices do not split into the fixed axes' product 2"):
+        _convert(["parallel.tp=2"], cache_dir)
+
+
+def test_layout_that_does_not_divide_heads_or_layers(cache_dir, monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "3")  # as if torchrun started three ranks
+    with pytest.raises(ConfigError, match="parallel.tp: 3 does not divide the model's num_attention_heads"):
+        _convert(["parallel.tp=3"], cache_dir)
+    with pytest.raises(ConfigError, match="parallel.pp: 3 does not divide the model's num_hidden_layers"):
+        _convert(["parallel.pp=3"], cache_dir)
+
+
+def test_context_parallel_needs_transformer_engine(cache_dir, monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match="parallel.cp: 2 needs layer_spec=te"):
+        _convert(["parallel.cp=2"], cache_dir)
+
+
+def test_a_data_set_that_is_not_text(cache_dir):
+    with pytest.raises(ConfigError, match="task=pretrain needs a text data set"):
+        _convert(["data=chat_sample"], cache_dir)
+
+
+def test_a_corpus_without_text(tmp_path):
+    from transformers import AutoTokenizer
+
+    from framework.backends.megatron import data
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps({"content": "no text field"}) + "\n")
+    spec = RecordSpec(name="mine", format="text", source="local", path=str(corpus), train_limit=None)
+    with pytest.raises(DataError, match=r"corpus.jsonl:2: expected \{\"text\": non-empty string\}"):
+        data.build_token_file(spec, AutoTokenizer, tmp_path / "cache", lambda items, **_: items)
+
+
+def test_a_model_without_a_tokenizer(cache_dir, tmp_path):
+    from framework.backends.megatron import data
+
+    config = _convert([], cache_dir)
+    bare = tmp_path / "no_tokenizer"
+    bare.mkdir()
+    shutil.copy(f"{config.model_dir}/config.json", bare / "config.json")
+    with pytest.raises(DataError, match="model.path: .*no_tokenizer has no tokenizer"):
+        data.load_tokenizer(str(bare))
+
+
+def test_the_cli_prints_one_line(cache_dir):
+    proc = run_cli(["recipe=pretrain_megatron_cpu", "parallel.pp=2", "progress=false", "hydra.run.dir=" +
+                    str(cache_dir / "bad_run")], env={"CRUCIBLE_CACHE": str(cache_dir)})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: parallel:")
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,96 @@
+"""End-to-end pretraining runs on a CPU (subprocesses, as a user runs them; all slow).
+
+- the loss falls on the shipped text sample, with every record, checkpoint and the HF export;
+- kill -9 right after a checkpoint -> resume -> the same final checkpoint and metrics (conformance);
+- tp=2 and pp=2 (two gloo ranks under torchrun) train the same losses as one rank, from the same
+  pretrained weights: within LOSS_TOLERANCE (float32; reductions split differently over ranks);
+- a checkpoint saved at tp=1 resumes at tp=2 (dist_checkpointing reshards at load).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from framework.core.loggers import read_metrics
+from tests.conformance import check_kill_resume
+from tests.conftest import REPO_ROOT, run_cli
+
+RECIPE = ["recipe=pretrain_megatron_cpu", "progress=false"]
+PARITY = [*RECIPE, "pretrain.init_from=pretrained", "pretrain.steps=4", "pretrain.eval.every=0",
+          "pretrain.checkpoint.every=0", "pretrain.export_hf=false", "backend.adapter.preflight=false"]
+LOSS_TOLERANCE = 1e-4
+
+
+def _env(cache_dir) -> dict:
+    return {"CRUCIBLE_CACHE": str(cache_dir), "OMP_NUM_THREADS": "1"}
+
+
+def _torchrun(args: list[str], cache_dir, ranks: int = 2) -> subprocess.CompletedProcess:
+    env = {**os.environ, **_env(cache_dir)}
+    env.pop("HYDRA_FULL_ERROR", None)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks),
+               "--master_port", str(29400 + os.getpid() % 500), str(REPO_ROOT / "run.py"), *args]
+    return subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _losses(run_dir) -> list[float]:
+    return [row["loss"] for row in read_metrics(run_dir / "metrics.jsonl")]
+
+
+@pytest.mark.slow
+def test_loss_falls_and_the_run_dir_holds_records_checkpoints_and_export(tmp_path, cache_dir):
+    proc = run_cli([*RECIPE, f"hydra.run.dir={tmp_path}"], env=_env(cache_dir))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    first, last = sum(r["loss"] for r in rows[:3]) / 3, sum(r["loss"] for r in rows[-3:]) / 3
+    assert last < first - 1.0, (first, last)
+    assert {"loss", "learning_rate", "grad_norm", "tokens_per_s", "step_time_s"} <= set(rows[-1])
+    assert rows[0]["learning_rate"] == 0.0 and max(r["learning_rate"] for r in rows) == pytest.approx(3e-3)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["metrics"]["eval_loss"] < rows[0]["loss"]
+    assert summary["metrics"]["preflight_predicted_step_s"] > 0 and summary["metrics"]["measured_step_s"] > 0
+    assert summary["result"]["artifacts"]["last_checkpoint"].endswith("step_30")
+    assert (tmp_path / "hf_export" / "model.safetensors").is_file()
+    patches = json.loads((tmp_path / "patches.json").read_text())
+    assert patches["counts"] == {"applied": 4, "skipped": 0, "failed": 0}
+
+
+@pytest.mark.slow
+def test_kill_resume_is_bit_identical(tmp_path, cache_dir):
+    check_kill_resume(tmp_path, [*RECIPE, "pretrain.steps=6", "pretrain.checkpoint.every=2",
+                                 "pretrain.eval.every=3", "pretrain.export_hf=false"],
+                      kill_after_checkpoint=2, env=_env(cache_dir))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("axis", ["tp", "pp"])
+def test_two_ranks_train_the_losses_of_one(axis, tmp_path, cache_dir):
+    single = run_cli([*PARITY, f"hydra.run.dir={tmp_path / 'one'}"], env=_env(cache_dir))
+    assert single.returncode == 0, single.stderr[-3000:]
+    double = _torchrun([*PARITY, f"parallel.{axis}=2", f"hydra.run.dir={tmp_path / 'two'}"], cache_dir)
+    assert double.returncode == 0, double.stderr[-3000:]
+    one, two = _losses(tmp_path / "one"), _losses(tmp_path / "two")
+    assert len(one) == len(two) == 4
+    assert max(abs(a - b) for a, b in zip(one, two)) <= LOSS_TOLERANCE, (one, two)
+    summary = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert summary["metrics"]["layout"][axis] == 2
+
+
+@pytest.mark.slow
+def test_a_tp1_checkpoint_resumes_at_tp2(tmp_path, cache_dir):
+    first = run_cli([*PARITY, "pretrain.checkpoint.every=2", "pretrain.steps=2", f"hydra.run.dir={tmp_path}"],
+                    env=_env(cache_dir))
+    assert first.returncode == 0, first.stderr[-3000:]
+    resumed = _torchrun([*PARITY, "pretrain.checkpoint.every=2", "parallel.tp=2", f"hydra.run.dir={tmp_path}"],
+                        cache_dir)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["metrics"]["resumed_from_step"] == 2 and summary["metrics"]["layout"]["tp"] == 2
+    straight = run_cli([*PARITY, f"hydra.run.dir={tmp_path / 'straight'}"], env=_env(cache_dir))
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    assert _losses(tmp_path)[2:] == pytest.approx(_losses(tmp_path / "straight")[2:], abs=LOSS_TOLERANCE)
