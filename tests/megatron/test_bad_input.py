@@ -73,3 +73,10 @@ def test_the_cli_prints_one_line(cache_dir):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: parallel:")
     assert "Traceback" not in proc.stderr
+
+
+def test_optimizer_sharding_on_a_cpu(cache_dir, monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match="parallel.fsdp: 2 shards the optimizer state .* use parallel.dp=-1"):
+        _convert(["parallel.dp=1", "parallel.fsdp=-1"], cache_dir)

@@ -2,7 +2,7 @@
 
 - the loss falls on the shipped text sample, with every record, checkpoint and the HF export;
 - kill -9 right after a checkpoint -> resume -> the same final checkpoint and metrics (conformance);
-- tp=2 and pp=2 (two gloo ranks under torchrun) train the same losses as one rank, from the same
+- tp=2, pp=2 and dp=2 (two gloo ranks under torchrun) train the same losses as one rank, from the same
   pretrained weights: within LOSS_TOLERANCE (float32; reductions split differently over ranks);
 - a checkpoint saved at tp=1 resumes at tp=2 (dist_checkpointing reshards at load).
 """
@@ -68,11 +68,13 @@ def test_kill_resume_is_bit_identical(tmp_path, cache_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("axis", ["tp", "pp"])
-def test_two_ranks_train_the_losses_of_one(axis, tmp_path, cache_dir):
-    single = run_cli([*PARITY, f"hydra.run.dir={tmp_path / 'one'}"], env=_env(cache_dir))
+@pytest.mark.parametrize("axis, model", [("tp", "tiny_llama"), ("pp", "tiny_qwen2"), ("dp", "tiny_qwen3")])
+def test_two_ranks_train_the_losses_of_one(axis, model, tmp_path, cache_dir):
+    """pp with tied embeddings (qwen2): the embedding's gradient is summed over the first and last stage."""
+    single = run_cli([*PARITY, f"model={model}", f"hydra.run.dir={tmp_path / 'one'}"], env=_env(cache_dir))
     assert single.returncode == 0, single.stderr[-3000:]
-    double = _torchrun([*PARITY, f"parallel.{axis}=2", f"hydra.run.dir={tmp_path / 'two'}"], cache_dir)
+    double = _torchrun([*PARITY, f"model={model}", f"parallel.{axis}=2", f"hydra.run.dir={tmp_path / 'two'}"],
+                       cache_dir)
     assert double.returncode == 0, double.stderr[-3000:]
     one, two = _losses(tmp_path / "one"), _losses(tmp_path / "two")
     assert len(one) == len(two) == 4

@@ -67,7 +67,8 @@ class MegatronAdapter(BackendAdapter):
                               f"download it and set model.path=DIR, or model.random_init=true")
         hf_config = read_hf_config(model_dir)
         parallel = build(ParallelConfig, cfg.parallel, "parallel")
-        layout = resolve_layout(parallel, detect().world_size, self.layer_spec)  # the launched ranks
+        on_gpu = cfg.hardware.accelerator == "gpu"
+        layout = resolve_layout(parallel, detect().world_size, self.layer_spec, on_gpu)  # over the launched ranks
         check_layout(decoder_shape(hf_config), layout.tp, layout.pp)
         return MegatronPretrainConfig(
             task=task, data=data, model_name=cfg.model.name, model_dir=model_dir, hf_config=hf_config,
@@ -84,6 +85,7 @@ def quiet_megatron() -> None:
     logging.getLogger("megatron").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=r".*(Transformer Engine|Apex) (and Apex )?(are|is) not installed.*")
     warnings.filterwarnings("ignore", message=r"full scope is deprecated")
+    warnings.filterwarnings("ignore", message=r"Please use DTensor instead and we are deprecating ShardedTensor")
 
 
 def _has_module(module: str) -> bool:

@@ -33,8 +33,11 @@ class Layout:
         return {"tp": self.tp, "pp": self.pp, "cp": self.cp, "dp": self.dp}
 
 
-def resolve_layout(parallel: ParallelConfig, world_size: int, layer_spec: str) -> Layout:
+def resolve_layout(parallel: ParallelConfig, world_size: int, layer_spec: str, on_gpu: bool) -> Layout:
     resolved = parallel.resolve(world_size)
+    if resolved.fsdp > 1 and not on_gpu:
+        raise ConfigError(f"parallel.fsdp: {resolved.fsdp} shards the optimizer state (megatron's distributed "
+                          f"optimizer), which needs CUDA; on a CPU use parallel.dp=-1 parallel.fsdp=1")
     if resolved.ep != 1:
         raise ConfigError(f"parallel.ep: {resolved.ep}; backend=megatron trains dense models, ep must be 1")
     if resolved.cp > 1 and layer_spec != "te":

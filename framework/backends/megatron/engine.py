@@ -47,17 +47,28 @@ class Engine:
         ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
                                                    use_distributed_optimizer=self.layout.shard_optimizer)
         self.model = DistributedDataParallel(self.config, ddp_config, self.module)
+        self._hook_schedules()
         dtype = torch_dtype(self.task.compute_dtype)
         self.optimizer = get_megatron_optimizer(OptimizerConfig(
             optimizer="adam", lr=opt.learning_rate, min_lr=opt.learning_rate * opt.min_lr_ratio,
             weight_decay=opt.weight_decay, adam_beta1=opt.b1, adam_beta2=opt.b2, adam_eps=opt.eps,
             clip_grad=opt.max_grad_norm, bf16=self.config.bf16, fp16=self.config.fp16, params_dtype=dtype,
             use_distributed_optimizer=self.layout.shard_optimizer), [self.model])
+        self.config.grad_scale_func = self.optimizer.scale_loss
         self.scheduler = OptimizerParamScheduler(
             self.optimizer, init_lr=0.0, max_lr=opt.learning_rate, min_lr=opt.learning_rate * opt.min_lr_ratio,
             lr_warmup_steps=opt.warmup_steps, lr_decay_steps=max(self.task.steps, opt.warmup_steps + 1),
             lr_decay_style=SCHEDULES[opt.schedule], start_wd=opt.weight_decay, end_wd=opt.weight_decay,
             wd_incr_steps=self.task.steps, wd_incr_style="constant")
+
+    def _hook_schedules(self) -> None:
+        """What megatron's schedules call between micro-batches and after the last backward (as
+        Megatron-LM's training loop sets them): without finalize_model_grads no gradient is
+        all-reduced over data-parallel ranks nor are tied embeddings' over pipeline stages."""
+        from megatron.core.distributed import finalize_model_grads
+
+        self.config.no_sync_func = self.model.no_sync
+        self.config.finalize_model_grads_func = finalize_model_grads
 
     def learning_rate(self) -> float:
         return float(self.optimizer.param_groups[0]["lr"])

@@ -38,7 +38,7 @@ class PretrainTrainer(BaseTrainer):
         cfg, task = self.config, self.config.task
         self.env = detect()
         self.on_gpu = cfg.hardware["accelerator"] == "gpu"
-        self.layout = resolve_layout(cfg.parallel, self.env.world_size, cfg.layer_spec)
+        self.layout = resolve_layout(cfg.parallel, self.env.world_size, cfg.layer_spec, self.on_gpu)
         self.shape = decoder_shape(cfg.hf_config)
         check_layout(self.shape, self.layout.tp, self.layout.pp)
         micro_total = task.micro_batch_size * self.layout.dp
