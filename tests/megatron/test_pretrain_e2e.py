@@ -96,3 +96,16 @@ def test_a_tp1_checkpoint_resumes_at_tp2(tmp_path, cache_dir):
     straight = run_cli([*PARITY, f"hydra.run.dir={tmp_path / 'straight'}"], env=_env(cache_dir))
     assert straight.returncode == 0, straight.stderr[-3000:]
     assert _losses(tmp_path)[2:] == pytest.approx(_losses(tmp_path / "straight")[2:], abs=LOSS_TOLERANCE)
+
+
+@pytest.mark.slow
+def test_a_maxtext_grpo_run_starts_from_the_export(tmp_path, cache_dir):
+    pretrain = run_cli([*RECIPE, "model=tiny_qwen2", "pretrain.steps=4", "pretrain.eval.every=0",
+                        "pretrain.checkpoint.every=0", f"hydra.run.dir={tmp_path / 'pretrain'}"], env=_env(cache_dir))
+    assert pretrain.returncode == 0, pretrain.stderr[-3000:]
+    export = tmp_path / "pretrain" / "hf_export"
+    grpo = run_cli(["recipe=grpo_arithmetic_cpu", f"model.path={export}", "grpo.steps=2", "progress=false",
+                    f"hydra.run.dir={tmp_path / 'grpo'}"], env=_env(cache_dir))
+    assert grpo.returncode == 0, grpo.stderr[-3000:]
+    rows = read_metrics(tmp_path / "grpo" / "metrics.jsonl")
+    assert [row["step"] for row in rows] == [1, 2]
