@@ -111,8 +111,8 @@ def transformer_config(shape: DecoderShape, layout: Mapping[str, int], compute_d
         params_dtype=dtype, pipeline_dtype=dtype,
         bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
         use_cpu_initialization=not on_gpu, perform_initialization=True,
-        # fused kernels need apex/TE or CUDA; the local spec's unfused paths are exact on any device
-        bias_dropout_fusion=False, apply_rope_fusion=False, masked_softmax_fusion=on_gpu,
+        # fused kernels need apex, TE or Megatron-LM's compiled CUDA extensions (not in the megatron-core wheel)
+        bias_dropout_fusion=False, apply_rope_fusion=False, masked_softmax_fusion=False,
         gradient_accumulation_fusion=False, persist_layer_norm=False,
         deallocate_pipeline_outputs=on_gpu)
 
