@@ -22,8 +22,10 @@ def _config(model: str, cache_dir):
     return instantiate(cfg.backend.adapter).convert_config(cfg)
 
 
-@pytest.mark.parametrize("model", ["tiny_llama", "tiny_qwen2", "tiny_qwen3"])
-def test_megatron_forward_matches_transformers_and_export_round_trips(model, megatron_world, cache_dir, tmp_path):
+@pytest.mark.parametrize("model, spec", [("tiny_llama", "local"), ("tiny_qwen2", "local"), ("tiny_qwen3", "local"),
+                                         ("tiny_llama", "local_sdpa")])
+def test_megatron_forward_matches_transformers_and_export_round_trips(model, spec, megatron_world, cache_dir,
+                                                                      tmp_path):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
@@ -32,8 +34,10 @@ def test_megatron_forward_matches_transformers_and_export_round_trips(model, meg
     from framework.backends.megatron.model import decoder_shape
 
     config = _config(model, cache_dir)
-    engine = Engine(decoder_shape(config.hf_config), megatron_world, config.task, "local", on_gpu=False)
+    engine = Engine(decoder_shape(config.hf_config), megatron_world, config.task, spec, on_gpu=False)
     assert engine.import_hf(config.model_dir) >= 10
+    attention = type(engine.module.decoder.layers[0].self_attention.core_attention).__name__
+    assert attention == {"local": "DotProductAttention", "local_sdpa": "SDPAttention"}[spec]
     tokens = torch.randint(0, config.hf_config["vocab_size"], (2, 24), generator=torch.Generator().manual_seed(0))
     positions = torch.arange(24).expand(2, 24)
     with torch.no_grad():

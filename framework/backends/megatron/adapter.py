@@ -41,8 +41,10 @@ class MegatronAdapter(BackendAdapter):
         if cfg.hardware.accelerator not in ACCELERATORS:
             raise ConfigError(f"hardware.accelerator: {cfg.hardware.accelerator!r}; backend=megatron runs on "
                               f"{', '.join(ACCELERATORS)}")
-        if self.layer_spec not in ("local", "te"):
-            raise ConfigError(f"backend.adapter.layer_spec: {self.layer_spec!r}; valid: local, te")
+        from framework.backends.megatron.model import LAYER_SPECS
+
+        if self.layer_spec not in LAYER_SPECS:
+            raise ConfigError(f"backend.adapter.layer_spec: {self.layer_spec!r}; valid: {', '.join(LAYER_SPECS)}")
         quiet_megatron()
 
     def detect_backend_version(self) -> str | None:

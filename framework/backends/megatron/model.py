@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from framework.core.errors import ConfigError, DataError
 
+LAYER_SPECS = ("local", "local_sdpa", "te")
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
 
@@ -118,7 +119,8 @@ def transformer_config(shape: DecoderShape, layout: Mapping[str, int], compute_d
 
 
 def layer_spec(shape: DecoderShape, kind: str):
-    """The transformer layer spec: `local` (megatron's own modules) or `te` (Transformer Engine)."""
+    """The transformer layer spec: `local` (megatron's own modules), `local_sdpa` (the same with torch SDPA
+    core attention, framework/backends/megatron/attention.py) or `te` (Transformer Engine)."""
     from megatron.core.models.gpt import gpt_layer_specs
 
     if kind == "te":
@@ -128,9 +130,14 @@ def layer_spec(shape: DecoderShape, kind: str):
             raise ConfigError("backend.adapter.layer_spec: te needs Transformer Engine (pip install "
                               "transformer-engine[pytorch]); use local") from None
         return gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec(qk_layernorm=shape.qk_norm)
-    if kind == "local":
-        return gpt_layer_specs.get_gpt_layer_local_spec(qk_layernorm=shape.qk_norm, normalization="RMSNorm")
-    raise ConfigError(f"backend.adapter.layer_spec: {kind!r}; valid: local, te")
+    if kind in ("local", "local_sdpa"):
+        spec = gpt_layer_specs.get_gpt_layer_local_spec(qk_layernorm=shape.qk_norm, normalization="RMSNorm")
+        if kind == "local_sdpa":
+            from framework.backends.megatron.attention import SDPAttention
+
+            spec.submodules.self_attention.submodules.core_attention = SDPAttention
+        return spec
+    raise ConfigError(f"backend.adapter.layer_spec: {kind!r}; valid: {', '.join(LAYER_SPECS)}")
 
 
 def gpt_model(shape: DecoderShape, config, spec, seq_length: int, pre_process: bool, post_process: bool):
