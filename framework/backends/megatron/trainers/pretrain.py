@@ -130,11 +130,11 @@ class PretrainTrainer(BaseTrainer):
         return TrainingResult(success=True, metrics=summary, wall_time_s=time.perf_counter() - started,
                               samples=len(steps) * task.global_batch_size, artifacts=artifacts)
 
-    def _microbatches(self, dataset, step: int):
+    def _microbatches(self, dataset, step: int, count: int):
         from megatron.core import parallel_state
 
         task, dp_rank = self.config.task, parallel_state.get_data_parallel_rank()
-        for micro in range(self.num_microbatches):
+        for micro in range(count):
             indices = sample_indices(step, micro, dp_rank, task.global_batch_size, task.micro_batch_size,
                                      self.layout.dp)
             yield collate(dataset, [i % len(dataset) for i in indices], self.engine.device)
@@ -144,8 +144,8 @@ class PretrainTrainer(BaseTrainer):
         output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
         return output, partial(masked_mean_loss, batch["loss_mask"])
 
-    def _run_schedule(self, batches, forward_only: bool) -> float:
-        """Forward (and backward) over `num_microbatches`; the mean loss, known on every rank."""
+    def _run_schedule(self, batches, count: int, forward_only: bool) -> float:
+        """Forward (and backward) over `count` micro-batches; the mean loss, known on every rank."""
         import torch
         import torch.distributed as dist
         from megatron.core import parallel_state
@@ -154,7 +154,7 @@ class PretrainTrainer(BaseTrainer):
         task = self.config.task
         losses = get_forward_backward_func()(
             forward_step_func=self._forward_step, data_iterator=batches, model=[self.engine.model],
-            num_microbatches=self.num_microbatches, seq_length=task.seq_length,
+            num_microbatches=count, seq_length=task.seq_length,
             micro_batch_size=task.micro_batch_size, forward_only=forward_only)
         local = torch.zeros(2, dtype=torch.float64, device=self.engine.device)
         if parallel_state.is_pipeline_last_stage() and losses:
@@ -170,7 +170,8 @@ class PretrainTrainer(BaseTrainer):
         engine.model.zero_grad_buffer()
         engine.optimizer.zero_grad()
         learning_rate = engine.learning_rate()
-        loss = self._run_schedule(self._microbatches(self.train_set, step), forward_only=False)
+        batches = self._microbatches(self.train_set, step, self.num_microbatches)
+        loss = self._run_schedule(batches, self.num_microbatches, forward_only=False)
         updated, grad_norm, _ = engine.optimizer.step()
         engine.scheduler.step(increment=1)
         self._synchronize()
@@ -191,7 +192,8 @@ class PretrainTrainer(BaseTrainer):
         started = time.perf_counter()
         self.engine.model.eval()
         with torch.no_grad():
-            loss = self._run_schedule(self._microbatches(self.valid_set, 1), forward_only=True)
+            iters = self.config.task.eval.iters
+            loss = self._run_schedule(self._microbatches(self.valid_set, 1, iters), iters, forward_only=True)
         self.engine.model.train()
         return {"eval_loss": loss, "eval_time_s": time.perf_counter() - started}
 
