@@ -13,8 +13,8 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CONF_DIR = REPO_ROOT / "conf"
+from framework.core.paths import CONF_DIR
+
 EXIT_BAD_INPUT, EXIT_RUN_FAILED = 2, 1
 
 
@@ -26,7 +26,8 @@ def _group_options(group: str) -> list[str] | None:
     folder = CONF_DIR / group
     if not folder.is_dir():
         return None
-    return sorted(p.stem for p in folder.glob("*.yaml"))
+    options = sorted(p.stem for p in folder.glob("*.yaml"))
+    return ["auto", *options] if group == "hardware" else options  # auto: registered at start (core.hardware)
 
 
 def check_group_options(argv: list[str]) -> str | None:
@@ -89,12 +90,15 @@ usage: python run.py [group=option ...] [key=value ...]      one run
 
 config groups (group=option):
 {groups}
+backends and the tasks they run:
+{backends}
 launchers (with -m): hydra/launcher={launchers}
 
 examples:
   python run.py                                              the simulator on its defaults
   python run.py -m recipe=sim_sweep                          a tp x ep sweep, summary table and plot
   python run.py task=sim model=qwen3_8b hardware=h100 sim.tp=2 sim.mode=prefill
+  python run.py backend=maxtext task=grpo hardware=auto    hardware=auto (the default) picks this machine's file
   python run.py recipe=grpo_gsm8k_cpu grpo.steps=5
 
 flags: --cfg job (print the composed config), --resolve, --info, --hydra-help (Hydra's own help),
@@ -107,7 +111,10 @@ def print_help() -> None:
     groups = ["backend", "task", "model", "hardware", "data", "logger", "recipe"]
     lines = [f"  {g:9s} {', '.join(_group_options(g) or [])}" for g in groups]
     launchers = ["basic", "submitit_local", "submitit_slurm", *(_group_options("hydra/launcher") or [])]
-    print(HELP.format(groups="\n".join(lines), launchers=", ".join(dict.fromkeys(launchers))))
+    from framework.core.validation import backend_tasks
+
+    backends = "\n".join(f"  {name:9s} task={'|'.join(tasks)}" for name, tasks in backend_tasks().items())
+    print(HELP.format(groups="\n".join(lines), backends=backends, launchers=", ".join(dict.fromkeys(launchers))))
 
 
 def run_guarded(app: Callable[[], object], argv: list[str] | None = None) -> None:
@@ -122,8 +129,14 @@ def run_guarded(app: Callable[[], object], argv: list[str] | None = None) -> Non
     if problem:
         sys.stderr.write(f"error: {problem}\n")
         sys.exit(EXIT_BAD_INPUT)
+    from framework.core.errors import JobFailed
+    from framework.core.hardware import register_auto
+
+    register_auto()
     try:
         app()
+    except JobFailed as failed:  # the run's records are written; its error is one line
+        fail(failed.error, debug, failed.run_dir)
     except Exception as exc:
         fail(exc, debug)
     _fail_if_a_sweep_failed()
@@ -146,8 +159,6 @@ def fail(exc: BaseException, debug: bool | None = None, run_dir: Path | None = N
     debug = debug if debug is not None else _debug(sys.argv[1:])
     if debug:
         traceback.print_exception(exc)
-    else:
-        _quiet_shutdown()
     if isinstance(exc, (CrucibleError, HydraException, OmegaConfBaseException)):
         sys.stderr.write(f"error: {one_line(exc)}\n")
         sys.exit(EXIT_RUN_FAILED if _is_run_failure(exc) else EXIT_BAD_INPUT)
@@ -155,16 +166,6 @@ def fail(exc: BaseException, debug: bool | None = None, run_dir: Path | None = N
     where = f"traceback in {run_dir / 'traceback.txt'}" if run_dir else "CRUCIBLE_DEBUG=1 shows the traceback"
     sys.stderr.write(f"error: {type(exc).__name__}: {exc} ({where})\n")
     sys.exit(EXIT_RUN_FAILED)
-
-
-def _quiet_shutdown() -> None:
-    """After the one error line nothing else is printed: libraries whose pending work is torn down at
-    exit (orbax/tensorstore reads of a checkpoint that failed to restore) report it as 'Exception
-    ignored' or 'Future exception was never retrieved' tracebacks. The records are already written."""
-    import logging
-
-    sys.unraisablehook = lambda unraisable: None
-    logging.disable(logging.CRITICAL)
 
 
 def _is_run_failure(exc: BaseException) -> bool:

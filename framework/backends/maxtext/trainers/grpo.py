@@ -194,8 +194,6 @@ class GRPOTrainer(BaseTrainer):
     # ---- helpers -------------------------------------------------------------------------------
 
     def _build_mesh(self):
-        if self.config.hardware["nodes"] > 1:  # one process per host; coordinates from the TPU/SLURM environment
-            jax.distributed.initialize()
         try:
             devices = jax.devices()
         except RuntimeError as error:
@@ -250,7 +248,7 @@ class GRPOTrainer(BaseTrainer):
         specs = {jax.tree_util.keystr(key, simple=True, separator="/"): spec(array)
                  for key, array in jax.tree_util.tree_leaves_with_path(self.params)}
         path = self.run.path(SHARDINGS_FILE)
-        if jax.process_index() == 0:
+        if self.run.is_main:
             record = {"mesh": dict(self.mesh.shape), "devices": self.mesh.size, "params": specs}
             write_atomic(path, json.dumps(record, indent=2) + "\n")
         return path
@@ -263,7 +261,7 @@ class GRPOTrainer(BaseTrainer):
         if self.config.task.export_hf:
             params = rollout.to_host(self.params)  # every process takes part in gathering; one writes
             out = self.run.path(EXPORT_DIR)
-            if jax.process_index() == 0:
+            if self.run.is_main:
                 save_hf_checkpoint(params, self.model_config, self.model_dir, out)
             artifacts["hf_export"] = str(out)
         return artifacts
