@@ -24,13 +24,3 @@ class CheckpointError(CrucibleError):
 class BackendError(CrucibleError):
     """A backend cannot run here: missing library, unsupported version or device."""
 
-
-class JobFailed(Exception):
-    """A single run failed (or was refused): run.py prints `error` as one line and exits non-zero.
-
-    Raised by the task function after the records are written; not a CrucibleError itself."""
-
-    def __init__(self, error: BaseException, run_dir):
-        super().__init__(str(error))
-        self.error = error
-        self.run_dir = run_dir

@@ -27,7 +27,8 @@ from framework.core import env_info
 from framework.core.adapter import BackendAdapter
 from framework.core.context import RunContext
 from framework.core.distributed import detect
-from framework.core.errors import ConfigError, CrucibleError, JobFailed
+from framework.core.errors import ConfigError, CrucibleError
+from framework.core.failure import fail
 from framework.core.loggers import MetricLogger
 from framework.core.outcome import print_outcome
 from framework.core.patches import PatchContext, PatchRunner, Phase
@@ -190,8 +191,9 @@ def run_from_hydra(cfg: DictConfig) -> TrainingResult:
                       hardware_note=detect_hardware().describe() if auto else None)
     result = runtime.run()
     if not multirun and (runtime.exception is not None or result.status == "invalid"):
-        # one line on stderr and a non-zero exit (framework/cli.py); in a sweep it is a failed or invalid row
-        raise JobFailed(runtime.exception or ConfigError(result.error or "invalid configuration"), runtime.run_dir)
+        # one line on stderr and a non-zero exit; in a sweep the same job is a failed or invalid row instead
+        fail(runtime.exception or ConfigError(result.error or "invalid configuration"), debug=bool(cfg.debug),
+             run_dir=runtime.run_dir)
     if runtime.dist.is_main:
         print_outcome(runtime.summary(result), block=not multirun)
     if not result.success:
