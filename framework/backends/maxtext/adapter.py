@@ -22,7 +22,7 @@ from framework.core.plain import to_plain
 
 log = logging.getLogger(__name__)
 
-REQUIRED_MODULES = {"jax": "jax", "flax": "flax", "optax": "optax", "orbax.checkpoint": "orbax-checkpoint"}
+REQUIRED_MODULES = {"jax": "jax", "flax": "flax", "optax": "optax", "safetensors": "safetensors"}
 # hardware.accelerator -> JAX platform name
 JAX_PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "tpu": "tpu"}  # "gpu": CUDA or ROCm, see gpu_platform()
 
@@ -30,7 +30,7 @@ JAX_PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "tpu": "tpu"}  # "gpu": CUDA or ROC
 class MaxTextAdapter(BackendAdapter):
     name = "maxtext"
     trainers = {"grpo": "framework.backends.maxtext.trainers.grpo:GRPOTrainer"}
-    libraries = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint")
+    libraries = ("jax", "jaxlib", "flax", "optax", "safetensors")
     patch_modules = ("framework.backends.maxtext.patches",)
 
     def __init__(self, logical_axis_rules: dict, cache_dir: str):

@@ -1,5 +1,4 @@
 """Patches of the maxtext backend, one topic per module (the adapter imports every submodule).
 
-devices: XLA flags, CPU host devices, the compilation cache; orbax_noise: a failed restore's
-teardown noise. See framework/core/patches.py for the rules.
+devices: XLA flags, CPU host devices, the compilation cache. See framework/core/patches.py for the rules.
 """

@@ -1,4 +1,4 @@
-"""GRPO trainer of the maxtext backend (JAX/Flax/optax/orbax).
+"""GRPO trainer of the maxtext backend (JAX/Flax/optax; checkpoints on the core CheckpointStore).
 
 One step: take prompts_per_step problems -> sample num_generations completions each -> rewards ->
 group advantages -> old/reference log-probs when needed -> ppo_epochs updates, each accumulating
