@@ -11,10 +11,10 @@ from pathlib import Path
 
 from framework.backends.sim.config import CalibrateJob, SimJob
 from framework.core.errors import BackendError, ConfigError
+from framework.core.paths import REPO_ROOT
 from framework.core.result import TrainingResult
 from framework.core.trainer import BaseTrainer
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 INSTALLED_TABLES = REPO_ROOT / "sims" / "calibration" / "tables"
 
 
