@@ -13,6 +13,9 @@ from typing import Callable
 
 from framework.core.failure import EXIT_BAD_INPUT, EXIT_RUN_FAILED, debug_requested, fail
 from framework.core.paths import CONF_DIR
+from framework.core.validation import register_resolvers
+
+register_resolvers()  # at import: a submitit job process imports run.py (and this) before resolving the config
 
 
 def _group_options(group: str) -> list[str] | None:
@@ -78,7 +81,6 @@ def print_help() -> None:
     lines = [f"  {g:9s} {', '.join(_group_options(g) or [])}" for g in groups]
     launchers = ["basic", "submitit_local", "submitit_slurm", *(_group_options("hydra/launcher") or [])]
     from framework.core.validation import backend_tasks
-
     backends = "\n".join(f"  {name:9s} task={'|'.join(tasks)}" for name, tasks in backend_tasks().items())
     print(HELP.format(groups="\n".join(lines), backends=backends, launchers=", ".join(dict.fromkeys(launchers))))
 

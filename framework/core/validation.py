@@ -162,19 +162,29 @@ def check_path_exists(path: str | None, key: str, what: str = "path", base: Path
     raise ConfigError(f"{key}: {what} {path!r} does not exist")
 
 
-def adapter_tasks(target: str) -> list[str]:
-    """The task names of an adapter class's `trainers`, read from its source: nothing is imported."""
+def adapter_attribute(target: str, attribute: str) -> Any:
+    """A literal class attribute of an adapter (`name`, `trainers`), read from its source: nothing is imported."""
     module_name, _, class_name = target.rpartition(".")
     spec = importlib.util.find_spec(module_name)
     if spec is None or spec.origin is None:
-        return []
+        return None
     for node in ast.parse(Path(spec.origin).read_text(encoding="utf-8")).body:
         if isinstance(node, ast.ClassDef) and node.name == class_name:
             for statement in node.body:
                 targets = statement.targets if isinstance(statement, ast.Assign) else [getattr(statement, "target", None)]
-                if any(isinstance(t, ast.Name) and t.id == "trainers" for t in targets) and statement.value is not None:
-                    return sorted(ast.literal_eval(statement.value))
-    return []
+                if any(isinstance(t, ast.Name) and t.id == attribute for t in targets) and statement.value is not None:
+                    return ast.literal_eval(statement.value)
+    return None
+
+
+def adapter_tasks(target: str) -> list[str]:
+    return sorted(adapter_attribute(target, "trainers") or [])
+
+
+def register_resolvers() -> None:
+    """`${backend_name:<adapter _target_>}`: conf/backend/*.yaml derive `backend.name` from the adapter class."""
+    if not OmegaConf.has_resolver("backend_name"):
+        OmegaConf.register_new_resolver("backend_name", lambda target: adapter_attribute(target, "name"))
 
 
 def backend_tasks(conf_dir: Path = CONF_DIR) -> dict[str, list[str]]:

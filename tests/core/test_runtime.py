@@ -151,3 +151,11 @@ def test_summary_block_shows_status_key_metrics_warnings_and_run_dir(tmp_path, m
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("ok: task=record backend=recording model=tiny_qwen2 hardware=cpu in ")
     assert lines[1:] == ["  loss  1.5", "  warning: layout does not fit", f"  run dir: {tmp_path}"]
+
+
+def test_backend_name_is_derived_from_the_adapter_class():
+    from framework.core.validation import backend_tasks
+
+    for backend in backend_tasks():
+        cfg = compose_config([f"backend={backend}"])
+        assert cfg.backend.name == backend  # ${backend_name:...} reads the adapter's `name` without importing it
