@@ -32,3 +32,13 @@ def test_cfg_job_prints_the_composed_config():
     proc = run_cli(["--cfg", "job", "model=qwen3_8b", "sim.tp=4"])
     assert proc.returncode == 0, proc.stderr
     assert "hub_id: Qwen/Qwen3-8B" in proc.stdout and "tp: 4" in proc.stdout
+
+
+def test_a_run_ends_with_a_summary_block_and_a_layout_that_does_not_fit_is_a_visible_warning(tmp_path):
+    proc = run_cli(["backend=sim", "task=sim", "model=qwen3_235b_a22b", "hardware=h100", f"hydra.run.dir={tmp_path}"])
+    assert proc.returncode == 0, proc.stderr
+    block = proc.stdout.splitlines()
+    assert block[0].startswith("ok: task=sim backend=sim model=qwen3_235b_a22b hardware=h100 in ")
+    assert "  fits                     False" in block
+    assert any(line.startswith("  warning: the layout does not fit: ") for line in block)
+    assert block[-1] == f"  run dir: {tmp_path}"
