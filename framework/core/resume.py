@@ -1,8 +1,8 @@
 """Resume rules: which settings a run may change when it continues from its checkpoints.
 
 The run's fingerprint is the resolved config minus the keys that may change on resume: the global
-ones below and each task's `task.resume_may_change` (conf/task/<task>.yaml, e.g. `grpo.steps`,
-`grpo.eval.every`). Every checkpoint manifest stores it; before any record of a run dir is touched the
+ones below, each task's `task.resume_may_change` (conf/task/<task>.yaml, e.g. `grpo.steps`,
+`grpo.eval.every`) and each backend's `backend.resume_may_change` (conf/backend/<backend>.yaml). Every checkpoint manifest stores it; before any record of a run dir is touched the
 runtime compares it with the latest checkpoint's, and refuses a changed setup naming the first
 differing key. A run dir that holds checkpoints is never overwritten: resume off is refused too.
 """
@@ -19,11 +19,15 @@ from framework.core.checkpoint import CHECKPOINT_DIR, MANIFEST, PREFIX, Checkpoi
 from framework.core.errors import CheckpointError
 
 # Settings that never change what is computed: where metrics go, what is shown, which patches run.
-GLOBAL_MAY_CHANGE = ("logger", "progress", "debug", "patches", "task.resume_may_change")
+GLOBAL_MAY_CHANGE = ("logger", "progress", "debug", "patches", "task.resume_may_change",
+                     "backend.resume_may_change")
 
 
 def may_change(cfg: DictConfig) -> list[str]:
-    return [*GLOBAL_MAY_CHANGE, *(cfg.task.get("resume_may_change") or [])]
+    """Global keys, then the task's and the backend's (`backend.resume_may_change`, e.g. a cache folder)."""
+    backend = cfg.get("backend") or {}
+    return [*GLOBAL_MAY_CHANGE, *(cfg.task.get("resume_may_change") or []),
+            *(backend.get("resume_may_change") or [])]
 
 
 def run_fingerprint(cfg: DictConfig) -> dict:

@@ -74,3 +74,11 @@ def test_fingerprint_leaves_out_global_and_task_keys_that_may_change():
     assert "steps" not in fingerprint["record"] and fingerprint["record"]["learning_rate"] == 0.1
     assert not {"logger", "progress", "debug", "patches"} & set(fingerprint)
     assert "resume_may_change" not in fingerprint["task"]
+
+
+def test_a_backend_declares_its_own_keys_that_may_change():
+    from tests.conftest import compose_config
+
+    a, b = (run_fingerprint(compose_config(["recipe=grpo_arithmetic_cpu", f"backend.adapter.cache_dir={d}"]))
+            for d in ("/tmp/a", "/tmp/b"))
+    assert a == b and "cache_dir" not in a["backend"]["adapter"]
