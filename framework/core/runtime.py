@@ -125,9 +125,10 @@ class Runtime:
         backend_config = adapter.convert_config(self.cfg)
         self._apply(Phase.CONVERT, adapter, backend_config=backend_config)
         trainer_cls = adapter.load_trainer_class(self.cfg.task.name)
-        self.logger = logger = MetricLogger(self.run_dir, OmegaConf.to_container(self.cfg.logger.wandb, resolve=True),
-                              run_name=self.run_dir.name, config=OmegaConf.to_container(self.cfg, resolve=True),
-                              enabled=self.dist.is_main)
+        wandb = OmegaConf.to_container(self.cfg.logger.wandb, resolve=True)
+        self.logger = logger = MetricLogger(self.run_dir, wandb, run_name=self.run_dir.name,
+                                            config=OmegaConf.to_container(self.cfg, resolve=True),
+                                            enabled=self.dist.is_main)
         context = RunContext(self.run_dir, self.cfg, logger, int(self.cfg.seed), self.multirun, dist=self.dist,
                              fingerprint=run_fingerprint(self.cfg))
         self.trainer = trainer = trainer_cls(backend_config, context)
