@@ -42,3 +42,16 @@ def test_a_run_ends_with_a_summary_block_and_a_layout_that_does_not_fit_is_a_vis
     assert "  fits                     False" in block
     assert any(line.startswith("  warning: the layout does not fit: ") for line in block)
     assert block[-1] == f"  run dir: {tmp_path}"
+
+
+def test_the_run_says_what_hardware_auto_chose(tmp_path):
+    import json
+
+    from framework.core.hardware import detect
+
+    proc = run_cli(["backend=sim", "task=sim", "model=qwen3_8b", f"hydra.run.dir={tmp_path}"])
+    assert proc.returncode == 0, proc.stderr
+    chose = detect().describe()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["hardware"] == detect().option and summary["hardware_auto"] == chose
+    assert f"  {chose}" in proc.stdout.splitlines() and chose in proc.stderr  # the block and the log line
