@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from framework.core.paths import CONF_DIR
 from framework.core.errors import ConfigError, DataError
 from framework.models.tiny import BUILD_MARKER, build_tiny_model, resolve_model_dir
 
-CONF_MODEL = Path(__file__).resolve().parents[1] / "conf" / "model"
+CONF_MODEL = CONF_DIR / "model"
 TINY_NAMES = ["tiny_qwen2", "tiny_qwen3", "tiny_llama"]
 ARCHITECTURES = {"tiny_qwen2": "Qwen2ForCausalLM", "tiny_qwen3": "Qwen3ForCausalLM",
                  "tiny_llama": "LlamaForCausalLM"}

@@ -44,7 +44,7 @@ def run_dir(tmp_path_factory, cache_dir):
 def test_run_dir_holds_every_record_a_checkpoint_and_the_export(run_dir):
     missing = [name for name in RECORDS if not (run_dir / name).is_file()]
     assert not missing
-    assert (run_dir / "checkpoints" / "2" / "state").is_dir()
+    assert (run_dir / "checkpoints" / "step_2" / "state.safetensors").is_file()
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in (run_dir / "hf_export").iterdir()}
     assert "traceback.txt" not in os.listdir(run_dir)
 
@@ -68,7 +68,7 @@ def test_summary_is_ok_with_preflight_against_measured_step_time(run_dir):
     assert metrics["steps_completed"] == 2 and summary["result"]["samples"] == 2 * 4 * 4
     artifacts = summary["result"]["artifacts"]
     assert artifacts["hf_export"] == str(run_dir / "hf_export")
-    assert artifacts["last_checkpoint"].endswith("checkpoints/2")
+    assert artifacts["last_checkpoint"].endswith("checkpoints/step_2")
 
 
 @pytest.mark.slow
@@ -91,16 +91,16 @@ def test_model_build_and_compiled_programs_land_in_the_cache_dir(run_dir, cache_
 
 @pytest.mark.slow
 def test_hf_export_loads_in_transformers_with_the_logits_of_the_trained_params(run_dir):
-    import orbax.checkpoint as ocp
     import torch
+    from flax.traverse_util import unflatten_dict
+    from safetensors.numpy import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from framework.backends.maxtext.models import ModelConfig, Transformer, forward
 
     export = run_dir / "hf_export"
-    manager = ocp.CheckpointManager(run_dir / "checkpoints", item_names=("state", "meta"))
-    params = manager.restore(2, args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]["params"]
-    manager.close()
+    state = unflatten_dict(load_file(run_dir / "checkpoints" / "step_2" / "state.safetensors"), sep="/")
+    params = state["params"]
     tokenizer = AutoTokenizer.from_pretrained(export)
     ids = np.asarray([tokenizer("Natalia sold 48 clips in April. How many in May?")["input_ids"]], np.int32)
     jax_logits, _ = forward(Transformer(ModelConfig.from_pretrained(export)), params, ids, np.ones_like(ids))
@@ -117,12 +117,12 @@ def test_hf_export_loads_in_transformers_with_the_logits_of_the_trained_params(r
 
 def patch_context(overrides: list[str]) -> PatchContext:
     cfg = compose_config(["backend=maxtext", "task=grpo", *overrides])
-    return PatchContext("maxtext", jax.__version__, cfg.model.name, cfg.hardware.name, cfg.hardware.accelerator,
+    return PatchContext("maxtext", {"jax": jax.__version__}, cfg.model.name, cfg.hardware.name, cfg.hardware.accelerator,
                         Phase.SETUP, config=cfg)
 
 
 def test_gpu_flags_are_added_once_and_never_override_the_users(monkeypatch):
-    from framework.backends.maxtext.patches import gpu_xla_flags
+    from framework.backends.maxtext.patches.devices import gpu_xla_flags
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
     gpu_xla_flags(patch_context(["hardware=h100"]))
@@ -134,7 +134,7 @@ def test_gpu_flags_are_added_once_and_never_override_the_users(monkeypatch):
 
 
 def test_cpu_device_patch_applies_when_the_mesh_needs_more_devices():
-    from framework.backends.maxtext.patches import mesh_device_count, mesh_needs_several_devices
+    from framework.backends.maxtext.patches.devices import mesh_device_count, mesh_needs_several_devices
 
     assert not mesh_needs_several_devices(patch_context(["hardware=cpu"]))  # fsdp=-1: whatever there is
     wide = patch_context(["hardware=cpu", "hardware.mesh.fsdp=2", "hardware.mesh.tensor=2"])
@@ -152,44 +152,6 @@ def test_cpu_device_patch_splits_the_host_for_a_sharded_run(tmp_path):
     report = {p["id"]: p for p in json.loads((tmp_path / "patches.json").read_text())["patches"]}
     assert report["maxtext.cpu_host_devices"]["status"] == "applied"
     assert "mesh {'data': 1, 'fsdp': 2, 'expert': 1, 'tensor': 2} over 4 cpu device(s)" in proc.stderr
-
-
-def test_closed_loop_noise_filter_drops_only_that_error():
-    from types import SimpleNamespace
-
-    from framework.backends.maxtext.patches import is_closed_loop_noise
-
-    assert is_closed_loop_noise(SimpleNamespace(exc_value=RuntimeError("Event loop is closed")))
-    assert not is_closed_loop_noise(SimpleNamespace(exc_value=RuntimeError("disk full")))
-
-    def raised_in(filename: str) -> Exception:
-        namespace: dict = {}
-        exec(compile("def read():\n    raise Exception('Encountered error while reading array index')", filename,
-                     "exec"), namespace)
-        try:
-            namespace["read"]()
-        except Exception as error:
-            return error
-
-    orbax_error = raised_in("/site-packages/orbax/checkpoint/_src/serialization/serialization.py")
-    assert is_closed_loop_noise(SimpleNamespace(exc_value=orbax_error))
-    assert not is_closed_loop_noise(SimpleNamespace(exc_value=raised_in("/work/framework/trainers/grpo.py")))
-    assert not is_closed_loop_noise(SimpleNamespace(exc_value=ValueError("Event loop is closed")))
-
-
-def test_only_unretrieved_tensorstore_reads_are_dropped_from_asyncio():
-    import logging
-
-    from framework.backends.maxtext.patches import is_in_flight_read_noise
-
-    def record(message: str) -> logging.LogRecord:
-        return logging.LogRecord("asyncio", logging.ERROR, __file__, 1, message, None, None)
-
-    noise = ("Future exception was never retrieved\nfuture: <Future finished exception=ValueError('FAILED_PRECONDITION: "
-             "Error reading \"params.x\" in OCDBT database at local file \"/ckpt/4/state/\"')>")
-    assert is_in_flight_read_noise(record(noise))
-    assert not is_in_flight_read_noise(record("Future exception was never retrieved\nfuture: <Future ValueError('x')>"))
-    assert not is_in_flight_read_noise(record("Task was destroyed but it is pending!"))
 
 
 # ---- the GPU benchmarks, checked on tiny shapes ----------------------------------------------------

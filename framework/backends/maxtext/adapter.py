@@ -15,12 +15,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.backends.maxtext.config import DataSpec, GRPOConfig, GRPOTask, build, check_grpo_values
 from framework.core.adapter import BackendAdapter
+from framework.core.distributed import DistEnv, detect
 from framework.core.errors import BackendError, ConfigError
+from framework.core.hardware import require_accelerator
 from framework.core.plain import to_plain
 
 log = logging.getLogger(__name__)
 
-REQUIRED_MODULES = {"jax": "jax", "flax": "flax", "optax": "optax", "orbax.checkpoint": "orbax-checkpoint"}
+REQUIRED_MODULES = {"jax": "jax", "flax": "flax", "optax": "optax", "safetensors": "safetensors"}
 # hardware.accelerator -> JAX platform name
 JAX_PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "tpu": "tpu"}  # "gpu": CUDA or ROCm, see gpu_platform()
 
@@ -28,6 +30,7 @@ JAX_PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "tpu": "tpu"}  # "gpu": CUDA or ROC
 class MaxTextAdapter(BackendAdapter):
     name = "maxtext"
     trainers = {"grpo": "framework.backends.maxtext.trainers.grpo:GRPOTrainer"}
+    libraries = ("jax", "jaxlib", "flax", "optax", "safetensors")
     patch_modules = ("framework.backends.maxtext.patches",)
 
     def __init__(self, logical_axis_rules: dict, cache_dir: str):
@@ -42,19 +45,15 @@ class MaxTextAdapter(BackendAdapter):
         if accelerator not in JAX_PLATFORMS:
             raise ConfigError(f"hardware.accelerator: {accelerator!r} has no JAX platform; backend=maxtext runs on "
                               f"{', '.join(JAX_PLATFORMS)}")
+        if not os.environ.get("JAX_PLATFORMS"):  # the user's JAX_PLATFORMS=cpu runs a GPU/TPU recipe on CPU
+            require_accelerator(cfg.hardware)
         platform = JAX_PLATFORMS[accelerator]
         set_jax_platform(gpu_platform() if platform == "gpu" else platform)
-
-    def detect_backend_version(self) -> str:
-        import jax
-
-        return jax.__version__
+        initialize_distributed(detect(), int(cfg.hardware.nodes))
 
     def convert_config(self, cfg: DictConfig) -> GRPOConfig:
         from framework.models.tiny import resolve_model_dir
 
-        if cfg.task.name != "grpo":
-            raise ConfigError(f"task={cfg.task.name} does not run on backend=maxtext; it runs: grpo")
         task = build(GRPOTask, _container(cfg.grpo), "grpo")
         check_grpo_values(task)
         data = _data_spec(cfg)
@@ -86,6 +85,17 @@ def set_jax_platform(platform: str) -> None:
     import jax
 
     jax.config.update("jax_platforms", platform)  # jax read the variable at import, maybe before we set it
+
+
+def initialize_distributed(env: DistEnv, nodes: int) -> None:
+    """One JAX process per rank: the coordinator, world size and rank come from the launcher's
+    environment; a multi-host TPU slice without one (nodes > 1) lets JAX find its own coordinates."""
+    import jax
+
+    if env.is_distributed:
+        jax.distributed.initialize(env.coordinator, env.world_size, env.rank)
+    elif nodes > 1:
+        jax.distributed.initialize()
 
 
 def _data_spec(cfg: DictConfig) -> DataSpec:

@@ -15,6 +15,7 @@ class SimAdapter(BackendAdapter):
         "sim": "framework.backends.sim.trainers:SimTrainer",
         "calibrate": "framework.backends.sim.trainers:CalibrateTrainer",
     }
+    libraries = ("crucible",)  # the simulator ships inside Crucible
 
     def convert_config(self, cfg: DictConfig) -> SimJob | CalibrateJob:
         job = CalibrateJob if cfg.task.name == "calibrate" else SimJob
@@ -24,9 +25,3 @@ class SimAdapter(BackendAdapter):
             hf_config=OmegaConf.to_container(cfg.model.hf_config, resolve=True),
             hardware=OmegaConf.to_container(cfg.hardware, resolve=True),
         )
-
-    def detect_backend_version(self) -> str:
-        """The simulator ships inside Crucible, so its version is Crucible's."""
-        from importlib.metadata import version
-
-        return version("crucible")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from framework.backends.sim.config import CalibrateJob, SimJob
 from framework.core.errors import BackendError, ConfigError
+from framework.core.paths import REPO_ROOT
 from framework.core.result import TrainingResult
 from framework.core.trainer import BaseTrainer
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 INSTALLED_TABLES = REPO_ROOT / "sims" / "calibration" / "tables"
 
 
@@ -39,7 +39,16 @@ class SimTrainer(BaseTrainer):
         return TrainingResult(
             success=True, metrics=summary, wall_time_s=time.perf_counter() - start, samples=1,
             artifacts=artifacts, status=summary["status"], error=summary.get("reason") or None,
+            warnings=_fit_warnings(summary),
         )
+
+
+def _fit_warnings(summary: dict) -> list[str]:
+    """A layout that does not fit is still a valid simulation (status ok, a row of a sweep), shown as a warning."""
+    if summary.get("fits") is not False:
+        return []
+    return [f"the layout does not fit: {summary.get('memory_per_device_gb', float('nan')):.3g} GB per device, "
+            f"the device holds {summary.get('memory_capacity_gb', float('nan')):.3g} GB (fits=false)"]
 
 
 class CalibrateTrainer(BaseTrainer):

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[4]
+from framework.core.paths import REPO_ROOT
+
 FULL = {"model": "qwen2_5_0_5b_instruct", "hardware": "h100", "prompts": 16, "generations": 8,
         "prompt_tokens": 256, "new_tokens": 256, "micro_batch": 16, "dtype": "bfloat16", "steps": 5, "warmup": 2}
 TINY = {"model": "tiny_qwen2", "hardware": "cpu", "prompts": 2, "generations": 2, "prompt_tokens": 16,

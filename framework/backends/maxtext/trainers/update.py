@@ -32,8 +32,8 @@ def completion_log_probs(model: Transformer, params: Any, input_ids: Array, atte
 
     `input_ids` is [B, P + T]: prompts, then completions. Only the T completion positions go
     through the vocabulary projection, `chunk_size` positions at a time and rematerialised in the
-    backward pass, so at most [B, chunk_size, V] logits are alive. Same values as
-    models.token_log_probs(...)[:, P - 1:].
+    backward pass, so at most [B, chunk_size, V] logits are alive. With completion_length = L - 1 it is
+    the log-prob of every next token of the sequence.
     """
     positions = positions_from_mask(attention_mask)
     hidden, _ = model.apply({"params": params}, input_ids, positions, attention_mask,
