@@ -46,4 +46,4 @@ def test_the_cpu_recipe_converts(cache_dir):
     adapter.prepare_backend(cfg)
     config = adapter.convert_config(cfg)
     assert config.task.compute_dtype == "float32" and config.layer_spec == "local"
-    assert config.hf_config["model_type"] == "llama" and adapter.detect_backend_version()
+    assert config.hf_config["model_type"] == "llama" and adapter.detect_versions()["megatron-core"]

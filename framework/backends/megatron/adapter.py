@@ -7,7 +7,6 @@ validates, and `python run.py --help` must stay fast.
 from __future__ import annotations
 
 import importlib.util
-from importlib import metadata
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -27,6 +26,7 @@ ACCELERATORS = ("cpu", "gpu")
 class MegatronAdapter(BackendAdapter):
     name = "megatron"
     trainers = {"pretrain": "framework.backends.megatron.trainers.pretrain:PretrainTrainer"}
+    libraries = ("megatron-core", "torch", "transformers", "safetensors")
     patch_modules = ("framework.backends.megatron.patches",)
 
     def __init__(self, layer_spec: str, cache_dir: str, preflight: bool):
@@ -46,12 +46,6 @@ class MegatronAdapter(BackendAdapter):
         if self.layer_spec not in LAYER_SPECS:
             raise ConfigError(f"backend.adapter.layer_spec: {self.layer_spec!r}; valid: {', '.join(LAYER_SPECS)}")
         quiet_megatron()
-
-    def detect_backend_version(self) -> str | None:
-        try:
-            return metadata.version("megatron-core")
-        except metadata.PackageNotFoundError:
-            return None
 
     def convert_config(self, cfg: DictConfig) -> MegatronPretrainConfig:
         from framework.backends.megatron.distributed import resolve_layout

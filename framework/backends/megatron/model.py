@@ -49,7 +49,8 @@ def rope_of(hf: Mapping[str, Any]) -> tuple[float, float | None]:
         return float(theta), None
     if kind == "llama3":
         return float(theta), float(params["factor"])
-    raise ConfigError(f"model.hf_config: rope type {kind!r} is not supported by backend=megatron; valid: default, llama3")
+    raise ConfigError(f"model.hf_config: rope type {kind!r} is not supported by backend=megatron; "
+                      f"valid: default, llama3")
 
 
 def decoder_shape(hf: Mapping[str, Any]) -> DecoderShape:

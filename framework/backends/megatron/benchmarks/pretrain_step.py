@@ -39,7 +39,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--tiny", action="store_true", help="tiny model and shapes on a CPU (a check of the script)")
     parser.add_argument("--out", required=True, help="where to write the JSON results")
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (the rest of the world is dp)")
-    parser.add_argument("--layer-specs", default="local_sdpa,local", help="megatron layer specs to time, comma-separated")
+    parser.add_argument("--layer-specs", default="local_sdpa,local",
+                        help="megatron layer specs to time, comma-separated")
     parser.add_argument("--no-baseline", action="store_true", help="skip the transformers loop")
     for name, value in FULL.items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=None,

@@ -19,7 +19,7 @@ def install() -> None:
 
 
 @register_patch("megatron.checkpoint_metadata", backend="megatron", phase=Phase.SETUP,
-                backend_versions=">=0.16,<0.17", priority=20,
+                requires={"megatron-core": ">=0.16,<0.17", "torch": ">=2.4"}, priority=20,
                 description="deterministic dist-checkpoint .metadata (no staging path, no uuid; torch >= 2.4)")
 def checkpoint_metadata(ctx) -> None:
     install()

@@ -33,7 +33,8 @@ def install() -> None:
     optimizer.clip_grad_by_total_norm_fp32 = clip_grad_by_total_norm_fp32
 
 
-@register_patch("megatron.cpu_clip_grad", backend="megatron", phase=Phase.SETUP, backend_versions=">=0.16,<0.17",
+@register_patch("megatron.cpu_clip_grad", backend="megatron", phase=Phase.SETUP,
+                requires={"megatron-core": ">=0.16,<0.17"},
                 hardware=["cpu"], priority=12,
                 description="grad clipping (optimizer.max_grad_norm > 0) on CPU tensors")
 def cpu_clip_grad(ctx) -> None:

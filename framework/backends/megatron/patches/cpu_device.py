@@ -95,7 +95,8 @@ def install() -> int:
     return patched
 
 
-@register_patch("megatron.cpu_device", backend="megatron", phase=Phase.SETUP, backend_versions=">=0.16,<0.17",
+@register_patch("megatron.cpu_device", backend="megatron", phase=Phase.SETUP,
+                requires={"megatron-core": ">=0.16,<0.17", "torch": ">=2.6"},
                 hardware=["cpu"], priority=10,
                 description="megatron-core's hard-coded CUDA calls run on the CPU (torch >= 2.6, CPU build)")
 def cpu_device(ctx) -> None:

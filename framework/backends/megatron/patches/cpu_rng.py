@@ -20,7 +20,8 @@ def install() -> None:
     random._set_cuda_rng_state = lambda new_state, *args, **kwargs: torch.set_rng_state(new_state)
 
 
-@register_patch("megatron.cpu_rng", backend="megatron", phase=Phase.SETUP, backend_versions=">=0.16,<0.17",
+@register_patch("megatron.cpu_rng", backend="megatron", phase=Phase.SETUP,
+                requires={"megatron-core": ">=0.16,<0.17", "torch": ">=2.6"},
                 hardware=["cpu"], priority=11,
                 description="model-parallel RNG streams on the CPU generator (torch CPU build)")
 def cpu_rng(ctx) -> None:

@@ -21,7 +21,6 @@ from framework.backends.megatron.distributed import (init_model_parallel, init_p
                                                      set_cpu_threads, shutdown)
 from framework.backends.megatron.model import check_layout, decoder_shape
 from framework.backends.megatron.trainers.batches import collate, masked_mean_loss, sample_indices
-from framework.core.distributed import detect
 from framework.core.errors import CheckpointError, ConfigError
 from framework.core.result import TrainingResult
 from framework.core.trainer import BaseTrainer
@@ -36,7 +35,7 @@ class PretrainTrainer(BaseTrainer):
     def setup(self) -> None:
         """Layout checks, process groups, tokenizer and the token data set (built once, then cached)."""
         cfg, task = self.config, self.config.task
-        self.env = detect()
+        self.env = self.run.dist
         self.on_gpu = cfg.hardware["accelerator"] == "gpu"
         self.layout = resolve_layout(cfg.parallel, self.env.world_size, cfg.layer_spec, self.on_gpu)
         self.shape = decoder_shape(cfg.hf_config)
