@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from framework.core.errors import ConfigError
-from framework.backends.maxtext.grpo.advantages import ADVANTAGE_ESTIMATORS, compute_advantages
+from framework.rl.advantages import ADVANTAGE_ESTIMATORS, compute_advantages
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy

@@ -69,7 +69,7 @@ def run_step(task, sampler, update, params, opt_state, rng, step: int):
     import jax
     import numpy as np
 
-    from framework.backends.maxtext.grpo.advantages import compute_advantages
+    from framework.rl.advantages import compute_advantages
     from framework.backends.maxtext.sampler import SamplingParams
 
     data = np.random.default_rng(step)

@@ -24,7 +24,7 @@ from flax import linen as nn
 
 from framework.backends.maxtext.checkpoint_io import load_hf_params, resolve_checkpoint_dir, save_hf_checkpoint
 from framework.backends.maxtext.config import GRPOConfig
-from framework.backends.maxtext.grpo.advantages import compute_advantages
+from framework.rl.advantages import compute_advantages
 from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
 from framework.backends.maxtext.sharding import build_mesh, logical_axis_rules, param_shardings
