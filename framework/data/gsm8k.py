@@ -56,18 +56,21 @@ def read_jsonl(path: str | Path, limit: int | None = None) -> list[MathExample]:
     if not path.is_file():
         raise DataError(f"{path}: no such GSM8K jsonl file")
     examples = []
-    with path.open(encoding="utf-8") as lines:
-        for line_number, line in enumerate(lines, start=1):
-            if limit is not None and len(examples) >= limit:
-                break
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                message = f"{path}:{line_number}: not valid JSON ({error.msg}); expected one object per line"
-                raise DataError(message) from None
-            examples.append(example_from_record(record, f"{path}:{line_number}"))
+    try:
+        with path.open(encoding="utf-8") as lines:
+            for line_number, line in enumerate(lines, start=1):
+                if limit is not None and len(examples) >= limit:
+                    break
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as error:
+                    message = f"{path}:{line_number}: not valid JSON ({error.msg}); expected one object per line"
+                    raise DataError(message) from None
+                examples.append(example_from_record(record, f"{path}:{line_number}"))
+    except UnicodeDecodeError as error:
+        raise DataError(f"{path}: not UTF-8 text (byte {error.start}); save the file as UTF-8") from None
     if not examples:
         raise DataError(f"{path}: no records; expected jsonl lines with 'question' and 'answer'")
     return examples
@@ -108,7 +111,7 @@ def load_from_hub(
         raise DataError(
             f"{dataset_id} (split {split}): could not load from the hub "
             f"({type(error).__name__}: {first_line(str(error))}); "
-            "pass a local jsonl file or folder, or source='sample'"
+            "use data=gsm8k_sample (shipped with Crucible) or data=gsm8k_local (a local folder)"
         ) from error
     if limit is not None:
         rows = rows.select(range(min(limit, len(rows))))
