@@ -7,6 +7,7 @@ correctness reward compares against. Bad records raise `DataError` naming the fi
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -105,6 +106,9 @@ def load_from_hub(
     """Load a split from the Hugging Face hub (needs network access or a warm `datasets` cache)."""
     import datasets
 
+    http_log = logging.getLogger("huggingface_hub.utils._http")
+    level = http_log.level
+    http_log.setLevel(logging.ERROR)  # offline, each retry would log a warning before our one line
     try:
         rows = datasets.load_dataset(dataset_id, HUB_CONFIG, split=split, cache_dir=cache_dir)
     except Exception as error:  # datasets raises many types (connection, not found, offline); report them as one
@@ -112,7 +116,9 @@ def load_from_hub(
             f"{dataset_id} (split {split}): could not load from the hub "
             f"({type(error).__name__}: {first_line(str(error))}); "
             "use data=gsm8k_sample (shipped with Crucible) or data=gsm8k_local (a local folder)"
-        ) from error
+        ) from None
+    finally:
+        http_log.setLevel(level)
     if limit is not None:
         rows = rows.select(range(min(limit, len(rows))))
     return examples_from_rows(rows, f"{dataset_id}:{split}")

@@ -64,10 +64,13 @@ class MaxTextAdapter(BackendAdapter):
         parallel = build(ParallelConfig, cfg.parallel, "parallel")
         check_supported(parallel)
         data = data_spec(cfg.data, "grpo")
-        check_data(data)  # before any model is built or downloaded
+        if data.source != "hub":
+            check_data(data)  # files: before any model is built or downloaded
+        model_source = resolve_model_dir(to_plain(cfg.model), Path(self.cache_dir) / "models")
+        if data.source == "hub":
+            check_data(data)  # after the model: offline, the model's one line names every way out first
         return GRPOConfig(
-            task=task, data=data, model_name=cfg.model.name,
-            model_source=resolve_model_dir(to_plain(cfg.model), Path(self.cache_dir) / "models"),
+            task=task, data=data, model_name=cfg.model.name, model_source=model_source,
             hardware=to_plain(cfg.hardware), parallel=parallel,
             logical_axis_rules=self.logical_axis_rules, cache_dir=self.cache_dir, seed=int(cfg.seed))
 
