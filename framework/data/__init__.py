@@ -45,7 +45,7 @@ def data_spec(cfg_data: Any, task: str):
     if got != wanted:
         what = "no data set" if got is None else f"{got} data"
         raise ConfigError(f"data={name}: task={task} needs {FORMAT_WORDS[wanted]} data set, got {what}; choose "
-                          f"data={', data='.join(data_options(wanted))} (or a data file of format {wanted})")
+                          f"data={', data='.join(data_options(wanted))}")
     if wanted == "math":
         from framework.data.math import MathSpec
 
