@@ -76,3 +76,16 @@ def test_a_bad_data_line_names_the_file_and_line_before_any_model(tmp_path):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert lines == [f"error: {folder}/train.jsonl:2: missing or non-string field(s) ['answer']; each record needs "
                      "'question' and 'answer'"], proc.stderr
+
+
+def test_headline_command_offline_is_one_line_naming_the_ways_out(tmp_path):
+    """`python run.py backend=maxtext task=grpo` composes Qwen2.5-0.5B-Instruct + GSM8K; with the hub out of
+    reach and an empty cache it stops before anything heavy, naming the hub id and the ways out."""
+    offline = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "HF_DATASETS_OFFLINE": "1"}
+    proc = run_cli(["backend=maxtext", "task=grpo", "hardware=cpu", f"hydra.run.dir={tmp_path}/run"], env=offline)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for part in ("model.hub_id=Qwen/Qwen2.5-0.5B-Instruct", "model.path=DIR", "model.random_init=true",
+                 "data=gsm8k_sample"):
+        assert part in lines[0], lines[0]
