@@ -215,7 +215,7 @@ def test_benchmark_runs_on_tiny_shapes_and_prints_its_json(module):
 
 
 BAD_GRPO_INPUTS = [
-    (["backend=maxtext", "task=grpo", "model=tiny_qwen2", "hardware=cpu"],
+    (["backend=maxtext", "task=grpo", "model=tiny_qwen2", "hardware=cpu", "data=none"],
      "data=none: task=grpo needs a math (question/answer) data set, got no data set; choose data=arithmetic, "
      "data=gsm8k, data=gsm8k_local, data=gsm8k_sample"),
     (["recipe=grpo_gsm8k_cpu", "grpo.micro_batch_size=5"],
