@@ -104,12 +104,13 @@ def load_from_hub(
     dataset_id: str, split: str, limit: int | None = None, cache_dir: str | None = None
 ) -> list[MathExample]:
     """Load a split from the Hugging Face hub (needs network access or a warm `datasets` cache)."""
-    import datasets
-
-    http_log = logging.getLogger("huggingface_hub.utils._http")
-    level = http_log.level
-    http_log.setLevel(logging.ERROR)  # offline, each retry would log a warning before our one line
+    quiet = {name: logging.getLogger(name) for name in ("huggingface_hub.utils._http", "datasets")}
+    levels = {name: log.level for name, log in quiet.items()}
+    for log in quiet.values():  # offline, each retry (and datasets' import notes) would log before our one line
+        log.setLevel(logging.ERROR)
     try:
+        import datasets
+
         rows = datasets.load_dataset(dataset_id, HUB_CONFIG, split=split, cache_dir=cache_dir)
     except Exception as error:  # datasets raises many types (connection, not found, offline); report them as one
         raise DataError(
@@ -118,7 +119,8 @@ def load_from_hub(
             "use data=gsm8k_sample (shipped with Crucible) or data=gsm8k_local (a local folder)"
         ) from None
     finally:
-        http_log.setLevel(level)
+        for name, log in quiet.items():
+            log.setLevel(levels[name])
     if limit is not None:
         rows = rows.select(range(min(limit, len(rows))))
     return examples_from_rows(rows, f"{dataset_id}:{split}")
