@@ -29,7 +29,7 @@ def test_help_lists_every_group_and_option_and_the_backends_tasks():
 
 
 def test_cfg_job_prints_the_composed_config():
-    proc = run_cli(["--cfg", "job", "model=qwen3_8b", "sim.tp=4"])
+    proc = run_cli(["--cfg", "job", "model=qwen3_8b", "parallel.tp=4"])
     assert proc.returncode == 0, proc.stderr
     assert "hub_id: Qwen/Qwen3-8B" in proc.stdout and "tp: 4" in proc.stdout
 

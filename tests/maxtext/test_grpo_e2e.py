@@ -137,16 +137,16 @@ def test_cpu_device_patch_applies_when_the_mesh_needs_more_devices():
     from framework.backends.maxtext.patches.devices import mesh_device_count, mesh_needs_several_devices
 
     assert not mesh_needs_several_devices(patch_context(["hardware=cpu"]))  # fsdp=-1: whatever there is
-    wide = patch_context(["hardware=cpu", "hardware.mesh.fsdp=2", "hardware.mesh.tensor=2"])
+    wide = patch_context(["hardware=cpu", "parallel.fsdp=2", "parallel.tp=2"])
     assert mesh_needs_several_devices(wide) and mesh_device_count(wide) == 4
-    assert mesh_device_count(patch_context(["hardware=cpu", "hardware.mesh.tensor=4"])) == 4
+    assert mesh_device_count(patch_context(["hardware=cpu", "parallel.tp=4"])) == 4
 
 
 @pytest.mark.slow
 def test_cpu_device_patch_splits_the_host_for_a_sharded_run(tmp_path):
     """Without XLA flags the host is one device; the patch gives the 2 x 2 mesh its 4 CPU devices."""
     proc = run_cli(["recipe=grpo_gsm8k_cpu", "grpo.steps=1", "grpo.eval.every=0", "grpo.export_hf=false",
-                    "grpo.checkpoint.every=0", "hardware.mesh.fsdp=2", "hardware.mesh.tensor=2", "progress=false",
+                    "grpo.checkpoint.every=0", "parallel.fsdp=2", "parallel.tp=2", "progress=false",
                     f"hydra.run.dir={tmp_path}"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = {p["id"]: p for p in json.loads((tmp_path / "patches.json").read_text())["patches"]}
@@ -177,13 +177,17 @@ def test_benchmark_runs_on_tiny_shapes_and_prints_its_json(module):
 
 
 BAD_GRPO_INPUTS = [
-    (["backend=maxtext", "task=grpo", "model=tiny_qwen2", "hardware=cpu"],
-     "data=none: task=grpo needs a data set; choose data=gsm8k, gsm8k_local, gsm8k_sample or arithmetic"),
+    (["backend=maxtext", "task=grpo", "model=tiny_qwen2", "hardware=cpu", "data=none"],
+     "data=none: task=grpo needs a math (question/answer) data set, got no data set; choose data=arithmetic, "
+     "data=gsm8k, data=gsm8k_local, data=gsm8k_sample"),
     (["recipe=grpo_gsm8k_cpu", "grpo.micro_batch_size=5"],
      "grpo.micro_batch_size: 5 must divide prompts_per_step x num_generations = 16"),
-    (["recipe=grpo_gsm8k_cpu", "+grpo.rewards.speed=1.0"], "grpo.rewards: ['speed']; give {name: weight}"),
+    (["recipe=grpo_gsm8k_cpu", "+grpo.rewards.speed=1.0"], "grpo.rewards: speed is not a reward; give {name: weight} with names from correctness, format, tag_count"),
     (["recipe=grpo_gsm8k_cpu", "grpo.temperature=0"], "grpo.temperature: 0 must be > 0"),
-    (["recipe=grpo_gsm8k_cpu", "hardware.mesh.tensor=-1"], "hardware.mesh: only one axis may be -1"),
+    (["recipe=grpo_gsm8k_cpu", "parallel.tp=-1"], "parallel: only one axis may be -1, got fsdp, tp"),
+    (["recipe=grpo_gsm8k_cpu", "parallel.pp=2"], "parallel.pp: 2; backend=maxtext has no pipeline parallelism"),
+    (["recipe=grpo_gsm8k_cpu", "grpo.advantage_estimator=ppo"],
+     "grpo.advantage_estimator: unknown advantage estimator 'ppo'; valid: grpo, reinforce, rloo"),
 ]
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from framework.core.loggers import read_metrics
+from framework.core.parallel import ParallelConfig
 from tests.conftest import compose_config, run_cli
 
 jax = pytest.importorskip("jax")
@@ -45,7 +46,7 @@ def tiny():
 
     cfg = compose_config(["model=tiny_qwen2"])
     config = ModelConfig.from_hf_config({**cfg.model.hf_config, "num_hidden_layers": 1})  # compiles faster
-    mesh = build_mesh({"data": 1, "fsdp": -1, "tensor": 1, "expert": 1}, jax.devices()[:1])
+    mesh = build_mesh(ParallelConfig(dp=1, fsdp=-1, tp=1, pp=1, ep=1, cp=1), jax.devices()[:1])
     model = Transformer(config, mesh, DEFAULT_RULES)
     ids = jnp.zeros((1, 4), jnp.int32)
     boxed = jax.jit(lambda: model.init(jax.random.key(0), ids, ids, jnp.ones((1, 4), bool))["params"])()
@@ -57,7 +58,8 @@ def tiny():
 def grpo_task(**overrides):
     from omegaconf import OmegaConf
 
-    from framework.backends.maxtext.config import GRPOTask, build
+    from framework.core.build import build
+    from framework.tasks.grpo import GRPOTask
 
     cfg = compose_config(["backend=maxtext", "task=grpo", *[f"grpo.{k}={v}" for k, v in overrides.items()]])
     return build(GRPOTask, OmegaConf.to_container(cfg.grpo, resolve=True), "grpo")

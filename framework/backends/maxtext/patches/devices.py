@@ -30,9 +30,10 @@ def add_xla_flags(flags: tuple[str, ...]) -> list[str]:
 
 
 def mesh_device_count(ctx: PatchContext) -> int:
-    """Devices the hardware mesh asks for at least: the product of its fixed (not -1) axes."""
-    mesh = ctx.config.hardware.mesh
-    return math.prod(size for size in mesh.values() if size != -1)
+    """Devices the `parallel` layout asks for at least: the product of its fixed (not -1) device axes."""
+    from framework.core.parallel import DEVICE_AXES
+
+    return math.prod(size for axis in DEVICE_AXES if (size := ctx.config.parallel[axis]) != -1)
 
 
 def mesh_needs_several_devices(ctx: PatchContext) -> bool:
@@ -47,7 +48,7 @@ def gpu_xla_flags(ctx: PatchContext) -> None:
 
 @register_patch("maxtext.cpu_host_devices", backend="maxtext", phase=Phase.SETUP, hardware=["cpu"],
                 condition=mesh_needs_several_devices,
-                description="on CPU, split the host into as many devices as hardware.mesh asks for")
+                description="on CPU, split the host into as many devices as the parallel layout asks for")
 def cpu_host_devices(ctx: PatchContext) -> None:
     import jax
 

@@ -3,7 +3,7 @@
 One step: take prompts_per_step problems -> sample num_generations completions each -> rewards ->
 group advantages -> old/reference log-probs when needed -> ppo_epochs updates, each accumulating
 gradients over micro-batches -> metrics. Params, optimizer state and batches are sharded on the
-mesh built from `hardware.mesh` with the logical axis rules (MaxText style). Checkpoints hold
+mesh built from the `parallel` node with the logical axis rules (MaxText style). Checkpoints hold
 everything a resume needs to continue bit for bit: params, optimizer state, the data iterator
 position and the RNG key.
 """
@@ -24,14 +24,14 @@ from flax import linen as nn
 
 from framework.backends.maxtext.checkpoint_io import load_hf_params, resolve_checkpoint_dir, save_hf_checkpoint
 from framework.backends.maxtext.config import GRPOConfig
-from framework.backends.maxtext.grpo.advantages import compute_advantages
+from framework.rl.advantages import compute_advantages
 from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
 from framework.backends.maxtext.sharding import build_mesh, logical_axis_rules, param_shardings
 from framework.backends.maxtext.trainers import rollout
 from framework.backends.maxtext.trainers.checkpointing import (host_arrays, key_from_json, key_to_json, read_state,
                                                                write_arrays)
-from framework.backends.maxtext.trainers.data import load_split, system_prompt, train_examples
+from framework.data.math import load_split, system_prompt, train_examples
 from framework.backends.maxtext.trainers.evaluation import evaluate
 from framework.backends.maxtext.trainers.preflight import predict_step
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
@@ -192,7 +192,7 @@ class GRPOTrainer(BaseTrainer):
         if devices[0].platform != expected:
             log.warning("hardware=%s expects %s devices; running on %d %s device(s)",
                         self.config.hardware["name"], expected, len(devices), devices[0].platform)
-        mesh = build_mesh(self.config.mesh, devices)
+        mesh = build_mesh(self.config.parallel, devices)
         log.info("grpo: mesh %s over %d %s device(s)", dict(mesh.shape), len(devices), devices[0].platform)
         return mesh
 
@@ -216,9 +216,9 @@ class GRPOTrainer(BaseTrainer):
         return every > 0 and (step % every == 0 or step == self.config.task.steps)
 
     def _preflight(self) -> dict[str, Any]:
-        shape = dict(self.mesh.shape)
         try:
-            prediction = predict_step(self.model_config.hf_config, self.config.hardware, shape, self.config.task)
+            prediction = predict_step(self.model_config.hf_config, self.config.hardware, self.config.parallel,
+                                      self.mesh.size, self.config.task)
         except CrucibleError as error:  # advisory: a model the simulator cannot handle still trains
             log.warning("preflight: %s", error)
             return {"preflight_error": str(error)}

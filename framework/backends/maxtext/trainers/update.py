@@ -16,7 +16,8 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from framework.backends.maxtext.config import GRPOTask, OptimizerConfig
+from framework.tasks.common import OptimizerConfig
+from framework.tasks.grpo import GRPOTask
 from framework.backends.maxtext.grpo.loss import grpo_loss, masked_mean
 from framework.backends.maxtext.models.transformer import Transformer, positions_from_mask
 from framework.backends.maxtext.sharding import LogicalRules, put
