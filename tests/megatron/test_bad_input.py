@@ -9,7 +9,6 @@ import pytest
 from hydra.utils import instantiate
 
 from framework.core.errors import ConfigError, DataError
-from framework.data.records import RecordSpec
 from tests.conftest import compose_config, run_cli
 
 
@@ -18,23 +17,23 @@ def _convert(overrides, cache_dir):
     return instantiate(cfg.backend.adapter).convert_config(cfg)
 
 
-def test_layout_that_does_not_divide_the_devices(cache_dir):
-    with pytest.raises(ConfigError, match="parallel: 1 devices do not split into the fixed axes' product 2"):
-        _convert(["parallel.tp=2"], cache_dir)
+def test_layout_that_does_not_divide_the_devices():
+    """Checked against the launched ranks in trainer.setup (convert_config does not know them)."""
+    from framework.backends.megatron.distributed import resolve_layout
+    from framework.core.parallel import ParallelConfig
+
+    with pytest.raises(ConfigError, match="parallel: 3 devices do not split into the fixed axes' product 2"):
+        resolve_layout(ParallelConfig(dp=-1, fsdp=1, tp=2, pp=1, ep=1, cp=1), 3, "local", on_gpu=False)
 
 
-def test_layout_that_does_not_divide_heads_or_layers(cache_dir, monkeypatch):
-    monkeypatch.setenv("RANK", "0")
-    monkeypatch.setenv("WORLD_SIZE", "3")  # as if torchrun started three ranks
+def test_layout_that_does_not_divide_heads_or_layers(cache_dir):
     with pytest.raises(ConfigError, match="parallel.tp: 3 does not divide the model's num_attention_heads"):
         _convert(["parallel.tp=3"], cache_dir)
     with pytest.raises(ConfigError, match="parallel.pp: 3 does not divide the model's num_hidden_layers"):
         _convert(["parallel.pp=3"], cache_dir)
 
 
-def test_context_parallel_needs_transformer_engine(cache_dir, monkeypatch):
-    monkeypatch.setenv("RANK", "0")
-    monkeypatch.setenv("WORLD_SIZE", "2")
+def test_context_parallel_needs_transformer_engine(cache_dir):
     with pytest.raises(ConfigError, match="parallel.cp: 2 needs layer_spec=te"):
         _convert(["parallel.cp=2"], cache_dir)
 
@@ -44,25 +43,21 @@ def test_a_data_set_that_is_not_text(cache_dir):
         _convert(["data=chat_sample"], cache_dir)
 
 
-def test_a_corpus_without_text(tmp_path):
-    from transformers import AutoTokenizer
-
-    from framework.backends.megatron import data
-
+def test_a_corpus_without_text(cache_dir, tmp_path):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps({"content": "no text field"}) + "\n")
-    spec = RecordSpec(name="mine", format="text", source="local", path=str(corpus), train_limit=None)
     with pytest.raises(DataError, match=r"corpus.jsonl:2: expected \{\"text\": non-empty string\}"):
-        data.build_token_file(spec, AutoTokenizer, tmp_path / "cache", lambda items, **_: items)
+        _convert(["data.source=local", f"data.path={corpus}"], cache_dir)
 
 
 def test_a_model_without_a_tokenizer(cache_dir, tmp_path):
     from framework.backends.megatron import data
+    from framework.models.tiny import resolve_model_dir
 
     config = _convert([], cache_dir)
     bare = tmp_path / "no_tokenizer"
     bare.mkdir()
-    shutil.copy(f"{config.model_dir}/config.json", bare / "config.json")
+    shutil.copy(f"{resolve_model_dir(config.model, cache_dir / 'models')}/config.json", bare / "config.json")
     with pytest.raises(DataError, match="model.path: .*no_tokenizer has no tokenizer"):
         data.load_tokenizer(str(bare))
 
@@ -75,8 +70,6 @@ def test_the_cli_prints_one_line(cache_dir):
     assert "Traceback" not in proc.stderr
 
 
-def test_optimizer_sharding_on_a_cpu(cache_dir, monkeypatch):
-    monkeypatch.setenv("RANK", "0")
-    monkeypatch.setenv("WORLD_SIZE", "2")
+def test_optimizer_sharding_on_a_cpu(cache_dir):
     with pytest.raises(ConfigError, match="parallel.fsdp: 2 shards the optimizer state .* use parallel.dp=-1"):
-        _convert(["parallel.dp=1", "parallel.fsdp=-1"], cache_dir)
+        _convert(["parallel.dp=1", "parallel.fsdp=2"], cache_dir)

@@ -16,7 +16,7 @@ from framework.core.adapter import BackendAdapter
 from framework.core.build import build
 from framework.core.errors import BackendError, ConfigError
 from framework.core.parallel import ParallelConfig
-from framework.data.records import RecordSpec
+from framework.data import check_data, data_spec
 from framework.tasks.pretrain import PretrainTask, check_pretrain
 
 REQUIRED = {"megatron.core": "megatron-core", "torch": "torch"}
@@ -48,26 +48,25 @@ class MegatronAdapter(BackendAdapter):
         quiet_megatron()
 
     def convert_config(self, cfg: DictConfig) -> MegatronPretrainConfig:
-        from framework.backends.megatron.distributed import resolve_layout
+        from framework.backends.megatron.distributed import check_axes
         from framework.backends.megatron.model import check_layout, decoder_shape, read_hf_config
-        from framework.core.distributed import detect
         from framework.models.tiny import resolve_model_dir
 
         task = build(PretrainTask, cfg.pretrain, "pretrain")
         check_pretrain(task)
-        data = _text_spec(cfg)
+        data = data_spec(cfg.data, "pretrain")
+        check_data(data)  # the first bad record, before any model is built
         model = OmegaConf.to_container(cfg.model, resolve=True)
-        model_dir = resolve_model_dir(model, Path(self.cache_dir) / "models")
-        if not Path(model_dir).is_dir():
-            raise ConfigError(f"model.path: backend=megatron reads a local HF directory, got hub id {model_dir!r}; "
-                              f"download it and set model.path=DIR, or model.random_init=true")
-        hf_config = read_hf_config(model_dir)
+        if model["random_init"] and not model["path"]:
+            model_dir, hf_config = None, model["hf_config"]  # the trainer builds the directory (rank 0 first)
+        else:
+            model_dir = resolve_model_dir(model, Path(self.cache_dir) / "models")  # a path, or the hub snapshot
+            hf_config = read_hf_config(model_dir)
         parallel = build(ParallelConfig, cfg.parallel, "parallel")
-        on_gpu = cfg.hardware.accelerator == "gpu"
-        layout = resolve_layout(parallel, detect().world_size, self.layer_spec, on_gpu)  # over the launched ranks
-        check_layout(decoder_shape(hf_config), layout.tp, layout.pp)
+        check_axes(parallel, self.layer_spec, cfg.hardware.accelerator == "gpu")
+        check_layout(decoder_shape(hf_config), max(parallel.tp, 1), max(parallel.pp, 1))  # ranks: trainer.setup
         return MegatronPretrainConfig(
-            task=task, data=data, model_name=cfg.model.name, model_dir=model_dir, hf_config=hf_config,
+            task=task, data=data, model_name=cfg.model.name, model=model, model_dir=model_dir, hf_config=hf_config,
             hardware=OmegaConf.to_container(cfg.hardware, resolve=True), parallel=parallel,
             layer_spec=self.layer_spec, cache_dir=self.cache_dir, preflight=self.preflight, seed=int(cfg.seed))
 
@@ -89,11 +88,3 @@ def _has_module(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:
         return False
-
-
-def _text_spec(cfg: DictConfig) -> RecordSpec:
-    data = OmegaConf.to_container(cfg.data, resolve=True)
-    if data.get("format") != "text":
-        raise ConfigError(f"data={data.get('name')}: task=pretrain needs a text data set (format: text, jsonl "
-                          f"'text'), e.g. data=text_sample")
-    return build(RecordSpec, data, "data")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from framework.core.parallel import ParallelConfig
 from framework.data.records import RecordSpec
@@ -14,8 +15,9 @@ class MegatronPretrainConfig:
     task: PretrainTask
     data: RecordSpec
     model_name: str
-    model_dir: str  # a local HF directory (config.json, tokenizer; weights when init_from=pretrained)
-    hf_config: dict  # its config.json
+    model: dict  # the model group
+    model_dir: Optional[str]  # a local HF directory (config.json, tokenizer, weights); None: built from `model`
+    hf_config: dict  # its config.json (the model group's hf_config until a random-init directory is built)
     hardware: dict  # the hardware group (accelerator, peak rates: MFU and preflight)
     parallel: ParallelConfig  # unresolved: -1 takes the ranks of the launched world
     layer_spec: str  # local | te

@@ -33,16 +33,22 @@ class Layout:
         return {"tp": self.tp, "pp": self.pp, "cp": self.cp, "dp": self.dp}
 
 
-def resolve_layout(parallel: ParallelConfig, world_size: int, layer_spec: str, on_gpu: bool) -> Layout:
-    resolved = parallel.resolve(world_size)
-    if resolved.fsdp > 1 and not on_gpu:
-        raise ConfigError(f"parallel.fsdp: {resolved.fsdp} shards the optimizer state (megatron's distributed "
-                          f"optimizer), which needs CUDA; on a CPU use parallel.dp=-1 parallel.fsdp=1")
-    if resolved.ep != 1:
-        raise ConfigError(f"parallel.ep: {resolved.ep}; backend=megatron trains dense models, ep must be 1")
-    if resolved.cp > 1 and layer_spec != "te":
-        raise ConfigError(f"parallel.cp: {resolved.cp} needs layer_spec=te (megatron's local attention has no "
+def check_axes(parallel: ParallelConfig, layer_spec: str, on_gpu: bool) -> None:
+    """What megatron cannot run whatever the number of ranks (a -1 axis is judged once resolved)."""
+    if parallel.ep != 1:
+        raise ConfigError(f"parallel.ep: {parallel.ep}; backend=megatron trains dense models, ep must be 1")
+    if parallel.cp > 1 and layer_spec != "te":
+        raise ConfigError(f"parallel.cp: {parallel.cp} needs layer_spec=te (megatron's local attention has no "
                           f"context parallelism); use cp=1")
+    if parallel.fsdp > 1 and not on_gpu:
+        raise ConfigError(f"parallel.fsdp: {parallel.fsdp} shards the optimizer state (megatron's distributed "
+                          f"optimizer), which needs CUDA; on a CPU use parallel.dp=-1 parallel.fsdp=1")
+
+
+def resolve_layout(parallel: ParallelConfig, world_size: int, layer_spec: str, on_gpu: bool) -> Layout:
+    """The layout over the launched ranks; ConfigError when it does not fit them or megatron."""
+    resolved = parallel.resolve(world_size)
+    check_axes(resolved, layer_spec, on_gpu)
     return Layout(tp=resolved.tp, pp=resolved.pp, cp=resolved.cp, dp=resolved.data_parallel,
                   shard_optimizer=resolved.fsdp > 1)
 

@@ -19,7 +19,7 @@ from framework.backends.megatron import checkpointing, data
 from framework.backends.megatron.config import MegatronPretrainConfig
 from framework.backends.megatron.distributed import (init_model_parallel, init_process_group, resolve_layout,
                                                      set_cpu_threads, shutdown)
-from framework.backends.megatron.model import check_layout, decoder_shape
+from framework.backends.megatron.model import check_layout, decoder_shape, read_hf_config
 from framework.backends.megatron.trainers.batches import collate, masked_mean_loss, sample_indices
 from framework.core.errors import CheckpointError, ConfigError
 from framework.core.result import TrainingResult
@@ -33,13 +33,12 @@ class PretrainTrainer(BaseTrainer):
     config: MegatronPretrainConfig
 
     def setup(self) -> None:
-        """Layout checks, process groups, tokenizer and the token data set (built once, then cached)."""
+        """Layout checks, process groups, the model directory, tokenizer and the token data set (built once,
+        then cached)."""
         cfg, task = self.config, self.config.task
         self.env = self.run.dist
         self.on_gpu = cfg.hardware["accelerator"] == "gpu"
         self.layout = resolve_layout(cfg.parallel, self.env.world_size, cfg.layer_spec, self.on_gpu)
-        self.shape = decoder_shape(cfg.hf_config)
-        check_layout(self.shape, self.layout.tp, self.layout.pp)
         micro_total = task.micro_batch_size * self.layout.dp
         if task.global_batch_size % micro_total:
             raise ConfigError(f"pretrain.global_batch_size: {task.global_batch_size} must be a multiple of "
@@ -48,14 +47,30 @@ class PretrainTrainer(BaseTrainer):
         if not self.on_gpu and task.compute_dtype != "float32":
             raise ConfigError(f"pretrain.compute_dtype: {task.compute_dtype} on a CPU; megatron's mixed-precision "
                               f"optimizer needs CUDA there, use float32")
-        self.tokenizer = data.load_tokenizer(cfg.model_dir)
+        set_cpu_threads(self.env)
+        init_process_group(self.env, self.on_gpu)
+        self.model_dir = self._model_dir()
+        self.shape = decoder_shape(read_hf_config(self.model_dir))
+        check_layout(self.shape, self.layout.tp, self.layout.pp)
+        self.tokenizer = data.load_tokenizer(self.model_dir)
         if len(self.tokenizer) > self.shape.vocab_size:
             raise ConfigError(f"model: the tokenizer has {len(self.tokenizer)} tokens, more than the model's "
                               f"vocab_size {self.shape.vocab_size}")
-        set_cpu_threads(self.env)
-        init_process_group(self.env, self.on_gpu)
         init_model_parallel(self.layout, cfg.seed)
         self._build_data()
+
+    def _model_dir(self) -> str:
+        """The model's HF directory; a random-init one is built by rank 0 while the others wait, then reused."""
+        import torch.distributed as dist
+
+        from framework.models.tiny import resolve_model_dir
+
+        if self.config.model_dir:
+            return self.config.model_dir
+        cache = Path(self.config.cache_dir) / "models"
+        built = resolve_model_dir(self.config.model, cache) if self.env.is_main else None
+        dist.barrier()
+        return built or resolve_model_dir(self.config.model, cache)
 
     def _build_data(self) -> None:
         """Rank 0 tokenises (or finds the cache); every rank then opens the GPTDatasets (megatron's
@@ -63,13 +78,13 @@ class PretrainTrainer(BaseTrainer):
         import torch.distributed as dist
 
         cfg, task = self.config, self.config.task
-        folder = Path(cfg.cache_dir) / "megatron_data" / data.cache_key(cfg.data, cfg.model_dir)
+        folder = Path(cfg.cache_dir) / "megatron_data" / data.cache_key(cfg.data, self.model_dir)
         if self.env.is_main:
             data.build_token_file(cfg.data, self.tokenizer, folder, self._progress)
         dist.barrier()
         samples = [task.steps * task.global_batch_size,
                    max(1, task.eval.iters) * task.micro_batch_size * self.layout.dp]
-        self.train_set, self.valid_set = data.gpt_datasets(folder / data.PREFIX, self.tokenizer, cfg.model_dir,
+        self.train_set, self.valid_set = data.gpt_datasets(folder / data.PREFIX, self.tokenizer, self.model_dir,
                                                            task.seq_length, task.split, samples, cfg.seed)
 
     def _progress(self, iterable, **kwargs):
@@ -81,8 +96,8 @@ class PretrainTrainer(BaseTrainer):
         cfg, task = self.config, self.config.task
         self.engine = Engine(self.shape, self.layout, task, cfg.layer_spec, self.on_gpu)
         if task.init_from == "pretrained":
-            copied = self.engine.import_hf(cfg.model_dir)
-            log.info("pretrain: %d tensors from %s", copied, cfg.model_dir)
+            copied = self.engine.import_hf(self.model_dir)
+            log.info("pretrain: %d tensors from %s", copied, self.model_dir)
         self.engine.wrap()
         self.store = self.run.checkpoints(task.checkpoint)
         self.start_step = 0
@@ -118,7 +133,7 @@ class PretrainTrainer(BaseTrainer):
                     last_checkpoint = self._save(step)
         artifacts = {"last_checkpoint": str(last_checkpoint)} if last_checkpoint else {}
         if task.export_hf:
-            out = self.engine.export_hf(self.config.model_dir, self.run.run_dir / EXPORT_DIR, "float32")
+            out = self.engine.export_hf(self.model_dir, self.run.run_dir / EXPORT_DIR, "float32")
             artifacts["hf_export"] = str(self.run.run_dir / EXPORT_DIR)
             if out is not None:
                 log.info("pretrain: HF export in %s", out)
