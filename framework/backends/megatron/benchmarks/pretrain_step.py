@@ -208,7 +208,7 @@ def main(argv=None) -> dict:
     shape = decoder_shape(hf_config)
     env, layout, device = setup(args)
     check_layout(shape, layout.tp, layout.pp)
-    peak = load_yaml("hardware", args.hardware)["peak_tflops"].get(PEAK_KEY[args.dtype])
+    peak = load_yaml("hardware", args.hardware)["hardware"]["peak_tflops"].get(PEAK_KEY[args.dtype])
     specs = [s for s in args.layer_specs.split(",") if s]
     try:
         import transformer_engine  # noqa: F401
