@@ -110,8 +110,6 @@ class Runtime:
         self.env = env_info.collect(REPO_ROOT)
         self.env["distributed"] = vars(self.dist)
         self.records.write_env(self.env)
-        if self.hardware_note:
-            log.info("%s", self.hardware_note)
 
     def _lifecycle(self):
         adapter = validate(self.cfg)
@@ -123,6 +121,8 @@ class Runtime:
         self._apply(Phase.PREPARE, adapter)
         adapter.prepare_backend(self.cfg)
         backend_config = adapter.convert_config(self.cfg)
+        if self.hardware_note:  # said once the input is known good: bad input stays one line
+            log.info("%s", self.hardware_note)
         self._apply(Phase.CONVERT, adapter, backend_config=backend_config)
         trainer_cls = adapter.load_trainer_class(self.cfg.task.name)
         wandb = OmegaConf.to_container(self.cfg.logger.wandb, resolve=True)
