@@ -73,3 +73,13 @@ def test_the_cli_prints_one_line(cache_dir):
 def test_optimizer_sharding_on_a_cpu(cache_dir):
     with pytest.raises(ConfigError, match="parallel.fsdp: 2 shards the optimizer state .* use parallel.dp=-1"):
         _convert(["parallel.dp=1", "parallel.fsdp=2"], cache_dir)
+
+
+def test_a_gpu_recipe_on_a_machine_without_one(cache_dir):
+    from framework.core.hardware import detect
+
+    if detect().accelerator == "gpu":
+        pytest.skip("this machine has a GPU")
+    proc = run_cli(["recipe=pretrain_megatron", "hydra.run.dir=" + str(cache_dir / "gpu_run")],
+                   env={"CRUCIBLE_CACHE": str(cache_dir)})
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith("error: hardware=h100 asks for")

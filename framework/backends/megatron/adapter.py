@@ -15,6 +15,7 @@ from framework.backends.megatron.config import MegatronPretrainConfig
 from framework.core.adapter import BackendAdapter
 from framework.core.build import build
 from framework.core.errors import BackendError, ConfigError
+from framework.core.hardware import require_accelerator
 from framework.core.parallel import ParallelConfig
 from framework.data import check_data, data_spec
 from framework.tasks.pretrain import PretrainTask, check_pretrain
@@ -41,6 +42,7 @@ class MegatronAdapter(BackendAdapter):
         if cfg.hardware.accelerator not in ACCELERATORS:
             raise ConfigError(f"hardware.accelerator: {cfg.hardware.accelerator!r}; backend=megatron runs on "
                               f"{', '.join(ACCELERATORS)}")
+        require_accelerator(cfg.hardware)
         from framework.backends.megatron.model import LAYER_SPECS
 
         if self.layer_spec not in LAYER_SPECS:
