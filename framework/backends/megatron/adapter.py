@@ -56,6 +56,9 @@ class MegatronAdapter(BackendAdapter):
 
         task = build(PretrainTask, cfg.pretrain, "pretrain")
         check_pretrain(task)
+        if task.param_dtype != "float32":
+            raise ConfigError(f"pretrain.param_dtype: {task.param_dtype}; megatron keeps float32 master weights "
+                              f"(compute_dtype sets the matmuls), use float32")
         data = data_spec(cfg.data, "pretrain")
         check_data(data)  # the first bad record, before any model is built
         model = OmegaConf.to_container(cfg.model, resolve=True)

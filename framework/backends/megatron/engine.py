@@ -112,7 +112,6 @@ class Engine:
 
     def export_hf(self, source_dir: str, out_dir: Path, dtype_name: str) -> Path | None:
         """Gather every rank's weights to global rank 0, which writes an HF directory (returned there)."""
-        import torch
         import torch.distributed as dist
         from megatron.core import parallel_state
 
@@ -135,5 +134,4 @@ class Engine:
             tensors.update(hf_weights.hf_from_parts(name, ordered, offset, self.shape))
         if self.shape.tie_embeddings:
             tensors.pop("lm_head.weight", None)
-        return hf_weights.write_hf_export(tensors, source_dir, out_dir, torch_dtype(dtype_name) if dtype_name
-                                          else torch.float32)
+        return hf_weights.write_hf_export(tensors, source_dir, out_dir, torch_dtype(dtype_name))

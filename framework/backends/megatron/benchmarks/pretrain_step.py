@@ -107,10 +107,7 @@ def megatron_step_s(args, shape, layout, spec: str, device) -> float:
                                     micro_batch_size=args.micro_batch, forward_only=False)
         engine.optimizer.step()
 
-    seconds = timed(step, args.warmup, args.steps, lambda: sync(device))
-    del engine
-    release(device)
-    return seconds
+    return timed(step, args.warmup, args.steps, lambda: sync(device))  # the engine goes with this frame
 
 
 def transformers_step_s(args, hf_config: dict, device) -> float:
@@ -136,10 +133,7 @@ def transformers_step_s(args, hf_config: dict, device) -> float:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    seconds = timed(step, args.warmup, args.steps, lambda: sync(device))
-    del model, optimizer
-    release(device)
-    return seconds
+    return timed(step, args.warmup, args.steps, lambda: sync(device))  # the model goes with this frame
 
 
 def sync(device) -> None:
@@ -220,9 +214,11 @@ def main(argv=None) -> dict:
     for spec in specs:
         seconds = megatron_step_s(args, shape, layout, spec, device)
         results[f"megatron_{spec}"] = report(seconds, args, shape, env.world_size, peak, device)
+        release(device)
     if env.world_size == 1 and not args.no_baseline:
         seconds = transformers_step_s(args, hf_config, device)
         results["transformers"] = report(seconds, args, shape, 1, peak, device)
+        release(device)
     shutdown()
     import megatron.core
     import transformers

@@ -21,7 +21,7 @@ from framework.backends.megatron.distributed import (init_model_parallel, init_p
                                                      set_cpu_threads, shutdown)
 from framework.backends.megatron.model import check_layout, decoder_shape, read_hf_config
 from framework.backends.megatron.trainers.batches import collate, masked_mean_loss, sample_indices
-from framework.core.errors import CheckpointError, ConfigError
+from framework.core.errors import ConfigError
 from framework.core.result import TrainingResult
 from framework.core.trainer import BaseTrainer
 
@@ -80,15 +80,12 @@ class PretrainTrainer(BaseTrainer):
         cfg, task = self.config, self.config.task
         folder = Path(cfg.cache_dir) / "megatron_data" / data.cache_key(cfg.data, self.model_dir)
         if self.env.is_main:
-            data.build_token_file(cfg.data, self.tokenizer, folder, self._progress)
+            data.build_token_file(cfg.data, self.tokenizer, folder, self.run.progress)
         dist.barrier()
         samples = [task.steps * task.global_batch_size,
                    max(1, task.eval.iters) * task.micro_batch_size * self.layout.dp]
         self.train_set, self.valid_set = data.gpt_datasets(folder / data.PREFIX, self.tokenizer, self.model_dir,
                                                            task.seq_length, task.split, samples, cfg.seed)
-
-    def _progress(self, iterable, **kwargs):
-        return self.run.progress(iterable, **kwargs)
 
     def init(self) -> None:
         from framework.backends.megatron.engine import Engine
@@ -101,10 +98,7 @@ class PretrainTrainer(BaseTrainer):
         self.engine.wrap()
         self.store = self.run.checkpoints(task.checkpoint)
         self.start_step = 0
-        checkpoint = self.store.resume_point()
-        if checkpoint is None and self.store.steps() and not task.checkpoint.resume:
-            raise CheckpointError(f"{self.store.root} holds checkpoints and pretrain.checkpoint.resume=false; "
-                                  f"resume them or use a new run dir")
+        checkpoint = self.store.resume_point()  # the runtime refused a changed setup or resume=false already
         if checkpoint is not None:
             self.engine.load_state(checkpointing.load(checkpoint, self.engine.sharded_state(loading=True)))
             self.engine.scheduler.load_state_dict(checkpoint.state["scheduler"])
@@ -133,7 +127,7 @@ class PretrainTrainer(BaseTrainer):
                     last_checkpoint = self._save(step)
         artifacts = {"last_checkpoint": str(last_checkpoint)} if last_checkpoint else {}
         if task.export_hf:
-            out = self.engine.export_hf(self.model_dir, self.run.run_dir / EXPORT_DIR, "float32")
+            out = self.engine.export_hf(self.model_dir, self.run.run_dir / EXPORT_DIR, self.config.model["dtype"])
             artifacts["hf_export"] = str(self.run.run_dir / EXPORT_DIR)
             if out is not None:
                 log.info("pretrain: HF export in %s", out)
