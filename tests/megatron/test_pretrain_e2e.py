@@ -4,6 +4,7 @@
 - kill -9 right after a checkpoint -> resume -> the same final checkpoint and metrics (conformance);
 - tp=2, pp=2 and dp=2 (two gloo ranks under torchrun) train the same losses as one rank, from the same
   pretrained weights: within LOSS_TOLERANCE (float32; reductions split differently over ranks);
+- tp=2 x pp=2 (four ranks) trains the same losses and exports the same weights;
 - a checkpoint saved at tp=1 resumes at tp=2 (dist_checkpointing reshards at load).
 """
 
@@ -24,6 +25,7 @@ RECIPE = ["recipe=pretrain_megatron_cpu", "progress=false"]
 PARITY = [*RECIPE, "pretrain.init_from=pretrained", "pretrain.steps=4", "pretrain.eval.every=0",
           "pretrain.checkpoint.every=0", "pretrain.export_hf=false", "backend.adapter.preflight=false"]
 LOSS_TOLERANCE = 1e-4
+EXPORT_TOLERANCE = 1e-5  # weights after 4 steps (measured 2e-7)
 
 
 def _env(cache_dir) -> dict:
@@ -109,3 +111,23 @@ def test_a_maxtext_grpo_run_starts_from_the_export(tmp_path, cache_dir):
     assert grpo.returncode == 0, grpo.stderr[-3000:]
     rows = read_metrics(tmp_path / "grpo" / "metrics.jsonl")
     assert [row["step"] for row in rows] == [1, 2]
+
+
+@pytest.mark.slow
+def test_tp2_x_pp2_on_four_ranks_trains_and_exports_the_weights_of_one(tmp_path, cache_dir):
+    """Tied Qwen2 over 4 gloo ranks: the same losses, a checkpoint with every rank's shards, and an HF
+    export (gathered from all ranks) equal to the single rank's within EXPORT_TOLERANCE."""
+    from safetensors.torch import load_file
+
+    run = [*PARITY, "model=tiny_qwen2", "pretrain.export_hf=true"]
+    single = run_cli([*run, f"hydra.run.dir={tmp_path / 'one'}"], env=_env(cache_dir))
+    assert single.returncode == 0, single.stderr[-3000:]
+    four = _torchrun([*run, "parallel.tp=2", "parallel.pp=2", "pretrain.checkpoint.every=4",
+                      f"hydra.run.dir={tmp_path / 'four'}"], cache_dir, ranks=4)
+    assert four.returncode == 0, four.stderr[-3000:]
+    assert _losses(tmp_path / "four") == pytest.approx(_losses(tmp_path / "one"), abs=LOSS_TOLERANCE)
+    shards = sorted(p.name for p in (tmp_path / "four" / "checkpoints" / "step_4").glob("__*.distcp"))
+    assert {name.split("_")[2] for name in shards} == {"0", "1", "2", "3"}  # every rank wrote into the folder
+    one, many = (load_file(str(tmp_path / d / "hf_export" / "model.safetensors")) for d in ("one", "four"))
+    assert sorted(one) == sorted(many)
+    assert max((one[k] - many[k]).abs().max().item() for k in one) <= EXPORT_TOLERANCE
