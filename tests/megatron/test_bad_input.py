@@ -38,6 +38,11 @@ def test_context_parallel_needs_transformer_engine(cache_dir):
         _convert(["parallel.cp=2"], cache_dir)
 
 
+def test_bf16_on_a_cpu(cache_dir):
+    with pytest.raises(ConfigError, match="pretrain.compute_dtype: bfloat16 on a CPU"):
+        _convert(["pretrain.compute_dtype=bfloat16"], cache_dir)
+
+
 def test_a_data_set_that_is_not_text(cache_dir):
     with pytest.raises(ConfigError, match="task=pretrain needs a text data set"):
         _convert(["data=chat_sample"], cache_dir)

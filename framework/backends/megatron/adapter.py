@@ -56,6 +56,9 @@ class MegatronAdapter(BackendAdapter):
 
         task = build(PretrainTask, cfg.pretrain, "pretrain")
         check_pretrain(task)
+        if cfg.hardware.accelerator != "gpu" and task.compute_dtype != "float32":
+            raise ConfigError(f"pretrain.compute_dtype: {task.compute_dtype} on a CPU; megatron's mixed-precision "
+                              f"optimizer needs CUDA there, use float32 (recipe=pretrain_megatron_cpu does)")
         if task.param_dtype != "float32":
             raise ConfigError(f"pretrain.param_dtype: {task.param_dtype}; megatron keeps float32 master weights "
                               f"(compute_dtype sets the matmuls), use float32")

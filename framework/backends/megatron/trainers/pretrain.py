@@ -44,9 +44,6 @@ class PretrainTrainer(BaseTrainer):
             raise ConfigError(f"pretrain.global_batch_size: {task.global_batch_size} must be a multiple of "
                               f"micro_batch_size x data-parallel ranks = {micro_total}")
         self.num_microbatches = task.global_batch_size // micro_total
-        if not self.on_gpu and task.compute_dtype != "float32":
-            raise ConfigError(f"pretrain.compute_dtype: {task.compute_dtype} on a CPU; megatron's mixed-precision "
-                              f"optimizer needs CUDA there, use float32")
         set_cpu_threads(self.env)
         init_process_group(self.env, self.on_gpu)
         self.model_dir = self._model_dir()
