@@ -11,8 +11,6 @@ from framework.backends.megatron.model import DecoderShape, gpt_model, layer_spe
 from framework.core.dtypes import torch_dtype
 from framework.tasks.pretrain import PretrainTask
 
-SCHEDULES = {"constant": "constant", "cosine": "cosine", "linear": "linear"}
-
 
 class Engine:
     def __init__(self, shape: DecoderShape, layout: Layout, task: PretrainTask, spec_kind: str, on_gpu: bool):
@@ -58,7 +56,8 @@ class Engine:
         self.scheduler = OptimizerParamScheduler(
             self.optimizer, init_lr=0.0, max_lr=opt.learning_rate, min_lr=opt.learning_rate * opt.min_lr_ratio,
             lr_warmup_steps=opt.warmup_steps, lr_decay_steps=max(self.task.steps, opt.warmup_steps + 1),
-            lr_decay_style=SCHEDULES[opt.schedule], start_wd=opt.weight_decay, end_wd=opt.weight_decay,
+            lr_decay_style=opt.schedule,  # megatron names constant, cosine, linear as the task does
+            start_wd=opt.weight_decay, end_wd=opt.weight_decay,
             wd_incr_steps=self.task.steps, wd_incr_style="constant")
 
     def _hook_schedules(self) -> None:
