@@ -207,7 +207,7 @@ def norm_work(node: OpNode, ctx: Context) -> tuple[float, float]:
 def elementwise_work(node: OpNode, ctx: Context) -> tuple[float, float]:
     # MoE token shuffles run on the whole replica's tokens, split over tp only under expert parallelism.
     split = ctx.tp if node.attrs.get("sequence_parallel_with_ep") and ctx.ep > 1 else tp_split(node, ctx.tp)
-    inp = numel(node.inputs[0], ctx.dims) / split
+    inp = sum(numel(shape, ctx.dims) for shape in node.inputs) / split  # a residual add reads two
     out = numel(node.outputs[0], ctx.dims) / split
     return node.attrs.get("flops_per_element", 1) * out, (inp + out) * ctx.precision.act_bytes
 

@@ -502,7 +502,7 @@ def main() -> None:
     table_path = out / f"{hardware['name']}.json"
     source = (f"sims.benchmarks.accuracy on {env['device']}, torch {env['torch']}, transformers "
               f"{env['transformers']}, {env['date']} (kernels as transformers runs them, CUDA-graph timed)")
-    save_table(fit_table(measurements, hardware, source=source), table_path)
+    save_table(fit_table(measurements, hardware, source=source, stack="transformers"), table_path)
     mark_held_out(cases, measurements)
     predict(cases, s, hardware, str(table_path.resolve()))
     summary = summarise(cases)

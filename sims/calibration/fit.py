@@ -48,8 +48,9 @@ WIRE_FACTOR = {
 
 
 def fit_table(
-    measurements: Sequence[Mapping], hardware: Mapping, source: str = "sims.calibration.fit"
+    measurements: Sequence[Mapping], hardware: Mapping, source: str = "sims.calibration.fit", stack: str | None = None
 ) -> EfficiencyTable:
+    """The table for `hardware` from kernel (and collective) measurements of software `stack`."""
     hw = hardware_spec({**hardware, "efficiency_table": None})
     defaults = EfficiencyTable()
     kernels = [m for m in measurements if "op_class" in m]
@@ -93,6 +94,7 @@ def fit_table(
         gemm_measurements=gemms,
         device_name=hw.name,
         source=source,
+        stack=stack,
     )
 
 

@@ -2,6 +2,8 @@
 
     python -m sims.calibration.microbench --hardware conf/hardware/h100.yaml \
         --model conf/model/qwen3_8b.yaml conf/model/qwen3_30b_a3b.yaml --out h100.json
+    python -m sims.calibration.microbench --stack torch_fused --hardware conf/hardware/h100.yaml \
+        --model conf/model/qwen3_8b.yaml --out h100_torch_fused.json
     python -m sims.calibration.microbench --hardware conf/hardware/cpu.yaml --model conf/model/tiny_qwen3.yaml \
         --device cpu --dtype fp32 --quick --out cpu.json
 
@@ -27,7 +29,7 @@ from sims.api import predict_op
 from sims.builders import build_graph
 from sims.calculator import OP_CLASS, bind_dims
 from sims.calibration.fit import fit_table
-from sims.calibration.kernels import Bench, HFKernels
+from sims.calibration.kernels import KERNELS_BY_STACK, Bench, HFKernels, kernels_for
 from sims.calibration.table import save_table
 from sims.calibration.timing import rotations, time_call
 from sims.workload import Layout, parse_workload
@@ -62,6 +64,7 @@ class Plan:
     graphs: bool = True  # CUDA graphs on CUDA (GPU time without host overhead)
     copy_mb: int = 256
     count_kernels: bool = False  # record the GPU kernels one call launches (torch.profiler)
+    stack: str = "transformers"  # the software stack whose kernels are timed (sims/stacks.yaml)
 
 
 @dataclass
@@ -83,7 +86,7 @@ def measure(
 ) -> list[dict]:
     """Time the model's kernels for every workload of the plan; returns the measurements
     (the input of fit_table), the moe_permute/moe_unpermute ones derived from moe_block."""
-    kernels = HFKernels(hf_config, device, plan.dtype)
+    kernels = kernels_for(plan.stack, hf_config, device, plan.dtype)
     items = _items(kernels, hf_config, hardware, plan)
     progress = progress or (lambda iterable, total, desc: iterable)
     results = []
@@ -106,13 +109,13 @@ def _items(kernels: HFKernels, hf_config: Mapping, hardware: Mapping, plan: Plan
     for raw in plan.workloads:
         workload = {**raw, "dtype": plan.dtype}
         parsed = parse_workload(workload)
-        graph = build_graph(hf_config, parsed.mode)
+        graph = build_graph(hf_config, parsed.mode, plan.stack)
         dims = bind_dims(graph, Layout(), parsed)
         point = {"mode": parsed.mode, "batch": parsed.batch, "seq_len": parsed.query_len, "kv_len": parsed.kv_len}
         for node in graph.nodes:
             if node.is_comm or OP_CLASS[node.op_type] not in wanted:
                 continue
-            work = predict_op(hf_config, hardware, workload, node.name)
+            work = predict_op(hf_config, hardware, workload, node.name, stack=plan.stack)
             key = (node.name, work["flops"], work["bytes"])
             bench = None if key in seen else kernels.bench(node, dims)
             if bench is None:
@@ -128,7 +131,8 @@ def _items(kernels: HFKernels, hf_config: Mapping, hardware: Mapping, plan: Plan
             block = kernels.moe_block(int(dims["tokens"]))
             if block is not None:
                 seen.add(("moe_block", dims["tokens"]))
-                parts = {op: predict_op(hf_config, hardware, workload, op) for op in MOE_BLOCK_OPS + DERIVED_OPS}
+                parts = {op: predict_op(hf_config, hardware, workload, op, stack=plan.stack)
+                         for op in MOE_BLOCK_OPS + DERIVED_OPS}
                 record = {"benchmark": "moe_block", "dtype": plan.dtype, **point, "tokens": int(dims["tokens"]),
                           "parts": {op: {"flops": w["flops"], "bytes": w["bytes"]} for op, w in parts.items()}}
                 items.append(Item(block, record, sum(w["bytes"] for w in parts.values())))
@@ -194,6 +198,8 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="efficiency table JSON to write")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
+    parser.add_argument("--stack", default="transformers", choices=tuple(KERNELS_BY_STACK),
+                        help="the software stack whose kernels to time (sims/stacks.yaml)")
     parser.add_argument("--quick", action="store_true", help="a few small workloads (smoke test)")
     parser.add_argument("--no-graphs", action="store_true", help="time eager calls instead of CUDA graph replays")
     parser.add_argument("--measurements", help="also write the raw measurements to this JSON file")
@@ -201,14 +207,15 @@ def main() -> None:
     hardware = yaml.safe_load(Path(args.hardware).read_text())
     device = args.device or default_device()
     plan = Plan(QUICK_WORKLOADS if args.quick else WORKLOADS, dtype=args.dtype, graphs=not args.no_graphs,
-                copy_mb=16 if args.quick else 256)
+                copy_mb=16 if args.quick else 256, stack=args.stack)
     measurements = []
     for model_file in args.model:
         hf_config = yaml.safe_load(Path(model_file).read_text())["hf_config"]
         measurements += measure(hf_config, hardware, plan, device)
     if args.measurements:
         Path(args.measurements).write_text(json.dumps(measurements, indent=1))
-    table = fit_table(measurements, hardware, source=f"sims.calibration.microbench on {device} ({args.dtype})")
+    source = f"sims.calibration.microbench on {device} ({args.dtype}, {args.stack} kernels)"
+    table = fit_table(measurements, hardware, source=source, stack=args.stack)
     save_table(table, args.out)
     for name, eff in {**table.op_classes, **table.ops}.items():
         print(f"{name:<28} compute {eff.compute:.3f}  memory {eff.memory:.3f}  floor {eff.floor_us:.1f} us")

@@ -5,6 +5,8 @@ File format (JSON), every section optional; what is left out keeps the built-in 
     {
       "format": "crucible-efficiency-table/1",
       "device_name": "NVIDIA H100 SXM5 80GB",          # informational
+      "stack": "transformers",                          # the software stack measured (sims/stacks.yaml);
+                                                        # absent: figures that hold for any stack
       "source": "how and when it was measured",         # informational
       "op_classes": {                                   # per op class, see OP_CLASSES
         "gemm": {"compute": 0.72, "memory": 0.80, "floor_us": 4.0},
@@ -50,6 +52,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from framework.core.errors import ConfigError
+from sims.stacks import stacks
 
 FORMAT = "crucible-efficiency-table/1"
 OP_CLASSES = ("gemm", "moe", "attention", "norm", "elementwise", "embedding", "router", "optimizer")
@@ -117,6 +120,7 @@ class EfficiencyTable:
     source: str = "built-in defaults"
     ops: dict[str, ClassEfficiency] = field(default_factory=dict)
     op_measurements: tuple[OpMeasurement, ...] = ()
+    stack: str | None = None  # the software stack it was measured on; None: any stack
 
     def for_op(self, op_name: str, op_class: str) -> ClassEfficiency:
         """The op's own measured efficiency when the table has one, else its class's."""
@@ -125,7 +129,7 @@ class EfficiencyTable:
     @classmethod
     def from_dict(cls, record: Mapping, origin: str = "efficiency table") -> "EfficiencyTable":
         """Validate a table; sections and classes it leaves out keep the defaults."""
-        known = {"format", "device_name", "source", "op_classes", "ops", "links", "gemm_measurements",
+        known = {"format", "device_name", "source", "stack", "op_classes", "ops", "links", "gemm_measurements",
                  "op_measurements"}
         _no_unknown(record, known, origin)
         if record.get("format", FORMAT) != FORMAT:
@@ -169,12 +173,17 @@ class EfficiencyTable:
             _op_measurement(entry, f"{origin}: op_measurements[{i}]")
             for i, entry in enumerate(record.get("op_measurements") or ())
         )
-        return cls(op_classes, links, gemms, record.get("device_name"), record.get("source", origin), ops, op_times)
+        stack = record.get("stack")
+        if stack is not None:
+            _check_member(f"{origin}: stack", stack, tuple(stacks()))
+        return cls(op_classes, links, gemms, record.get("device_name"), record.get("source", origin), ops, op_times,
+                   stack)
 
     def to_dict(self) -> dict:
         return {
             "format": FORMAT,
             "device_name": self.device_name,
+            "stack": self.stack,
             "source": self.source,
             "op_classes": {name: asdict(value) for name, value in self.op_classes.items()},
             "ops": {name: asdict(value) for name, value in sorted(self.ops.items())},

@@ -52,6 +52,21 @@ def test_every_compute_node_of_a_dense_model_is_timed(dense_measurements):
     assert all(m["time_us"] > 0 and m["timing"] == "cpu" for m in dense_measurements)
 
 
+def test_the_torch_fused_stack_times_its_own_kernels_and_tags_its_table():
+    cfg = model_config("tiny_qwen3")
+    plan = Plan(QUICK_WORKLOADS[:1], dtype="fp32", warmup=0, repeats=1, copy_mb=1, stack="torch_fused",
+                benchmarks=("gemm", "norm", "elementwise", "attention"))
+    measured = measure(cfg, hardware("cpu"), plan, "cpu")
+    nodes = {n.name for n in build_graph(cfg, "prefill", "torch_fused").nodes if not n.is_comm}
+    assert {m["op"] for m in measured if m.get("op")} == nodes - {"embed_tokens"}
+    qkv = next(m for m in measured if m.get("op") == "qkv_proj")
+    assert (qkv["m"], qkv["n"], qkv["k"]) == (16, (4 + 2 * 2) * 16, 64)
+    add = next(m for m in measured if m.get("op") == "input_layernorm_residual_add")
+    work = predict_op(cfg, hardware("cpu"), workload_of(add), add["op"], stack="torch_fused")
+    assert (add["flops"], add["bytes"]) == (work["flops"], work["bytes"])
+    assert fit_table(measured, hardware("cpu"), stack="torch_fused").stack == "torch_fused"
+
+
 def test_measurements_carry_the_simulators_flops_and_bytes(dense_measurements):
     cfg = model_config("tiny_qwen3")
     for m in (m for m in dense_measurements if m.get("op")):
