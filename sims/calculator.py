@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sims.calibration.table import GemmInterpolator, OpInterpolator
+from sims.calibration.interpolate import GemmInterpolator, OpInterpolator
 from sims.hardware import HardwareSpec
 from sims.cache import GraphCache
 from sims.ir import ComputationalGraph, OpNode
@@ -250,6 +250,8 @@ def _measured_op_s(node: OpNode, ctx: Context, flops: float, nbytes: float, floo
     dtype = ctx.precision.dtype
     if dtype == "fp8" and node.op_type != "moe_gemm":
         dtype = "bf16"
+    if node.op_type == "attention" and ctx.workload.mode == "decode":  # its batch x KV surface, if measured
+        return ctx.op_interpolator.time_s(node.name, dtype, flops, nbytes, floor_s, ctx.dims["batch"], ctx.dims["kv_len"])
     return ctx.op_interpolator.time_s(node.name, dtype, flops, nbytes, floor_s)
 
 

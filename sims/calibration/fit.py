@@ -81,7 +81,7 @@ def fit_table(
         if m["op_class"] == "gemm" and {"m", "n", "k"} <= set(m)
     )
     op_times = tuple(
-        OpMeasurement(m["op"], m["dtype"], float(m["flops"]), float(m["bytes"]), float(m["time_us"]))
+        OpMeasurement(m["op"], m["dtype"], float(m["flops"]), float(m["bytes"]), float(m["time_us"]), **_surface_point(m))
         for m in kernels
         if m.get("op") and m["op_class"] != "gemm"
     )
@@ -96,6 +96,13 @@ def fit_table(
         source=source,
         stack=stack,
     )
+
+
+def _surface_point(m: Mapping) -> dict:
+    """Decode attention keeps its batch and KV length: its time is a surface over both."""
+    if m["op_class"] == "attention" and m.get("mode") == "decode" and "batch" in m and "kv_len" in m:
+        return {"batch": int(m["batch"]), "kv_len": int(m["kv_len"])}
+    return {}
 
 
 def _fit_class(measurements: Sequence[Mapping], hw: HardwareSpec, default: ClassEfficiency) -> ClassEfficiency:

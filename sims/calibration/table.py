@@ -26,6 +26,8 @@ File format (JSON), every section optional; what is left out keeps the built-in 
       ],
       "op_measurements": [                              # optional timings of other ops, by IR node name
         {"op": "rotary", "dtype": "bf16", "flops": 1.6e8, "bytes": 2.1e8, "time_us": 132.0},
+        {"op": "attention", "dtype": "bf16", "flops": 2.7e8, "bytes": 5.4e8, "time_us": 190.0,
+         "batch": 16, "kv_len": 8192},                  # decode: a point of the batch x KV surface
         ...
       ]
     }
@@ -38,16 +40,15 @@ higher floor and a lower memory efficiency; `ops` entries hold such per-op figur
 (`graph.table()` lists the names) and take precedence over the op's class.
 bandwidth: achieved bus bandwidth over the link's per-direction peak;
 latency_us: fixed cost of one collective. gemm_measurements: y = x @ W with x (m, k), W (k, n);
-GEMMs of other shapes are interpolated between them (GemmInterpolator). op_measurements: an op's
-time at the FLOPs and bytes the simulator counts for it; other sizes of the same op are
-interpolated along its measured curve (OpInterpolator).
+GEMMs of other shapes are interpolated between them (sims.calibration.interpolate). op_measurements:
+an op's time at the FLOPs and bytes the simulator counts for it (decode attention also with its
+batch and kv_len); other sizes of the same op are interpolated along its measured curve or surface.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -80,6 +81,8 @@ class OpMeasurement:
     flops: float
     bytes: float
     time_us: float
+    batch: int | None = None  # decode attention: sequences and cached tokens (its batch x KV surface)
+    kv_len: int | None = None
 
 
 @dataclass(frozen=True)
@@ -189,7 +192,7 @@ class EfficiencyTable:
             "ops": {name: asdict(value) for name, value in sorted(self.ops.items())},
             "links": {name: asdict(value) for name, value in self.links.items()},
             "gemm_measurements": [asdict(g) for g in self.gemm_measurements],
-            "op_measurements": [asdict(m) for m in self.op_measurements],
+            "op_measurements": [{k: v for k, v in asdict(m).items() if v is not None} for m in self.op_measurements],
         }
 
 
@@ -212,114 +215,9 @@ def save_table(table: EfficiencyTable, path: str | Path) -> None:
     Path(path).write_text(json.dumps(table.to_dict(), indent=2) + "\n")
 
 
-class GemmInterpolator:
-    """GEMM time from measured shapes. Each measurement gives the fraction of its roofline time it
-    achieved above the launch floor; a query takes the inverse-distance-weighted fraction of the
-    nearest measurements of the same dtype in log2(m, n, k) space and returns the floor plus its
-    own roofline time divided by that fraction (exact at measured shapes). The fraction varies
-    slowly with shape, so this interpolates far better than time; leaving the floor out of it
-    keeps launch-bound shapes near the floor instead of scaling them with the roofline."""
-
-    NEIGHBOURS = 4
-
-    def __init__(
-        self,
-        measurements: tuple[GemmMeasurement, ...],
-        roofline_s: Callable[[int, int, int, str], float],
-        floor_s: float = 0.0,
-    ):
-        self._roofline_s = roofline_s
-        times: dict[str, list[float]] = {}
-        for g in measurements:
-            times.setdefault(g.dtype, []).append(g.time_us * 1e-6)
-        self._floors = {dtype: floor_below(floor_s, dtype_times) for dtype, dtype_times in times.items()}
-        self._points: dict[str, list[tuple[tuple[float, float, float], float]]] = {}
-        for g in measurements:
-            fraction = roofline_s(g.m, g.n, g.k, g.dtype) / (g.time_us * 1e-6 - self._floors[g.dtype])
-            self._points.setdefault(g.dtype, []).append(((math.log2(g.m), math.log2(g.n), math.log2(g.k)), fraction))
-        self._cache: dict[tuple, float | None] = {}
-
-    def time_s(self, m: float, n: float, k: float, dtype: str) -> float | None:
-        """Interpolated time, or None when no measurement of this dtype exists."""
-        key = (m, n, k, dtype)
-        if key not in self._cache:
-            self._cache[key] = self._interpolate(m, n, k, dtype)
-        return self._cache[key]
-
-    def _interpolate(self, m: float, n: float, k: float, dtype: str) -> float | None:
-        points = self._points.get(dtype)
-        if not points:
-            return None
-        query = (math.log2(max(m, 1)), math.log2(max(n, 1)), math.log2(max(k, 1)))
-        nearest = sorted((sum((a - b) ** 2 for a, b in zip(query, p)), f) for p, f in points)[: self.NEIGHBOURS]
-        if nearest[0][0] == 0.0:
-            fraction = nearest[0][1]
-        else:
-            weights = [1.0 / d for d, _ in nearest]
-            fraction = sum(w * f for w, (_, f) in zip(weights, nearest)) / sum(weights)
-        return self._floors[dtype] + self._roofline_s(m, n, k, dtype) / fraction
-
-
-class OpInterpolator:
-    """An op's time from its measured curve. Points of one op and dtype are ordered by their
-    roofline time r (FLOPs or bytes at peak, whichever is larger), separately for compute- and
-    memory-bound sizes (attention in prefill and in decode). A query between two points takes
-    their above-floor times interpolated as a power law in r (exact at the points); beyond the
-    ends the nearest end's above-floor time scales with r (its efficiency is kept), so sizes
-    below the smallest measured fall towards the floor."""
-
-    def __init__(
-        self,
-        measurements: tuple[OpMeasurement, ...],
-        roofline_s: Callable[[str, str, float, float], tuple[float, str]],
-    ):
-        self._roofline_s = roofline_s
-        self._curves: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
-        for m in measurements:
-            r, bound = roofline_s(m.op, m.dtype, m.flops, m.bytes)
-            if r > 0:
-                self._curves.setdefault((m.op, m.dtype, bound), []).append((r, m.time_us * 1e-6))
-        for points in self._curves.values():
-            points.sort()
-        self._cache: dict[tuple, float | None] = {}
-
-    def time_s(self, op: str, dtype: str, flops: float, nbytes: float, floor_s: float) -> float | None:
-        """Interpolated time, or None when the op has no measurements of this dtype."""
-        key = (op, dtype, flops, nbytes, floor_s)
-        if key not in self._cache:
-            self._cache[key] = self._interpolate(op, dtype, flops, nbytes, floor_s)
-        return self._cache[key]
-
-    def _interpolate(self, op: str, dtype: str, flops: float, nbytes: float, floor_s: float) -> float | None:
-        r, bound = self._roofline_s(op, dtype, flops, nbytes)
-        points = self._curves.get((op, dtype, bound)) or self._curves.get(
-            (op, dtype, "memory" if bound == "compute" else "compute")
-        )
-        if not points:
-            return None
-        floor_s = floor_below(floor_s, [pt for _, pt in points])
-        above = [(pr, pt - floor_s) for pr, pt in points]
-        if r <= above[0][0]:
-            return floor_s + above[0][1] * r / above[0][0]
-        if r >= above[-1][0]:
-            return floor_s + above[-1][1] * r / above[-1][0]
-        upper = next(i for i, (pr, _) in enumerate(above) if pr >= r)
-        (r0, t0), (r1, t1) = above[upper - 1], above[upper]
-        if r1 == r0:
-            return floor_s + t1
-        share = math.log(r / r0) / math.log(r1 / r0)
-        return floor_s + math.exp(math.log(t0) + share * (math.log(t1) - math.log(t0)))
-
-
-def floor_below(floor_s: float, times_s: list[float]) -> float:
-    """The floor an interpolator works with: the table's, but 5% under the fastest measurement, so
-    that every measurement keeps a positive time above the floor and is reproduced exactly."""
-    return min(floor_s, 0.95 * min(times_s))
-
-
 def _op_measurement(entry: Mapping, origin: str) -> OpMeasurement:
     _check_mapping(origin, entry)
-    _no_unknown(entry, {"op", "dtype", "flops", "bytes", "time_us"}, origin)
+    _no_unknown(entry, {"op", "dtype", "flops", "bytes", "time_us", "batch", "kv_len"}, origin)
     missing = [key for key in ("op", "dtype", "flops", "bytes", "time_us") if key not in entry]
     if missing:
         needed = "op, dtype, flops, bytes, time_us"
@@ -331,7 +229,11 @@ def _op_measurement(entry: Mapping, origin: str) -> OpMeasurement:
         raise ConfigError(f"{origin}: time_us is {entry['time_us']!r}; expected a positive number")
     _check_member(f"{origin}: dtype", entry["dtype"], DTYPES)
     numbers = (float(entry[key]) for key in ("flops", "bytes", "time_us"))
-    return OpMeasurement(str(entry["op"]), entry["dtype"], *numbers)
+    point = {key: entry[key] for key in ("batch", "kv_len") if key in entry}
+    for key, value in point.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{origin}: {key} is {value!r}; expected an integer >= 1")
+    return OpMeasurement(str(entry["op"]), entry["dtype"], *numbers, **point)
 
 
 def _gemm(entry: Mapping, origin: str) -> GemmMeasurement:

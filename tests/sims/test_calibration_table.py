@@ -7,11 +7,11 @@ from sims_helpers import hardware, model_config
 from framework.core.errors import ConfigError
 from sims import predict_op, simulate
 from sims.calibration.fit import fit_table
+from sims.calibration.interpolate import OpInterpolator
 from sims.calibration.table import (
     DEFAULT_OP_CLASSES,
     ClassEfficiency,
     EfficiencyTable,
-    OpInterpolator,
     OpMeasurement,
     load_table,
     save_table,

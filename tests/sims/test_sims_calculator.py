@@ -15,7 +15,8 @@ from sims.calculator import (
     op_cost,
     pipeline_time_s,
 )
-from sims.calibration.table import GemmInterpolator, GemmMeasurement
+from sims.calibration.interpolate import GemmInterpolator
+from sims.calibration.table import GemmMeasurement
 from sims.hardware import hardware_spec
 from sims.partition import stage_layer_bounds
 from sims.workload import parse_layout, parse_workload
