@@ -227,13 +227,12 @@ class DecodeSurface:
                 groups.setdefault((m.op, m.dtype, _width_class(m.bytes, m.batch, m.kv_len)), []).append(m)
         surfaces = {}
         for (op, dtype, width), points in groups.items():
-            batches = sorted({m.batch for m in points})
-            kv_lens = sorted({m.kv_len for m in points})
-            times = _medians(((m.batch, m.kv_len), m.time_us * 1e-6) for m in points)
-            if len(batches) >= 2 and len(kv_lens) >= 2 and len(times) == len(batches) * len(kv_lens):
+            times = _full_grid(_medians(((m.batch, m.kv_len), m.time_us * 1e-6) for m in points))
+            batches, kv_lens = sorted({b for b, _ in times}), sorted({kv for _, kv in times})
+            if len(batches) >= 2 and len(kv_lens) >= 2:
                 work = {(m.batch, m.kv_len): (m.flops, m.bytes) for m in points}
                 surfaces[(op, dtype, width)] = cls(op, dtype, batches, kv_lens, times, work, roofline_s)
-        return surfaces  # a partial grid is left to the op's one-axis curve
+        return surfaces  # without a 2 x 2 grid the op's one-axis curve serves it
 
     @staticmethod
     def pick(surfaces: dict, op: str, dtype: str, nbytes: float, batch, kv_len) -> "DecodeSurface | None":
@@ -269,6 +268,20 @@ class DecodeSurface:
         j, t = _cell(self.kv_lens, kv_len)
         return ((1 - s) * (1 - t) * e[i][j] + s * (1 - t) * e[i + 1][j]
                 + (1 - s) * t * e[i][j + 1] + s * t * e[i + 1][j + 1])
+
+
+def _full_grid(times: dict[tuple, float]) -> dict[tuple, float]:
+    """The largest full batch x kv_len product among the points: the row or column with the fewest
+    points goes until every combination is present (off-grid extras, e.g. a calibration workload)."""
+    while times:
+        batches, kv_lens = {b for b, _ in times}, {kv for _, kv in times}
+        if len(times) == len(batches) * len(kv_lens):
+            return times
+        rows = [(sum(1 for b, _ in times if b == x) / len(kv_lens), 0, x) for x in batches]
+        columns = [(sum(1 for _, kv in times if kv == x) / len(batches), 1, x) for x in kv_lens]
+        _, axis, value = min(rows + columns)
+        times = {key: t for key, t in times.items() if key[axis] != value}
+    return times
 
 
 def _width_class(nbytes: float, batch: float, kv_len: float) -> int:

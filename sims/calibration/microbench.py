@@ -47,6 +47,10 @@ WORKLOADS = (
     {"mode": "decode", "batch": 8, "context_len": 4096},
     {"mode": "decode", "batch": 64, "context_len": 1024},
 )
+# Decode attention on a full batch x KV-length grid: its time is a surface over both (kept off the
+# accuracy benchmark's held-out points: batch 1, 4, 16, 32 at 512, 2048, 8192).
+ATTENTION_GRID = tuple((b, kv) for b in (1, 3, 12, 48) for kv in (768, 3072, 12288, 32768))
+QUICK_ATTENTION_GRID = tuple((b, kv) for b in (1, 2) for kv in (16, 48))
 QUICK_WORKLOADS = (
     {"mode": "prefill", "batch": 1, "seq_len": 16},
     {"mode": "prefill", "batch": 2, "seq_len": 64},
@@ -65,6 +69,7 @@ class Plan:
     copy_mb: int = 256
     count_kernels: bool = False  # record the GPU kernels one call launches (torch.profiler)
     stack: str = "transformers"  # the software stack whose kernels are timed (sims/stacks.yaml)
+    attention_grid: tuple[tuple[int, int], ...] = ATTENTION_GRID  # decode (batch, kv_len) points
 
 
 @dataclass
@@ -106,14 +111,16 @@ def measure(
 def _items(kernels: HFKernels, hf_config: Mapping, hardware: Mapping, plan: Plan) -> list[Item]:
     wanted = set(plan.benchmarks)
     items, seen = [], set()
-    for raw in plan.workloads:
-        workload = {**raw, "dtype": plan.dtype}
+    grid = [{"mode": "decode", "batch": b, "context_len": kv, "only": "attention"} for b, kv in plan.attention_grid]
+    for raw in (*plan.workloads, *(grid if "attention" in wanted else ())):
+        only = raw.get("only")
+        workload = {**{k: v for k, v in raw.items() if k != "only"}, "dtype": plan.dtype}
         parsed = parse_workload(workload)
         graph = build_graph(hf_config, parsed.mode, plan.stack)
         dims = bind_dims(graph, Layout(), parsed)
         point = {"mode": parsed.mode, "batch": parsed.batch, "seq_len": parsed.query_len, "kv_len": parsed.kv_len}
         for node in graph.nodes:
-            if node.is_comm or OP_CLASS[node.op_type] not in wanted:
+            if node.is_comm or OP_CLASS[node.op_type] not in wanted or only and node.op_type != only:
                 continue
             work = predict_op(hf_config, hardware, workload, node.name, stack=plan.stack)
             key = (node.name, work["flops"], work["bytes"])
@@ -127,7 +134,7 @@ def _items(kernels: HFKernels, hf_config: Mapping, hardware: Mapping, plan: Plan
                 rows = dims["logit_tokens"] if node.name == "lm_head" else dims["tokens"]
                 record.update(m=int(rows), n=node.weights[0][1], k=node.weights[0][0])
             items.append(Item(bench, record, work["bytes"]))
-        if "moe" in wanted and ("moe_block", dims["tokens"]) not in seen:
+        if "moe" in wanted and not only and ("moe_block", dims["tokens"]) not in seen:
             block = kernels.moe_block(int(dims["tokens"]))
             if block is not None:
                 seen.add(("moe_block", dims["tokens"]))
@@ -207,7 +214,8 @@ def main() -> None:
     hardware = yaml.safe_load(Path(args.hardware).read_text())
     device = args.device or default_device()
     plan = Plan(QUICK_WORKLOADS if args.quick else WORKLOADS, dtype=args.dtype, graphs=not args.no_graphs,
-                copy_mb=16 if args.quick else 256, stack=args.stack)
+                copy_mb=16 if args.quick else 256, stack=args.stack,
+                attention_grid=QUICK_ATTENTION_GRID if args.quick else ATTENTION_GRID)
     measurements = []
     for model_file in args.model:
         hf_config = yaml.safe_load(Path(model_file).read_text())["hf_config"]
