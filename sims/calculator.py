@@ -3,10 +3,11 @@ pipeline schedule, data-parallel gradient sync and the optimizer update.
 
 Per op and device:  time = max(flops / (peak * eff_compute), bytes / (bandwidth * eff_memory)) + floor
 (a GEMM with measured shapes in the efficiency table uses the interpolated measurement instead).
-Collectives over n devices with per-direction link bandwidth bw (ring algorithms):
-  all-reduce   2 (n-1)/n * bytes / (bw * eff) + latency
-  all-gather   (n-1)/n * bytes / (bw * eff) + latency       (bytes: the gathered tensor)
-  all-to-all   (n-1)/n * bytes / (bw * eff) + latency       (bytes: what one device sends)
+Collectives over n devices: latency + bus_factor(n) * bytes / bus bandwidth (sims/comm.py; fitted
+to NCCL measurements when the efficiency table has them, else from the link bandwidth):
+  all-reduce   bus factor 2 (n-1)/n
+  all-gather   (n-1)/n                                       (bytes: the gathered tensor)
+  all-to-all   (n-1)/n                                       (bytes: what one device sends)
 Pipeline with per-micro-batch stage times t_i and m micro-batches:
   step = sum_i t_i + (m - 1) * max_i t_i     (= (m + pp - 1) * t for equal stages; bubble (pp-1)/(m+pp-1))
 Nothing overlaps: compute, collectives and the gradient sync add up (an upper bound on time).
@@ -17,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sims.calibration.interpolate import GemmInterpolator, OpInterpolator
+from sims.comm import collective_s
 from sims.hardware import HardwareSpec
 from sims.cache import GraphCache
 from sims.ir import ComputationalGraph, OpNode
@@ -261,34 +263,24 @@ def _measured_op_s(node: OpNode, ctx: Context, flops: float, nbytes: float, floo
 def all_reduce_s(nbytes: float, group: int, hw: HardwareSpec, span: int | None = None) -> float:
     """`span`: how many consecutive ranks the group's members are spread over (a dp group strides
     over its tp ranks); it decides intra- vs inter-node. Defaults to the group size."""
-    return _ring_s(2.0 * (group - 1) / group * nbytes, group, span or group, hw)
+    return collective_s("all_reduce", nbytes, group, span or group, hw)
 
 
 def all_gather_s(gathered_bytes: float, group: int, hw: HardwareSpec, span: int | None = None) -> float:
-    return _ring_s((group - 1) / group * gathered_bytes, group, span or group, hw)
+    return collective_s("all_gather", gathered_bytes, group, span or group, hw)
 
 
 def reduce_scatter_s(full_bytes: float, group: int, hw: HardwareSpec, span: int | None = None) -> float:
-    return _ring_s((group - 1) / group * full_bytes, group, span or group, hw)
+    return collective_s("reduce_scatter", full_bytes, group, span or group, hw)
 
 
 def all_to_all_s(sent_bytes: float, group: int, hw: HardwareSpec) -> float:
-    return _ring_s((group - 1) / group * sent_bytes, group, group, hw)
+    return collective_s("all_to_all", sent_bytes, group, group, hw)
 
 
 def send_recv_s(nbytes: float, span: int, hw: HardwareSpec) -> float:
     """Point-to-point between pipeline stages; `span` ranks decide intra- or inter-node."""
-    kind, bandwidth = hw.link(span)
-    link = hw.efficiency.links[kind]
-    return nbytes / (bandwidth * link.bandwidth) + link.latency_us * 1e-6
-
-
-def _ring_s(wire_bytes: float, group: int, span: int, hw: HardwareSpec) -> float:
-    if group <= 1:
-        return 0.0
-    kind, bandwidth = hw.link(span)
-    link = hw.efficiency.links[kind]
-    return wire_bytes / (bandwidth * link.bandwidth) + link.latency_us * 1e-6
+    return collective_s("send_recv", nbytes, 2, span, hw)
 
 
 def comm_cost(node: OpNode, ctx: Context) -> OpCost | None:

@@ -39,7 +39,10 @@ the measured software runs as several unfused kernels (transformers' RMSNorm: ei
 higher floor and a lower memory efficiency; `ops` entries hold such per-op figures by IR node name
 (`graph.table()` lists the names) and take precedence over the op's class.
 bandwidth: achieved bus bandwidth over the link's per-direction peak;
-latency_us: fixed cost of one collective. gemm_measurements: y = x @ W with x (m, k), W (k, n);
+latency_us: fixed cost of one collective (links: the built-in collective model, used for any
+collective without a `collectives` fit). collectives: [{"collective": "all_reduce", "group": 2,
+"link": "intra_node", "latency_us": 14.0, "bus_gb_s": 362.0}, ...], fitted to NCCL measurements
+(sims/calibration/collectives.py; the model is in sims/comm.py). gemm_measurements: y = x @ W with x (m, k), W (k, n);
 GEMMs of other shapes are interpolated between them (sims.calibration.interpolate). op_measurements:
 an op's time at the FLOPs and bytes the simulator counts for it (decode attention also with its
 batch and kv_len); other sizes of the same op are interpolated along its measured curve or surface.
@@ -50,6 +53,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from framework.core.errors import ConfigError
@@ -83,6 +87,17 @@ class OpMeasurement:
     time_us: float
     batch: int | None = None  # decode attention: sequences and cached tokens (its batch x KV surface)
     kv_len: int | None = None
+
+
+@dataclass(frozen=True)
+class CollectiveFit:
+    """time = latency_us + bus_factor(group) * bytes / bus_gb_s (sims/comm.py), fitted to NCCL timings."""
+
+    collective: str
+    group: int
+    link: str  # intra_node | inter_node
+    latency_us: float
+    bus_gb_s: float
 
 
 @dataclass(frozen=True)
@@ -124,6 +139,15 @@ class EfficiencyTable:
     ops: dict[str, ClassEfficiency] = field(default_factory=dict)
     op_measurements: tuple[OpMeasurement, ...] = ()
     stack: str | None = None  # the software stack it was measured on; None: any stack
+    collectives: tuple[CollectiveFit, ...] = ()
+
+    @cached_property
+    def collective_fits(self) -> dict[tuple[str, str], list[CollectiveFit]]:
+        """The fits by (collective, link kind)."""
+        grouped: dict[tuple[str, str], list[CollectiveFit]] = {}
+        for fit in self.collectives:
+            grouped.setdefault((fit.collective, fit.link), []).append(fit)
+        return grouped
 
     def for_op(self, op_name: str, op_class: str) -> ClassEfficiency:
         """The op's own measured efficiency when the table has one, else its class's."""
@@ -132,8 +156,8 @@ class EfficiencyTable:
     @classmethod
     def from_dict(cls, record: Mapping, origin: str = "efficiency table") -> "EfficiencyTable":
         """Validate a table; sections and classes it leaves out keep the defaults."""
-        known = {"format", "device_name", "source", "stack", "op_classes", "ops", "links", "gemm_measurements",
-                 "op_measurements"}
+        known = {"format", "device_name", "source", "stack", "op_classes", "ops", "links", "collectives",
+                 "gemm_measurements", "op_measurements"}
         _no_unknown(record, known, origin)
         if record.get("format", FORMAT) != FORMAT:
             raise ConfigError(f"{origin}: format is {record.get('format')!r}; valid: {FORMAT}")
@@ -179,8 +203,11 @@ class EfficiencyTable:
         stack = record.get("stack")
         if stack is not None:
             _check_member(f"{origin}: stack", stack, tuple(stacks()))
+        collectives = tuple(
+            _collective(entry, f"{origin}: collectives[{i}]") for i, entry in enumerate(record.get("collectives") or ())
+        )
         return cls(op_classes, links, gemms, record.get("device_name"), record.get("source", origin), ops, op_times,
-                   stack)
+                   stack, collectives)
 
     def to_dict(self) -> dict:
         return {
@@ -191,6 +218,7 @@ class EfficiencyTable:
             "op_classes": {name: asdict(value) for name, value in self.op_classes.items()},
             "ops": {name: asdict(value) for name, value in sorted(self.ops.items())},
             "links": {name: asdict(value) for name, value in self.links.items()},
+            "collectives": [asdict(c) for c in self.collectives],
             "gemm_measurements": [asdict(g) for g in self.gemm_measurements],
             "op_measurements": [{k: v for k, v in asdict(m).items() if v is not None} for m in self.op_measurements],
         }
@@ -234,6 +262,26 @@ def _op_measurement(entry: Mapping, origin: str) -> OpMeasurement:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{origin}: {key} is {value!r}; expected an integer >= 1")
     return OpMeasurement(str(entry["op"]), entry["dtype"], *numbers, **point)
+
+
+def _collective(entry: Mapping, origin: str) -> CollectiveFit:
+    from sims.comm import COLLECTIVES  # sims.comm reads tables through the hardware spec
+
+    keys = ("collective", "group", "link", "latency_us", "bus_gb_s")
+    _check_mapping(origin, entry)
+    _no_unknown(entry, set(keys), origin)
+    missing = [key for key in keys if key not in entry]
+    if missing:
+        raise ConfigError(f"{origin}: missing {', '.join(missing)}; each collective fit needs {', '.join(keys)}")
+    _check_member(f"{origin}: collective", entry["collective"], COLLECTIVES)
+    _check_member(f"{origin}: link", entry["link"], LINKS)
+    if isinstance(entry["group"], bool) or not isinstance(entry["group"], int) or entry["group"] < 2:
+        raise ConfigError(f"{origin}: group is {entry['group']!r}; expected an integer >= 2")
+    _check_non_negative(f"{origin}: latency_us", entry["latency_us"])
+    if not isinstance(entry["bus_gb_s"], (int, float)) or entry["bus_gb_s"] <= 0:
+        raise ConfigError(f"{origin}: bus_gb_s is {entry['bus_gb_s']!r}; expected a positive number")
+    return CollectiveFit(entry["collective"], entry["group"], entry["link"], float(entry["latency_us"]),
+                         float(entry["bus_gb_s"]))
 
 
 def _gemm(entry: Mapping, origin: str) -> GemmMeasurement:

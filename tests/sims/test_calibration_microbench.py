@@ -159,7 +159,8 @@ def test_decode_attention_is_measured_on_a_grid_and_fitted_as_a_surface(dense_me
     assert on_surface == decode
     save_table(table, tmp_path / "cpu.json")
     calibrated = {**hardware("cpu"), "efficiency_table": str(tmp_path / "cpu.json")}
-    grid = [m for m in dense_measurements if m.get("op") == "attention" and (m["batch"], m["kv_len"]) in QUICK_ATTENTION_GRID]
+    grid = [m for m in dense_measurements
+            if m.get("op") == "attention" and m["mode"] == "decode" and (m["batch"], m["kv_len"]) in QUICK_ATTENTION_GRID]
     corner = next(m for m in grid if (m["batch"], m["kv_len"]) == (2, 48))
     got = predict_op(model_config("tiny_qwen3"), calibrated, workload_of(corner), "attention")
     slowest = max(m["time_us"] for m in grid)  # the largest point, lifted to any slower smaller one
