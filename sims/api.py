@@ -42,6 +42,7 @@ class SimResult:
     rows: list[dict] = field(default_factory=list)
     stack: str = DEFAULT_STACK
     efficiency_source: str = ""
+    warnings: list[str] = field(default_factory=list)  # what a caller should surface to the user
 
     @property
     def memory_per_device_gb(self) -> float | None:
@@ -80,6 +81,7 @@ class SimResult:
             "memory_capacity_gb": self.memory_capacity_gb,
             "fits": self.fits,
             "memory_over_gb": self.memory_over_gb,
+            "warning": "; ".join(self.warnings),
             "time_by_bound_s": time_by_bound,
         }
 
@@ -131,6 +133,9 @@ def simulate(
     result.rows = step.rows
     if not result.fits:
         result.reason = f"needs {result.memory_per_device_gb:.1f} GB per device, {hw.memory_gb:g} GB available"
+        result.warnings.append(f"does not fit: {result.reason}")
+    if hw.efficiency.source.startswith("built-in defaults ("):
+        result.warnings.append(f"no {stack} efficiency table for {hw.name}: uncalibrated built-in factors")
     return result
 
 
