@@ -12,8 +12,9 @@ status="invalid" and a reason, so sweeps can report it as a row.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from sims.builders import build_graph, graph_and_counts
 from sims.calculator import OP_CLASS, Context, estimate_step, op_cost
@@ -39,10 +40,14 @@ class SimResult:
     mfu: float | None = None
     memory_breakdown_gb: dict[str, float] = field(default_factory=dict)
     memory_capacity_gb: float | None = None
-    rows: list[dict] = field(default_factory=list)
+    row_source: Callable[[], list[dict]] | None = None  # builds `rows` when first asked
     stack: str = DEFAULT_STACK
     efficiency_source: str = ""
     warnings: list[str] = field(default_factory=list)  # what a caller should surface to the user
+
+    @cached_property
+    def rows(self) -> list[dict]:
+        return self.row_source() if self.row_source else []
 
     @property
     def memory_per_device_gb(self) -> float | None:
@@ -122,15 +127,16 @@ def simulate(
     if problem:
         result.status, result.reason = "invalid", problem
         return result
-    step = estimate_step(graph, hw, parsed_layout, parsed_workload)
-    memory = estimate_memory(graph, hw, parsed_layout, parsed_workload)
+    ctx = Context.for_step(graph, hw, parsed_layout, parsed_workload)
+    step = estimate_step(graph, hw, parsed_layout, parsed_workload, ctx)
+    memory = estimate_memory(graph, hw, parsed_layout, parsed_workload, ctx)
     new_tokens = parsed_workload.batch * parsed_workload.query_len
     result.latency_s = step.latency_s
     result.tokens_per_s_per_device = new_tokens / step.latency_s / parsed_layout.devices
     result.mfu = step.model_flops / (step.latency_s * parsed_layout.devices * hw.peak_flops(parsed_workload.dtype))
     result.memory_breakdown_gb = memory.breakdown_gb
     result.memory_capacity_gb = hw.memory_gb
-    result.rows = step.rows
+    result.row_source = step.rows
     if not result.fits:
         result.reason = f"needs {result.memory_per_device_gb:.1f} GB per device, {hw.memory_gb:g} GB available"
         result.warnings.append(f"does not fit: {result.reason}")

@@ -15,6 +15,7 @@ Nothing overlaps: compute, collectives and the gradient sync add up (an upper bo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sims.calibration.interpolate import GemmInterpolator, OpInterpolator
@@ -77,7 +78,7 @@ class OpCost:
 class StepEstimate:
     latency_s: float
     model_flops: float  # whole-model FLOPs of one step (no recompute), for MFU
-    rows: list[dict]
+    rows: Callable[[], list[dict]]  # built on demand: a sweep mostly wants the headline numbers
     stage: int  # the slowest pipeline stage, whose ops `rows` lists
 
 
@@ -317,40 +318,80 @@ def passes(node: OpNode, workload: Workload, num_layers: int) -> tuple[float, fl
     return 1.0 + backward + recompute, model
 
 
-def estimate_step(graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload) -> StepEstimate:
-    ctx = Context.for_step(graph, hw, layout, workload)
-    num_layers = graph.meta["num_layers"]
-    costs = [op_cost(node, ctx) for node in graph.nodes]
-    multipliers = [passes(node, workload, num_layers)[0] for node in graph.nodes]
-    counts = stage_counts(graph, layout.pp)
+def estimate_step(
+    graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload, ctx: Context | None = None
+) -> StepEstimate:
+    ctx = ctx or Context.for_step(graph, hw, layout, workload)
+    ops = _stage_ops(graph, ctx)
     p2p_s = _pipeline_p2p_s(graph, ctx)
+    stage_s = [s + p2p_s for s in ops.stage_s]
+    m = workload.microbatches
+    pipeline_s = pipeline_time_s(stage_s, m)
+    latency = pipeline_s
+    extra = []
+    if layout.pp > 1:
+        extra.append(_row("pp_send_recv", "send_recv", m, 0.0, 0.0, p2p_s * m, "comm"))
+        extra.append(_row("pipeline_bubble", "idle", 0, 0.0, 0.0, pipeline_s - m * stage_s[ops.slowest], "idle"))
+    if workload.mode == "train":
+        for row in _training_update_rows(graph, ctx, ops.slowest):
+            extra.append(row)
+            latency += row["time_s"]
+
+    def rows() -> list[dict]:
+        scaled = [_row(name, op_type, n * m, flops * m, nbytes * m, time_s * m, bound)
+                  for name, op_type, n, flops, nbytes, time_s, bound in ops.slowest_rows]
+        return scaled + extra
+
+    return StepEstimate(latency, model_flops(graph, workload), rows, ops.slowest)
+
+
+@dataclass(frozen=True)
+class StageOps:
+    """The ops of every pipeline stage for one micro-batch: time per stage (without send/recv),
+    the slowest stage and its per-op rows (name, op_type, executions, flops, bytes, time, bound)."""
+
+    stage_s: list[float]
+    slowest: int
+    slowest_rows: list[tuple]
+
+
+def _stage_ops(graph: ComputationalGraph, ctx: Context) -> StageOps:
+    """Shared by every layout and workload that bind the ops alike (same tp, ep, dims per
+    micro-batch, dtype, mode; the stage sums also per pp): a sweep over dp, pp, batch and
+    micro-batches costs each op once per size."""
+    w = ctx.workload
+    key = (ctx.layout.tp, ctx.layout.ep, *ctx.dims.values(), w.dtype, w.mode, w.recompute)
+    cache = _step_cache(ctx.hw)
+    return cache.get(graph, (key, ctx.layout.pp), lambda: _cost_stages(graph, ctx, cache.get(
+        graph, key, lambda: [op_cost(node, ctx) for node in graph.nodes])))
+
+
+def _cost_stages(graph: ComputationalGraph, ctx: Context, costs: list[OpCost | None]) -> StageOps:
+    num_layers = graph.meta["num_layers"]
+    multipliers = [passes(node, ctx.workload, num_layers)[0] for node in graph.nodes]
+    counts = stage_counts(graph, ctx.layout.pp)
     stage_s = [
-        sum(c.time_s * mult * n for c, mult, n in zip(costs, multipliers, stage) if c is not None and n) + p2p_s
+        sum(c.time_s * mult * n for c, mult, n in zip(costs, multipliers, stage) if c is not None and n)
         for stage in counts
     ]
-    m = workload.microbatches
-    slowest = max(range(layout.pp), key=stage_s.__getitem__)
-    pipeline_s = pipeline_time_s(stage_s, m)
+    slowest = max(range(ctx.layout.pp), key=stage_s.__getitem__)
+    rows = [
+        (node.name, node.op_type, n, cost.flops * n * mult, cost.bytes * n * mult, cost.time_s * n * mult, cost.bound)
+        for node, cost, mult, n in zip(graph.nodes, costs, multipliers, counts[slowest])
+        if cost is not None and n
+    ]
+    return StageOps(stage_s, slowest, rows)
 
-    rows = []
-    for node, cost, mult, n in zip(graph.nodes, costs, multipliers, counts[slowest]):
-        if cost is None or not n:
-            continue
-        scale = n * m * mult
-        rows.append(
-            _row(
-                node.name, node.op_type, n * m, cost.flops * scale, cost.bytes * scale, cost.time_s * scale, cost.bound
-            )
-        )
-    if layout.pp > 1:
-        rows.append(_row("pp_send_recv", "send_recv", m, 0.0, 0.0, p2p_s * m, "comm"))
-        rows.append(_row("pipeline_bubble", "idle", 0, 0.0, 0.0, pipeline_s - m * stage_s[slowest], "idle"))
-    latency = pipeline_s
-    if workload.mode == "train":
-        for row in _training_update_rows(graph, ctx, slowest):
-            rows.append(row)
-            latency += row["time_s"]
-    return StepEstimate(latency, model_flops(graph, workload), rows, slowest)
+
+_STEP_CACHES: dict[int, tuple[HardwareSpec, GraphCache]] = {}
+
+
+def _step_cache(hw: HardwareSpec) -> GraphCache:
+    """One cache of costed stages per parsed hardware spec (and so per efficiency table)."""
+    cached = _STEP_CACHES.get(id(hw))
+    if cached is None or cached[0] is not hw:
+        cached = _STEP_CACHES[id(hw)] = (hw, GraphCache(maxsize=8192))
+    return cached[1]
 
 
 def pipeline_time_s(stage_s: list[float], microbatches: int) -> float:
