@@ -415,7 +415,9 @@ def hardware_for(device: str, name: str | None) -> dict:
                 raise SystemExit(f"no conf/hardware file for {card!r}; pass --hardware NAME")
         else:
             name = "cpu"
-    return yaml.safe_load((REPO / f"conf/hardware/{name}.yaml").read_text())
+    record = yaml.safe_load((REPO / f"conf/hardware/{name}.yaml").read_text())
+    record = record.get("hardware", record)  # a config group file may nest it under `hardware:`
+    return {**record, "efficiency_table": None}  # "built-in": the factors without any table
 
 
 def environment(device: str) -> dict:
