@@ -51,6 +51,14 @@ class HardwareSpec:
         return kind, gb_s * 1e9
 
 
+def load_hardware_file(path: str | Path) -> dict:
+    """The hardware dict of a conf/hardware/*.yaml file (nested under `hardware:` or not)."""
+    import yaml
+
+    record = yaml.safe_load(Path(path).read_text())
+    return dict(record.get("hardware", record)) if isinstance(record.get("hardware"), Mapping) else dict(record)
+
+
 def hardware_spec(hardware: Mapping, stack: str = DEFAULT_STACK) -> HardwareSpec:
     """Parse (and cache) a hardware dict, with the efficiency table of software `stack`.
 

@@ -43,6 +43,7 @@ from sims.calibration.table import save_table
 from sims.calibration.timing import rotations, time_call
 from sims.calculator import bind_dims
 from sims.builders import build_graph
+from sims.hardware import load_hardware_file
 from sims.workload import Layout, parse_workload
 
 REPO = Path(__file__).resolve().parents[2]
@@ -415,8 +416,7 @@ def hardware_for(device: str, name: str | None) -> dict:
                 raise SystemExit(f"no conf/hardware file for {card!r}; pass --hardware NAME")
         else:
             name = "cpu"
-    record = yaml.safe_load((REPO / f"conf/hardware/{name}.yaml").read_text())
-    record = record.get("hardware", record)  # a config group file may nest it under `hardware:`
+    record = load_hardware_file(REPO / f"conf/hardware/{name}.yaml")
     return {**record, "efficiency_table": None}  # "built-in": the factors without any table
 
 

@@ -136,14 +136,11 @@ def environment(cpu: bool) -> dict:
 
 def fit_into_table(hardware_file: str, table_file: str, measurement_files: list[str], out: str | None) -> Path:
     """Fit every measurement file's collectives and merge them into the table at `table_file`."""
-    import yaml
-
     from sims.calibration.fit import fit_collectives
     from sims.calibration.table import load_table, save_table
-    from sims.hardware import hardware_spec
+    from sims.hardware import hardware_spec, load_hardware_file
 
-    record = yaml.safe_load(Path(hardware_file).read_text())
-    hardware = record.get("hardware", record)  # a config group file may nest it under `hardware:`
+    hardware = load_hardware_file(hardware_file)
     measurements = [m for f in measurement_files for m in json.loads(Path(f).read_text())["measurements"]]
     fits = fit_collectives(measurements, hardware_spec({**hardware, "efficiency_table": None}))
     table = load_table(table_file)

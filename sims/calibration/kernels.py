@@ -264,6 +264,25 @@ class HFKernels:
 
         return Bench(self.experts, make_args)
 
+    def fp8_linear(self, m: int, n: int, k: int) -> tuple[Bench, int]:
+        """(bench, m used): y = x @ W^T with x, W in float8_e4m3fn and per-tensor scales, bf16 out
+        (torch._scaled_mm, what fp8 inference runs). m is rounded up to a multiple of 16 where the
+        kernel requires it."""
+        torch = self.torch
+        scale = torch.ones((), device=self.device, dtype=torch.float32)
+
+        def mm(a, b):
+            return torch._scaled_mm(a, b.t(), scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16)
+
+        def args_for(rows):
+            return lambda: (self.randn(rows, k).to(torch.float8_e4m3fn), self.randn(n, k).to(torch.float8_e4m3fn))
+
+        try:
+            mm(*args_for(m)())
+        except RuntimeError:  # shape constraint of the fp8 kernel
+            m = -(-m // 16) * 16
+        return Bench(mm, args_for(m)), m
+
     # --- the device itself ----------------------------------------------------------------------
 
     def copy(self, nbytes: int) -> Bench:

@@ -32,6 +32,7 @@ from sims.calibration.fit import fit_table
 from sims.calibration.kernels import KERNELS_BY_STACK, Bench, HFKernels, kernels_for
 from sims.calibration.table import save_table
 from sims.calibration.timing import rotations, time_call
+from sims.hardware import load_hardware_file
 from sims.workload import Layout, parse_workload
 
 BENCHMARKS = ("gemm", "moe", "router", "attention", "norm", "elementwise", "embedding", "copy", "launch")
@@ -70,6 +71,7 @@ class Plan:
     count_kernels: bool = False  # record the GPU kernels one call launches (torch.profiler)
     stack: str = "transformers"  # the software stack whose kernels are timed (sims/stacks.yaml)
     attention_grid: tuple[tuple[int, int], ...] = ATTENTION_GRID  # decode (batch, kv_len) points
+    fp8_gemms: bool = False  # also time each 2-D GEMM in fp8 (torch._scaled_mm): the table's fp8 GEMMs
 
 
 @dataclass
@@ -133,6 +135,8 @@ def _items(kernels: HFKernels, hf_config: Mapping, hardware: Mapping, plan: Plan
             if node.op_type == "gemm" and len(node.weights[0]) == 2:
                 rows = dims["logit_tokens"] if node.name == "lm_head" else dims["tokens"]
                 record.update(m=int(rows), n=node.weights[0][1], k=node.weights[0][0])
+                if plan.fp8_gemms:
+                    items.append(_fp8_item(kernels, record, hf_config, hardware, workload, node.name, plan.stack))
             items.append(Item(bench, record, work["bytes"]))
         if "moe" in wanted and not only and ("moe_block", dims["tokens"]) not in seen:
             block = kernels.moe_block(int(dims["tokens"]))
@@ -154,6 +158,16 @@ def _items(kernels: HFKernels, hf_config: Mapping, hardware: Mapping, plan: Plan
         mixed = {"benchmark": "launch_mixed", "dtype": plan.dtype, "kernels_per_call": MIXED_LAUNCH_KERNELS}
         items.append(Item(kernels.launch_mixed(), mixed))  # no op_class: reported, not fitted
     return items
+
+
+def _fp8_item(kernels, record: dict, hf_config, hardware, workload, op: str, stack: str) -> Item:
+    """The GEMM of `record` in fp8, with the FLOPs and bytes the simulator counts for it in fp8."""
+    bench, m = kernels.fp8_linear(record["m"], record["n"], record["k"])
+    scale = m / record["m"]  # rows rounded up for the fp8 kernel
+    work = predict_op(hf_config, hardware, {**workload, "dtype": "fp8"}, op, stack=stack)
+    fp8 = {**record, "benchmark": f"{op}_fp8", "dtype": "fp8", "m": m, "flops": work["flops"] * scale,
+           "bytes": work["bytes"]}
+    return Item(bench, fp8, work["bytes"])
 
 
 def count_kernels(fn: Callable, args: tuple) -> int:
@@ -208,14 +222,17 @@ def main() -> None:
     parser.add_argument("--stack", default="transformers", choices=tuple(KERNELS_BY_STACK),
                         help="the software stack whose kernels to time (sims/stacks.yaml)")
     parser.add_argument("--quick", action="store_true", help="a few small workloads (smoke test)")
+    parser.add_argument("--fp8", action="store_true", help="also time every GEMM in fp8 (torch._scaled_mm)")
     parser.add_argument("--no-graphs", action="store_true", help="time eager calls instead of CUDA graph replays")
     parser.add_argument("--measurements", help="also write the raw measurements to this JSON file")
     args = parser.parse_args()
-    hardware = yaml.safe_load(Path(args.hardware).read_text())
+    hardware = load_hardware_file(args.hardware)
+    if args.fp8 and not (hardware.get("peak_tflops") or {}).get("fp8"):
+        raise SystemExit(f"--fp8: {args.hardware} has no fp8 peak (peak_tflops.fp8)")
     device = args.device or default_device()
     plan = Plan(QUICK_WORKLOADS if args.quick else WORKLOADS, dtype=args.dtype, graphs=not args.no_graphs,
                 copy_mb=16 if args.quick else 256, stack=args.stack,
-                attention_grid=QUICK_ATTENTION_GRID if args.quick else ATTENTION_GRID)
+                attention_grid=QUICK_ATTENTION_GRID if args.quick else ATTENTION_GRID, fp8_gemms=args.fp8)
     measurements = []
     for model_file in args.model:
         hf_config = yaml.safe_load(Path(model_file).read_text())["hf_config"]

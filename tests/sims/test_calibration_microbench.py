@@ -167,6 +167,21 @@ def test_decode_attention_is_measured_on_a_grid_and_fitted_as_a_surface(dense_me
     assert got["time_s"] == pytest.approx(max(slowest, table.op_classes["attention"].floor_us) * 1e-6)
 
 
+def test_fp8_gemms_are_timed_and_serve_fp8_workloads(tmp_path):
+    cfg, h100 = model_config("tiny_qwen3"), hardware("h100")  # a card with an fp8 peak; timed on this CPU
+    plan = Plan(QUICK_WORKLOADS[:1], dtype="fp32", warmup=0, repeats=1, benchmarks=("gemm",), fp8_gemms=True)
+    measured = measure(cfg, h100, plan, "cpu")
+    fp8 = {m["op"]: m for m in measured if m["dtype"] == "fp8"}
+    assert set(fp8) == {"q_proj", "kv_proj", "o_proj", "mlp_gate_up_proj", "mlp_down_proj", "lm_head"}
+    workload = {"mode": "prefill", "batch": 1, "seq_len": 16, "dtype": "fp8"}
+    assert fp8["q_proj"]["bytes"] == predict_op(cfg, h100, workload, "q_proj")["bytes"]
+    table = fit_table(measured, h100)
+    save_table(table, tmp_path / "t.json")
+    calibrated = {**h100, "efficiency_table": str(tmp_path / "t.json")}
+    got = predict_op(cfg, calibrated, workload, "q_proj")["time_s"]
+    assert got == pytest.approx(max(fp8["q_proj"]["time_us"], table.op_classes["gemm"].floor_us) * 1e-6)
+
+
 def test_cpu_timing_and_rotation():
     timing = time_call(lambda x: x + 1, [(torch.ones(4),)], "cpu", warmup=1, repeats=3)
     assert timing.mode == "cpu" and timing.time_us > 0
