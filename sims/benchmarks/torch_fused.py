@@ -153,6 +153,8 @@ def main() -> None:
             measurements = calibrate(calibration, hardware, str(device), args.tiny)
         cases = measure_steps(name, model, TINY_CASES if args.tiny else CASES, torch, device, tp, rank,
                               graphs=not args.no_graphs)
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     if rank != 0:
         return
     table = args.table

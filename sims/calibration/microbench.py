@@ -223,6 +223,8 @@ def main() -> None:
                         help="the software stack whose kernels to time (sims/stacks.yaml)")
     parser.add_argument("--quick", action="store_true", help="a few small workloads (smoke test)")
     parser.add_argument("--fp8", action="store_true", help="also time every GEMM in fp8 (torch._scaled_mm)")
+    parser.add_argument("--benchmarks", nargs="+", choices=BENCHMARKS, default=BENCHMARKS,
+                        help="kernel kinds to time (default: all)")
     parser.add_argument("--no-graphs", action="store_true", help="time eager calls instead of CUDA graph replays")
     parser.add_argument("--measurements", help="also write the raw measurements to this JSON file")
     args = parser.parse_args()
@@ -230,8 +232,8 @@ def main() -> None:
     if args.fp8 and not (hardware.get("peak_tflops") or {}).get("fp8"):
         raise SystemExit(f"--fp8: {args.hardware} has no fp8 peak (peak_tflops.fp8)")
     device = args.device or default_device()
-    plan = Plan(QUICK_WORKLOADS if args.quick else WORKLOADS, dtype=args.dtype, graphs=not args.no_graphs,
-                copy_mb=16 if args.quick else 256, stack=args.stack,
+    plan = Plan(QUICK_WORKLOADS if args.quick else WORKLOADS, tuple(args.benchmarks), dtype=args.dtype,
+                graphs=not args.no_graphs, copy_mb=16 if args.quick else 256, stack=args.stack,
                 attention_grid=QUICK_ATTENTION_GRID if args.quick else ATTENTION_GRID, fp8_gemms=args.fp8)
     measurements = []
     for model_file in args.model:
