@@ -41,7 +41,7 @@ def estimate_memory(
     graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload, ctx: Context | None = None
 ) -> MemoryEstimate:
     ctx = ctx or Context.for_step(graph, hw, layout, workload)
-    io_key = (layout.tp, *ctx.dims.values(), workload.mode)
+    io_key = (layout.tp, *ctx.dims.values(), workload.mode, workload.dtype)
     io = _MEMO.get(graph, ("io", io_key), lambda: [_io_elements(node, ctx) for node in graph.nodes])
     per_stage = [_stage_breakdown(graph, ctx, stage, io, io_key) for stage in range(layout.pp)]
     stage = max(range(layout.pp), key=lambda s: sum(per_stage[s].values()))
@@ -73,7 +73,8 @@ def _stage_breakdown(graph: ComputationalGraph, ctx: Context, stage: int, io: li
         "weights": weights,
         "gradients": (dense + expert) * GRAD_BYTES_PER_PARAM,
         "optimizer": optimizer_params * OPTIMIZER_BYTES_PER_PARAM[workload.dtype],
-        "activations": _training_activation_bytes(graph, ctx, stage, counts, io),
+        "activations": _MEMO.get(graph, ("train", io_key, layout.pp, stage, workload.microbatches, workload.recompute),
+                                 lambda: _training_activation_bytes(graph, ctx, stage, counts, io)),
     }
 
 

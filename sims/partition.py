@@ -81,6 +81,14 @@ def node_params_per_device(node: OpNode, layout: Layout) -> float:
 
 def local_params(graph: ComputationalGraph, layout: Layout, stage: int) -> tuple[float, float]:
     """(non-expert, expert) parameters one device of `stage` holds."""
+    key = ("local_params", layout.tp, layout.ep, layout.pp, stage)
+    return _LOCAL_PARAMS.get(graph, key, lambda: _count_local_params(graph, layout, stage))
+
+
+_LOCAL_PARAMS = GraphCache(maxsize=4096)
+
+
+def _count_local_params(graph: ComputationalGraph, layout: Layout, stage: int) -> tuple[float, float]:
     dense = expert = 0.0
     for node, count in zip(graph.nodes, stage_counts(graph, layout.pp)[stage]):
         if not count or not node.weights or shared_with_embedding(node, layout):

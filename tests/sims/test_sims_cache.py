@@ -48,3 +48,15 @@ def test_costed_ops_are_shared_but_never_across_layouts_that_bind_them_different
     fresh = [simulate(dict(cfg), dict(hw), layout, decode).latency_s for layout in ({"tp": 2, "pp": 2}, {"dp": 2})]
     assert order_a[2] == fresh[0] and order_a[1] == fresh[1]
     assert len(set(order_a)) == 3
+
+
+def test_shared_memory_parts_follow_the_dtype():
+    from sims_helpers import hardware, model_config
+
+    from sims import simulate
+
+    cfg, hw = model_config("qwen3_8b"), hardware("h100")
+    for mode in ({"mode": "decode", "context_len": 1024}, {"mode": "train", "seq_len": 1024}):
+        bf16 = simulate(cfg, hw, {}, {**mode, "batch": 4}).memory_breakdown_gb["activations"]
+        fp32 = simulate(cfg, hw, {}, {**mode, "batch": 4, "dtype": "fp32"}).memory_breakdown_gb["activations"]
+        assert fp32 > bf16
