@@ -175,7 +175,8 @@ def test_fp8_gemms_are_timed_and_serve_fp8_workloads(tmp_path):
     assert set(fp8) == {"q_proj", "kv_proj", "o_proj", "mlp_gate_up_proj", "mlp_down_proj", "lm_head"}
     workload = {"mode": "prefill", "batch": 1, "seq_len": 16, "dtype": "fp8"}
     assert fp8["q_proj"]["bytes"] == predict_op(cfg, h100, workload, "q_proj")["bytes"]
-    table = fit_table(measured, h100)
+    table = fit_table([fp8["q_proj"]], h100)  # one fp8 shape: the query at that shape is exact
+    assert {g.dtype for g in fit_table(measured, h100).gemm_measurements} == {"fp32", "fp8"}
     save_table(table, tmp_path / "t.json")
     calibrated = {**h100, "efficiency_table": str(tmp_path / "t.json")}
     got = predict_op(cfg, calibrated, workload, "q_proj")["time_s"]
