@@ -51,12 +51,11 @@ class HardwareSpec:
         return kind, gb_s * 1e9
 
 
-def load_hardware_file(path: str | Path) -> dict:
-    """The hardware dict of a conf/hardware/*.yaml file (nested under `hardware:` or not)."""
+def read_hardware_file(path: str | Path) -> dict:
+    """The `hardware:` node of a conf/hardware/*.yaml file (the file also holds the default `parallel:`)."""
     import yaml
 
-    record = yaml.safe_load(Path(path).read_text())
-    return dict(record.get("hardware", record)) if isinstance(record.get("hardware"), Mapping) else dict(record)
+    return yaml.safe_load(Path(path).read_text())["hardware"]
 
 
 def hardware_spec(hardware: Mapping, stack: str = DEFAULT_STACK) -> HardwareSpec:

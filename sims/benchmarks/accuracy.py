@@ -37,13 +37,13 @@ import yaml
 
 from sims import predict_op, simulate
 from sims.calibration import microbench
+from sims.hardware import read_hardware_file
 from sims.calibration.fit import fit_table
 from sims.calibration.kernels import HFKernels, build_hf_model
 from sims.calibration.table import save_table
 from sims.calibration.timing import rotations, time_call
 from sims.calculator import bind_dims
 from sims.builders import build_graph
-from sims.hardware import load_hardware_file
 from sims.workload import Layout, parse_workload
 
 REPO = Path(__file__).resolve().parents[2]
@@ -416,7 +416,7 @@ def hardware_for(device: str, name: str | None) -> dict:
                 raise SystemExit(f"no conf/hardware file for {card!r}; pass --hardware NAME")
         else:
             name = "cpu"
-    record = load_hardware_file(REPO / f"conf/hardware/{name}.yaml")
+    record = read_hardware_file(REPO / f"conf/hardware/{name}.yaml")
     return {**record, "efficiency_table": None}  # "built-in": the factors without any table
 
 

@@ -138,9 +138,9 @@ def fit_into_table(hardware_file: str, table_file: str, measurement_files: list[
     """Fit every measurement file's collectives and merge them into the table at `table_file`."""
     from sims.calibration.fit import fit_collectives
     from sims.calibration.table import load_table, save_table
-    from sims.hardware import hardware_spec, load_hardware_file
+    from sims.hardware import hardware_spec, read_hardware_file
 
-    hardware = load_hardware_file(hardware_file)
+    hardware = read_hardware_file(hardware_file)
     measurements = [m for f in measurement_files for m in json.loads(Path(f).read_text())["measurements"]]
     fits = fit_collectives(measurements, hardware_spec({**hardware, "efficiency_table": None}))
     table = load_table(table_file)

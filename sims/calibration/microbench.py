@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sims.api import predict_op
+from sims.hardware import read_hardware_file
 from sims.builders import build_graph
 from sims.calculator import OP_CLASS, bind_dims
 from sims.calibration.fit import fit_table
 from sims.calibration.kernels import KERNELS_BY_STACK, Bench, HFKernels, kernels_for
 from sims.calibration.table import save_table
 from sims.calibration.timing import rotations, time_call
-from sims.hardware import load_hardware_file
 from sims.workload import Layout, parse_workload
 
 BENCHMARKS = ("gemm", "moe", "router", "attention", "norm", "elementwise", "embedding", "copy", "launch")
@@ -228,7 +228,7 @@ def main() -> None:
     parser.add_argument("--no-graphs", action="store_true", help="time eager calls instead of CUDA graph replays")
     parser.add_argument("--measurements", help="also write the raw measurements to this JSON file")
     args = parser.parse_args()
-    hardware = load_hardware_file(args.hardware)
+    hardware = read_hardware_file(args.hardware)
     if args.fp8 and not (hardware.get("peak_tflops") or {}).get("fp8"):
         raise SystemExit(f"--fp8: {args.hardware} has no fp8 peak (peak_tflops.fp8)")
     device = args.device or default_device()

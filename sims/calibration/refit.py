@@ -22,7 +22,7 @@ import yaml
 
 from sims.calibration.fit import fit_table
 from sims.calibration.table import EfficiencyTable, save_table
-from sims.hardware import REPO_ROOT, load_hardware_file
+from sims.hardware import REPO_ROOT, read_hardware_file
 from sims.stacks import stacks
 
 SHIPPED = REPO_ROOT / "sims/calibration/tables/refit.yaml"
@@ -37,7 +37,7 @@ def read_measurements(files: list[str]) -> list[dict]:
 
 
 def refit(files: list[str], hardware_file: str, stack: str, source: str) -> EfficiencyTable:
-    return fit_table(read_measurements(files), load_hardware_file(hardware_file), source=source, stack=stack)
+    return fit_table(read_measurements(files), read_hardware_file(hardware_file), source=source, stack=stack)
 
 
 def refit_shipped(out_dir: Path) -> list[Path]:

@@ -56,13 +56,14 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from framework.core.dtypes import SHORT
 from framework.core.errors import ConfigError
 from sims.stacks import stacks
 
 FORMAT = "crucible-efficiency-table/1"
 OP_CLASSES = ("gemm", "moe", "attention", "norm", "elementwise", "embedding", "router", "optimizer")
 LINKS = ("intra_node", "inter_node")
-DTYPES = ("bf16", "fp8", "fp32")
+DTYPES = tuple(SHORT[name] for name in ("bfloat16", "float8", "float32"))  # framework.core.dtypes.SHORT
 
 
 @dataclass(frozen=True)
