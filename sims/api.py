@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from sims.builders import build_graph, graph_and_counts
-from sims.calculator import OP_CLASS, Context, estimate_step, op_cost
+from sims.calculator import OP_CLASS, Context, op_cost
 from sims.hardware import hardware_spec
 from sims.memory import estimate_memory
+from sims.step import estimate_step
 from sims.stacks import DEFAULT_STACK
 from framework.core.errors import ConfigError
 from sims.workload import Layout, Workload, layout_problem, parse_layout, parse_workload

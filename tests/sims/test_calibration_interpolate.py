@@ -3,7 +3,7 @@
 import itertools
 
 import pytest
-from sims_helpers import REPO, hardware, model_config
+from sims_helpers import hardware, model_config
 
 from sims import predict_op
 from sims.calibration.interpolate import GemmInterpolator, OpInterpolator
