@@ -1,5 +1,6 @@
-"""A plain-PyTorch dense decoder with the `torch_fused` stack's kernels, tensor-parallel over the
-ranks of torch.distributed, and a lock-step timer for it (used by sims/benchmarks/torch_fused.py).
+"""A plain-PyTorch decoder with the `torch_fused` stack's kernels, tensor-parallel (dense) or
+expert-parallel (MoE) over the ranks of torch.distributed, and a lock-step timer for it (used by
+sims/benchmarks/torch_fused.py).
 
 Per layer, as the simulator's torch_fused graph lists them: residual add, F.rms_norm, one QKV
 GEMM (column split), F.rms_norm on q and k heads (Qwen3), SDPA (causal prefill, or decode over a
@@ -78,9 +79,7 @@ class PlainDecoder:
                                                  enable_gqa=True)
             out = out.transpose(1, 2).reshape(b, s, self.heads * self.head_dim)
             residual = residual + self._all_reduce(F.linear(out, w["o"]))
-            y = F.rms_norm(residual, (residual.shape[-1],), w["norm2"], self.eps)
-            gate, up = F.linear(y, w["gate_up"]).chunk(2, dim=-1)
-            delta = self._all_reduce(F.linear(F.silu(gate) * up, w["down"]))
+            delta = self._mlp(w, F.rms_norm(residual, (residual.shape[-1],), w["norm2"], self.eps))
         residual = residual + delta
         y = F.rms_norm(residual, (residual.shape[-1],), self.final_norm, self.eps)
         logits = F.linear(y[:, -1], self.lm_head)
@@ -89,6 +88,67 @@ class PlainDecoder:
             torch.distributed.all_gather_into_tensor(gathered, logits)
             return gathered
         return logits
+
+
+    def _mlp(self, w: dict, y):
+        F = self.torch.nn.functional
+        gate, up = F.linear(y, w["gate_up"]).chunk(2, dim=-1)
+        return self._all_reduce(F.linear(F.silu(gate) * up, w["down"]))
+
+
+class ExpertParallelDecoder(PlainDecoder):
+    """The same decoder with a Qwen3-MoE block instead of the dense MLP, experts split over the
+    ranks (expert parallelism; attention data-parallel: tp = 1, every rank its own sequences).
+    Router (GEMM + top-k + softmax), the token copies gathered in expert order, all-to-all to the
+    experts' ranks, grouped GEMMs (torch._grouped_mm) with silu(gate) * up between, all-to-all
+    back, weighted sum per token. Routing is balanced and fixed (token t's j-th expert is
+    (t * top_k + j) mod experts), as the simulator assumes, so every all-to-all moves equal shares
+    and the step can be captured in a CUDA graph; the router still runs."""
+
+    def __init__(self, cfg: Mapping, ep: int, rank: int, device, dtype, tokens: int):
+        super().__init__(cfg, 1, rank, device, dtype)
+        torch = self.torch
+        self.ep, self.experts, self.top_k = ep, cfg["num_experts"], cfg["num_experts_per_tok"]
+        if self.experts % ep or tokens * self.top_k % self.experts:
+            raise ValueError(f"ep={ep} must divide the experts and tokens*top_k={tokens * self.top_k} be a multiple of them")
+        h, inter, local = cfg["hidden_size"], cfg["moe_intermediate_size"], self.experts // ep
+        for w in self.layers:
+            del w["gate_up"], w["down"]
+            w["router"] = (torch.randn(self.experts, h, device=device) * 0.02).to(dtype)
+            w["experts_gate_up"] = (torch.randn(local, h, 2 * inter, device=device) * 0.02).to(dtype)
+            w["experts_down"] = (torch.randn(local, inter, h, device=device) * 0.02).to(dtype)
+        pairs = torch.arange(tokens * self.top_k, device=device)  # pair p = token p // k, choice p % k
+        expert = pairs % self.experts
+        self.pair_order = torch.argsort(expert * pairs.numel() + pairs)  # expert-major: experts of a rank contiguous
+        self.pair_token = self.pair_order // self.top_k
+        per_expert = tokens * self.top_k // self.experts  # pairs each expert gets from one rank
+        chunk = per_expert * local  # what one rank sends to each rank
+        local_order = [src * chunk + i * per_expert + j for i in range(local) for src in range(ep)
+                       for j in range(per_expert)]
+        self.local_order = torch.tensor(local_order, device=device)
+        self.local_inverse = torch.argsort(self.local_order)
+        self.offsets = torch.arange(1, local + 1, device=device, dtype=torch.int32) * per_expert * ep
+
+    def _mlp(self, w: dict, y):
+        torch, F = self.torch, self.torch.nn.functional
+        shape = y.shape
+        x = y.reshape(-1, shape[-1])
+        top, _ = F.linear(x, w["router"]).topk(self.top_k, dim=-1)
+        weights = top.softmax(dim=-1).reshape(-1).index_select(0, self.pair_order)
+        routed = x.index_select(0, self.pair_token)  # moe_permute
+        routed = self._exchange(routed).index_select(0, self.local_order)  # moe_dispatch
+        gate, up = torch._grouped_mm(routed, w["experts_gate_up"], offs=self.offsets).chunk(2, dim=-1)
+        out = torch._grouped_mm(F.silu(gate) * up, w["experts_down"], offs=self.offsets)
+        out = self._exchange(out.index_select(0, self.local_inverse))  # moe_combine
+        combined = torch.zeros_like(x).index_add_(0, self.pair_token, out * weights.unsqueeze(-1))  # unpermute
+        return combined.reshape(shape)
+
+    def _exchange(self, x):
+        if self.ep == 1:
+            return x
+        received = self.torch.empty_like(x)
+        self.torch.distributed.all_to_all_single(received, x)
+        return received
 
 
 def time_lockstep(fn: Callable[[], object], device, warmup: int, repeats: int, graphs: bool, target_ms: float = 2.0

@@ -3,6 +3,9 @@
     python -m sims.benchmarks.torch_fused --out $OUT/fused_tp1                 # 1 GPU, about 2 minutes
     torchrun --nproc_per_node 2 -m sims.benchmarks.torch_fused \\
         --table $OUT/fused_tp1/h100_torch_fused.json --out $OUT/fused_tp2      # tp=2
+    python -m sims.benchmarks.torch_fused --moe --out $OUT/moe_ep1              # MoE: calibrate, ep=1
+    torchrun --nproc_per_node 2 -m sims.benchmarks.torch_fused --moe \\
+        --table $OUT/moe_ep1/h100_torch_fused.json --out $OUT/moe_ep2          # ep=2
     python -m sims.benchmarks.torch_fused --tiny --out /tmp/fused              # CPU check, seconds
     python -m sims.benchmarks.torch_fused --refit $OUT/fused_tp1 --out DIR     # re-predict, no measuring
 
@@ -10,6 +13,7 @@ World size 1: times the torch_fused kernels of Qwen2.5-0.5B and a 4-layer Qwen3-
 (sims/calibration/microbench.py with --stack torch_fused) and fits a table (`<hardware>_torch_fused.json`).
 Any world size N: times whole prefill and decode steps of the 4-layer Qwen3-8B as a plain-PyTorch
 decoder with tp=N (sims/benchmarks/plain_decoder.py; CUDA-graph replays, NCCL inside the graph),
+or with --moe a 4-layer Qwen3-30B-A3B with ep=N (attention data-parallel, balanced routing),
 and compares them with `simulate(..., {"tp": N}, stack="torch_fused")` using the built-in factors
 and the table (this run's, or --table, e.g. one with the collectives fitted in). Whole steps are
 never calibration measurements, so every case is held out. Writes accuracy_tp<N>.json and .md.
@@ -32,6 +36,26 @@ from sims.calibration.table import save_table
 STACK = "torch_fused"
 CASES = (prefill(1, 512), prefill(2, 3072), decode(1, 2048), decode(32, 2048), decode(8, 8192))
 TINY_CASES = (prefill(1, 32), prefill(2, 48), decode(1, 96), decode(4, 96))
+# MoE, per rank: tokens * top_k a multiple of the experts (balanced routing), and enough tokens that
+# every expert is hit, as the simulator's expected-touched-experts count then says too.
+MOE_CASES = (prefill(1, 512), prefill(2, 1024), decode(64, 2048), decode(128, 1024))
+TINY_MOE_CASES = (prefill(1, 32), decode(8, 64))
+
+
+def suite(tiny: bool, moe: bool) -> tuple[str, dict, tuple]:
+    """(name, hf_config, cases) of the model whose whole steps are timed."""
+    if moe:
+        return ("tiny_moe", model_config("tiny_moe"), TINY_MOE_CASES) if tiny else (
+            "qwen3_30b_a3b_4l", model_config("qwen3_30b_a3b", 4), MOE_CASES)
+    return ("tiny_qwen3", model_config("tiny_qwen3"), TINY_CASES) if tiny else (
+        "qwen3_8b_4l", model_config("qwen3_8b", 4), CASES)
+
+
+def layout_of(case: dict) -> tuple[dict, int]:
+    """The simulator's layout for a case and the replicas its per-rank batch is multiplied by."""
+    if case.get("ep", 1) > 1:
+        return {"tp": 1, "dp": case["ep"], "ep": case["ep"]}, case["ep"]
+    return {"tp": case["tp"]}, 1
 
 
 def setup(cpu: bool):
@@ -58,23 +82,28 @@ def calibrate(models: dict, hardware: dict, device: str, tiny: bool) -> list[dic
     return [m for cfg in models.values() for m in microbench.measure(cfg, hardware, plan, device)]
 
 
-def measure_steps(name: str, cfg: dict, cases, torch, device, tp: int, rank: int, graphs: bool) -> list[dict]:
-    from sims.benchmarks.plain_decoder import PlainDecoder, time_lockstep
+def measure_steps(name: str, cfg: dict, cases, torch, device, world: int, rank: int, graphs: bool) -> list[dict]:
+    """Whole steps: tp = world for a dense model; for a MoE model ep = world (attention data-parallel)."""
+    from sims.benchmarks.plain_decoder import ExpertParallelDecoder, PlainDecoder, time_lockstep
 
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    moe = bool(cfg.get("num_experts"))
     torch.manual_seed(0)
-    model = PlainDecoder(cfg, tp, rank, device, dtype)
+    dense = None if moe else PlainDecoder(cfg, world, rank, device, dtype)
     results = []
     for workload in cases:
         batch = workload["batch"]
         length = workload.get("seq_len") or 1
+        model = ExpertParallelDecoder(cfg, world, rank, device, dtype, batch * length) if moe else dense
         ids = torch.randint(0, cfg["vocab_size"], (batch, length), device=device)
         caches = model.kv_cache(batch, workload["context_len"]) if workload["mode"] == "decode" else None
         with torch.no_grad():
             seconds, mode = time_lockstep(lambda: model.forward(ids, caches), device, 3, 10, graphs)
-        results.append({"kind": "model", "name": f"{name} tp={tp} {_label(workload)}", "tp": tp,
+        split = {"tp": 1, "ep": world} if moe else {"tp": world}
+        label = " ".join(f"{k}={v}" for k, v in split.items())
+        results.append({"kind": "model", "name": f"{name} {label} {_label(workload)}", **split,
                         "workload": workload, "time_us": seconds * 1e6, "timing": mode, "held_out": True})
-        del caches
+        del caches, model
     return results
 
 
@@ -84,8 +113,10 @@ def predict(cases: list[dict], cfg: dict, hardware: dict, table: str | None) -> 
             continue
         hw = {**hardware, "efficiency_table": setting}
         for case in cases:
-            workload = {**case["workload"], "dtype": "fp32" if case["timing"] == "cpu" else "bf16"}
-            result = simulate(cfg, hw, {"tp": case["tp"]}, workload, stack=STACK)
+            layout, replicas = layout_of(case)
+            workload = {**case["workload"], "batch": case["workload"]["batch"] * replicas,
+                        "dtype": "fp32" if case["timing"] == "cpu" else "bf16"}
+            result = simulate(cfg, hw, layout, workload, stack=STACK)
             if result.status != "ok":
                 raise SystemExit(f"the simulator cannot model {case['name']}: {result.reason}")
             predicted = result.latency_s * 1e6
@@ -126,19 +157,20 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="tiny shapes on the CPU")
     parser.add_argument("--hardware", default=None, help="conf/hardware name (default: from the device)")
     parser.add_argument("--table", help="a torch_fused table to predict with (default: fit one here, world size 1)")
+    parser.add_argument("--moe", action="store_true",
+                        help="a 4-layer Qwen3-30B-A3B, expert-parallel over the ranks (ep = world size)")
     parser.add_argument("--no-graphs", action="store_true", help="time eager steps (no CUDA graphs)")
     parser.add_argument("--refit", metavar="DIR", help="no measuring: refit and re-predict a run saved in DIR")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    name = "tiny_qwen3" if args.tiny else "qwen3_8b_4l"
-    model = model_config("tiny_qwen3" if args.tiny else "qwen3_8b", None if args.tiny else 4)
+    name, model, steps = suite(args.tiny, args.moe)
     if args.refit:
-        saved = json.loads(next(Path(args.refit).glob("accuracy_tp*.json")).read_text())
+        saved = json.loads(next(Path(args.refit).glob("accuracy_*.json")).read_text())
         hardware, cases, env, model = saved["hardware"], saved["cases"], saved["environment"], saved["model"]
         measurements_file = Path(args.refit) / "microbench.json"
         measurements = json.loads(measurements_file.read_text()) if measurements_file.exists() else None
-        tp, rank = cases[0]["tp"], 0
+        tp, rank = max(cases[0]["tp"], cases[0].get("ep", 1)), 0
     else:
         torch, device, tp, rank = setup(args.tiny)
         hardware = hardware_for(device.type if device.type == "cpu" else str(device), args.hardware)
@@ -148,11 +180,10 @@ def main() -> None:
         measurements = None
         if tp == 1 and not args.table:
             calibration = {name: model}
-            if not args.tiny:
+            if not args.tiny and not args.moe:
                 calibration["qwen2_5_0_5b"] = model_config("qwen2_5_0_5b_instruct")
             measurements = calibrate(calibration, hardware, str(device), args.tiny)
-        cases = measure_steps(name, model, TINY_CASES if args.tiny else CASES, torch, device, tp, rank,
-                              graphs=not args.no_graphs)
+        cases = measure_steps(name, model, steps, torch, device, tp, rank, graphs=not args.no_graphs)
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
     if rank != 0:
@@ -166,8 +197,9 @@ def main() -> None:
     predict(cases, model, hardware, table)
     report = {"environment": env, "hardware": hardware, "model": model, "stack": STACK, "table": table,
               "summary": summarise(cases), "cases": cases}
-    (out / f"accuracy_tp{tp}.json").write_text(json.dumps(report, indent=1))
-    (out / f"accuracy_tp{tp}.md").write_text(markdown(report))
+    tag = f"{'ep' if args.moe or model.get('num_experts') else 'tp'}{tp}"
+    (out / f"accuracy_{tag}.json").write_text(json.dumps(report, indent=1))
+    (out / f"accuracy_{tag}.md").write_text(markdown(report))
     print(markdown(report))
 
 

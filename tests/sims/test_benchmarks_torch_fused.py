@@ -2,6 +2,7 @@
 under torchrun at tp=2 (gloo), and a refit that reproduces the predictions."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -39,3 +40,20 @@ def test_tp2_under_torchrun(tmp_path):
     report = json.loads((tmp_path / "accuracy_tp2.json").read_text())
     assert {c["tp"] for c in report["cases"]} == {2} and all(c["time_us"] > 0 for c in report["cases"])
     assert "calibrated" not in report["summary"]  # no table given, none fitted at tp > 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_expert_parallel_block_matches_a_per_token_reference(ranks):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # a script's own folder comes first on sys.path, not the repo
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks),
+                           "tests/sims/moe_ep_check.py"], cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0 and "moe ep check ok" in done.stdout, done.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_moe_ep2_under_torchrun(tmp_path):
+    run("-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "sims.benchmarks.torch_fused", "--tiny",
+        "--moe", "--out", str(tmp_path))
+    report = json.loads((tmp_path / "accuracy_ep2.json").read_text())
+    assert {(c["tp"], c["ep"]) for c in report["cases"]} == {(1, 2)} and all(c["time_us"] > 0 for c in report["cases"])
