@@ -115,8 +115,9 @@ class ExpertParallelDecoder(PlainDecoder):
         for w in self.layers:
             del w["gate_up"], w["down"]
             w["router"] = (torch.randn(self.experts, h, device=device) * 0.02).to(dtype)
-            w["experts_gate_up"] = (torch.randn(local, h, 2 * inter, device=device) * 0.02).to(dtype)
-            w["experts_down"] = (torch.randn(local, inter, h, device=device) * 0.02).to(dtype)
+            # stored (experts, out, in) and used transposed, as transformers' grouped_mm experts do
+            w["experts_gate_up"] = (torch.randn(local, 2 * inter, h, device=device) * 0.02).to(dtype)
+            w["experts_down"] = (torch.randn(local, h, inter, device=device) * 0.02).to(dtype)
         pairs = torch.arange(tokens * self.top_k, device=device)  # pair p = token p // k, choice p % k
         expert = pairs % self.experts
         self.pair_order = torch.argsort(expert * pairs.numel() + pairs)  # expert-major: experts of a rank contiguous
@@ -137,8 +138,9 @@ class ExpertParallelDecoder(PlainDecoder):
         weights = top.softmax(dim=-1).reshape(-1).index_select(0, self.pair_order)
         routed = x.index_select(0, self.pair_token)  # moe_permute
         routed = self._exchange(routed).index_select(0, self.local_order)  # moe_dispatch
-        gate, up = torch._grouped_mm(routed, w["experts_gate_up"], offs=self.offsets).chunk(2, dim=-1)
-        out = torch._grouped_mm(F.silu(gate) * up, w["experts_down"], offs=self.offsets)
+        gate_up = torch._grouped_mm(routed, w["experts_gate_up"].transpose(-2, -1), offs=self.offsets)
+        gate, up = gate_up.chunk(2, dim=-1)
+        out = torch._grouped_mm(F.silu(gate) * up, w["experts_down"].transpose(-2, -1), offs=self.offsets)
         out = self._exchange(out.index_select(0, self.local_inverse))  # moe_combine
         combined = torch.zeros_like(x).index_add_(0, self.pair_token, out * weights.unsqueeze(-1))  # unpermute
         return combined.reshape(shape)

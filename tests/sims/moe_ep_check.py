@@ -29,8 +29,8 @@ def main() -> None:
     for t in range(tokens):
         for j in range(model.top_k):
             e = (t * model.top_k + j) % model.experts
-            g, u = (x[t] @ gate_up[e]).chunk(2)
-            expected[t] += top[t, j] * ((torch.nn.functional.silu(g) * u) @ down[e])
+            g, u = (gate_up[e] @ x[t]).chunk(2)  # weights stored (experts, out, in)
+            expected[t] += top[t, j] * (down[e] @ (torch.nn.functional.silu(g) * u))
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
     if rank == 0:
         print("moe ep check ok")
