@@ -1,0 +1,165 @@
+"""The distributed side of sims.benchmarks.layouts: every rank builds each layout, checks and times its decode step."""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import json
+import platform
+import statistics
+import time
+from argparse import Namespace
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import yaml
+
+from framework.core.distributed import detect
+from sims.benchmarks.layouts import REPO, TINY, TINY_WORKLOAD, add_errors, plan, summarise, sweep
+from sims.benchmarks.layouts_decode import DecodeModel, Mesh, Shapes
+from sims.hardware import read_hardware_file
+
+
+def run(args: Namespace) -> None:
+    env = detect()
+    cuda = torch.cuda.is_available() and not args.tiny
+    device = torch.device("cuda", env.local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=env.init_method, rank=env.rank,
+                            world_size=env.world_size)
+    try:
+        report = _run(args, env.world_size, device, cuda)
+        if env.is_main:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(report, indent=1))
+            _print(report, args.out)
+    finally:
+        dist.destroy_process_group()
+
+
+def _run(args: Namespace, world: int, device: torch.device, cuda: bool) -> dict | None:
+    spec = sweep(Path(args.recipe))
+    hf_config = yaml.safe_load((REPO / f"conf/model/{spec['model']}.yaml").read_text())["hf_config"]
+    if args.tiny:
+        hf_config, spec["sim"] = {**hf_config, **TINY}, {**spec["sim"], **TINY_WORKLOAD}
+    hardware_name = args.hardware or spec["hardware"]
+    hardware = read_hardware_file(REPO / f"conf/hardware/{hardware_name}.yaml")
+    rows = plan(spec, hf_config, hardware, world, args.layers)
+    wanted = set(args.only.split(",")) if args.only else None
+    shapes = Shapes.of({**hf_config, "num_hidden_layers": args.layers})
+    dtype = torch.bfloat16 if cuda else torch.float32
+    timing = "cuda_graphs" if cuda and not args.eager else ("cuda_events_eager" if cuda else "perf_counter_eager")
+    reference = None
+    for row in rows:
+        if row["status"] != "planned":
+            continue
+        if wanted is not None and f"tp{row['tp']}_ep{row['ep']}" not in wanted:
+            row.update(status="skipped", reason="not in --only")
+            continue
+        logits = measure(row, shapes, spec["sim"], hf_config["num_hidden_layers"], device, dtype, args, timing)
+        reference = logits if reference is None else reference
+        row["max_abs_logit_diff"] = (logits - reference).abs().max().item() if dist.get_rank() == 0 else None
+        add_errors(row, spec["sim"]["batch"])
+    if dist.get_rank() != 0:
+        return None  # rank 0 holds the logit check and writes the report
+    return {
+        "benchmark": "sims.benchmarks.layouts (issue 13)",
+        "environment": _environment(device, world, timing),
+        "model": spec["model"] + (" (tiny)" if args.tiny else ""), "hardware": hardware_name,
+        "layers_measured": args.layers, "num_hidden_layers": hf_config["num_hidden_layers"],
+        "workload": {"mode": spec["sim"]["mode"], "batch_per_replica": spec["sim"]["batch"],
+                     "context_len": spec["sim"]["context_len"], "dtype": str(dtype).removeprefix("torch.")},
+        "layouts": rows,
+        "summary": summarise(rows),
+    }
+
+
+def measure(row: dict, shapes: Shapes, sim: dict, full_layers: int, device, dtype, args: Namespace, timing: str):
+    """Times one layout's step (K layers + embedding and head) and its K layers alone; returns rank 0's
+    replica-0 logits (float32, on the CPU) for the cross-layout check."""
+    mesh = Mesh(row["tp"], row["ep"])
+    model = DecodeModel(shapes, mesh, sim["batch"], sim["context_len"], device, dtype)
+    cuda = device.type == "cuda"
+    with torch.no_grad():
+        ids = model.token_ids()
+        logits = model.step(ids).float().cpu()
+        hidden = model.embedding(ids)
+        row["measured_eager_s"] = median_time(lambda: model.step(ids), cuda, args.warmup, args.repeats, device)
+        if timing == "cuda_graphs":
+            step, layers = capture(lambda: model.step(ids)), capture(lambda: model.run_layers(hidden))
+            row["measured_s"] = median_time(step.replay, cuda, args.warmup, args.repeats, device)
+            layers_s = median_time(layers.replay, cuda, args.warmup, args.repeats, device)
+            del step, layers
+        else:
+            row["measured_s"] = row["measured_eager_s"]
+            layers_s = median_time(lambda: model.run_layers(hidden), cuda, args.warmup, args.repeats, device)
+    row.update(status="measured", measured_layers_s=layers_s, timing=timing,
+               measured_full_s=row["measured_s"] + (full_layers - shapes.layers) * layers_s / shapes.layers)
+    del model
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+    return logits
+
+
+def capture(fn) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of fn after two warm-up calls on a side stream (NCCL collectives included)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
+def median_time(fn, cuda: bool, warmup: int, repeats: int, device) -> float:
+    """The slowest rank's median seconds per call; ranks line up before every call."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    line_up = torch.zeros(1, device=device)
+    for _ in range(repeats):
+        dist.all_reduce(line_up)
+        if cuda:
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            begin = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - begin)
+    slowest = torch.tensor([statistics.median(times)], device=device, dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return slowest.item()
+
+
+def _environment(device: torch.device, world: int, timing: str) -> dict:
+    import transformers
+
+    card = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    return {"date": datetime.date.today().isoformat(), "device": card, "devices": world, "host": platform.node(),
+            "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "transformers": transformers.__version__, "backend": dist.get_backend(), "timing": timing}
+
+
+def _print(report: dict, out: str) -> None:
+    print(f"{'layout':<10} {'measured ms':>12} {'predicted ms':>13} {'error':>8} {'full ms':>9} {'pred full':>10}")
+    for row in report["layouts"]:
+        name = f"tp{row['tp']}_ep{row['ep']}"
+        if row["status"] != "measured":
+            print(f"{name:<10} skipped: {row['reason']}")
+            continue
+        print(f"{name:<10} {row['measured_s'] * 1e3:>12.3f} {row['predicted_s'] * 1e3:>13.3f} {row['error']:>+8.1%} "
+              f"{row['measured_full_s'] * 1e3:>9.2f} {row['predicted_full_s'] * 1e3:>10.2f}")
+    print(json.dumps(report["summary"], indent=1))
+    print(f"report: {out}")
