@@ -22,10 +22,8 @@ The decode itself is sims/benchmarks/layouts_decode.py.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import platform
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -68,7 +66,7 @@ def plan(spec: dict, hf_config: dict, hardware: dict, world: int, layers: int) -
         try:
             layout, _ = layout_from_parallel(parallel, world)
         except ConfigError as exc:
-            rows.append({**row, "status": "skipped", "reason": f"{world} devices: {exc}"})
+            rows.append({**row, "status": "skipped", "reason": f"tp={tp} does not fit {world} devices ({exc})"})
             continue
         workload = {"mode": spec["sim"]["mode"], "batch": spec["sim"]["batch"] * layout["dp"],
                     "context_len": spec["sim"]["context_len"], "dtype": "bf16"}
@@ -143,6 +141,88 @@ def summarise(rows: list[dict]) -> dict:
     summary["fastest_step_agrees"] = summary["fastest_step_measured"] == summary["fastest_step_predicted"]
     summary["best_throughput_agrees"] = summary["best_throughput_measured"] == summary["best_throughput_predicted"]
     return summary
+
+
+# --- the decode's shapes and static routing (no torch: planning and its tests need none) ------------
+
+
+@dataclass(frozen=True)
+class Shapes:
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    experts: int
+    top_k: int
+    expert_intermediate: int
+    vocab: int
+    layers: int
+    eps: float
+    rope_theta: float
+
+    @classmethod
+    def of(cls, hf: dict) -> "Shapes":
+        return cls(hf["hidden_size"], hf["num_attention_heads"], hf["num_key_value_heads"], hf["head_dim"],
+                   hf["num_experts"], hf["num_experts_per_tok"], hf["moe_intermediate_size"], hf["vocab_size"],
+                   hf["num_hidden_layers"], hf["rms_norm_eps"], hf.get("rope_theta") or 1e6)
+
+
+def expert_choice(token: int, top_k: int, experts: int) -> list[int]:
+    """Balanced deterministic routing: a replica's tokens cycle through the experts k at a time."""
+    return [(token * top_k + j) % experts for j in range(top_k)]
+
+
+@dataclass
+class RoutePlan:
+    """Static dispatch of one rank's token copies (same every step, so it can be captured in a CUDA graph)."""
+
+    tokens: tuple[int, int]  # [first, end) of the replica's tokens this rank routes
+    choice: list[list[int]]  # experts of each local token
+    send_rows: list[int]  # local token of each copy, copies ordered by (destination rank, expert)
+    send_splits: list[int]
+    unpermute: list[int]  # for copy (token, j) in token-major order: its position in the sorted send order
+    recv_splits: list[int]
+    recv_sort: list[int]  # received rows ordered by local expert
+    expert_counts: list[int]  # rows per local expert
+
+
+def route_plan(s: Shapes, tp: int, ep: int, rank: int, batch: int) -> RoutePlan:
+    """Which copies global rank `rank` sends where and receives from whom. With ep > 1 the tp ranks of a
+    replica split its tokens; routing depends only on a token's index in its replica, so every member
+    of an ep group can work out what the others send without an exchange."""
+    per_rank, ep_rank = s.experts // ep, rank % ep
+    share = batch // tp if ep > 1 else batch
+
+    def first_token(member: int) -> int:
+        return (member % tp) * share if ep > 1 else 0
+
+    def copies(member: int) -> list[tuple[int, int, int]]:  # (dest, expert, token-major index), sorted
+        first = first_token(member)
+        return sorted((e // per_rank, e, t * s.top_k + j)
+                      for t in range(share) for j, e in enumerate(expert_choice(first + t, s.top_k, s.experts)))
+
+    mine = copies(rank)
+    position = {index: p for p, (_, _, index) in enumerate(mine)}
+    received: list[int] = []  # expert of each received row, by source then in the source's order
+    recv_splits = []
+    for member in range(rank - ep_rank, rank - ep_rank + ep):  # an ep group: consecutive ranks
+        rows = [e for dest, e, _ in copies(member) if dest == ep_rank]
+        recv_splits.append(len(rows))
+        received += rows
+    counts = [0] * per_rank
+    for e in received:
+        counts[e - ep_rank * per_rank] += 1
+    first = first_token(rank)
+    return RoutePlan(
+        tokens=(first, first + share),
+        choice=[expert_choice(first + t, s.top_k, s.experts) for t in range(share)],
+        send_rows=[index // s.top_k for _, _, index in mine],
+        send_splits=[sum(1 for d, _, _ in mine if d == dest) for dest in range(ep)],
+        unpermute=[position[i] for i in range(share * s.top_k)],
+        recv_splits=recv_splits,
+        recv_sort=sorted(range(len(received)), key=lambda r: (received[r], r)),
+        expert_counts=counts,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,7 +19,6 @@ so every layout computes the same function (the benchmark checks that its logits
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -27,28 +26,9 @@ import torch.nn.functional as F
 from transformers.integrations.moe import _grouped_linear
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeRMSNorm, apply_rotary_pos_emb
 
+from sims.benchmarks.layouts import Shapes, route_plan
+
 _GROUPS: dict[tuple[int, ...], object] = {}
-
-
-@dataclass(frozen=True)
-class Shapes:
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    experts: int
-    top_k: int
-    expert_intermediate: int
-    vocab: int
-    layers: int
-    eps: float
-    rope_theta: float
-
-    @classmethod
-    def of(cls, hf: dict) -> "Shapes":
-        return cls(hf["hidden_size"], hf["num_attention_heads"], hf["num_key_value_heads"], hf["head_dim"],
-                   hf["num_experts"], hf["num_experts_per_tok"], hf["moe_intermediate_size"], hf["vocab_size"],
-                   hf["num_hidden_layers"], hf["rms_norm_eps"], hf.get("rope_theta") or 1e6)
 
 
 class Mesh:
@@ -74,64 +54,6 @@ def _group(size: int, world: int, rank: int):
         if first <= rank < first + size:
             mine = _GROUPS[ranks]
     return mine
-
-
-def expert_choice(token: int, top_k: int, experts: int) -> list[int]:
-    """Balanced deterministic routing: a replica's tokens cycle through the experts k at a time."""
-    return [(token * top_k + j) % experts for j in range(top_k)]
-
-
-@dataclass
-class RoutePlan:
-    """Static dispatch of one rank's token copies (same every step, so it can be captured in a CUDA graph)."""
-
-    tokens: tuple[int, int]  # [first, end) of the replica's tokens this rank routes
-    choice: list[list[int]]  # experts of each local token
-    send_rows: list[int]  # local token of each copy, copies ordered by (destination rank, expert)
-    send_splits: list[int]
-    unpermute: list[int]  # for copy (token, j) in token-major order: its position in the sorted send order
-    recv_splits: list[int]
-    recv_sort: list[int]  # received rows ordered by local expert
-    expert_counts: list[int]  # rows per local expert
-
-
-def route_plan(s: Shapes, tp: int, ep: int, rank: int, batch: int) -> RoutePlan:
-    """Which copies global rank `rank` sends where and receives from whom. With ep > 1 the tp ranks of a
-    replica split its tokens; routing depends only on a token's index in its replica, so every member
-    of an ep group can work out what the others send without an exchange."""
-    per_rank, ep_rank = s.experts // ep, rank % ep
-    share = batch // tp if ep > 1 else batch
-
-    def first_token(member: int) -> int:
-        return (member % tp) * share if ep > 1 else 0
-
-    def copies(member: int) -> list[tuple[int, int, int]]:  # (dest, expert, token-major index), sorted
-        first = first_token(member)
-        return sorted((e // per_rank, e, t * s.top_k + j)
-                      for t in range(share) for j, e in enumerate(expert_choice(first + t, s.top_k, s.experts)))
-
-    mine = copies(rank)
-    position = {index: p for p, (_, _, index) in enumerate(mine)}
-    received: list[int] = []  # expert of each received row, by source then in the source's order
-    recv_splits = []
-    for member in range(rank - ep_rank, rank - ep_rank + ep):  # an ep group: consecutive ranks
-        rows = [e for dest, e, _ in copies(member) if dest == ep_rank]
-        recv_splits.append(len(rows))
-        received += rows
-    counts = [0] * per_rank
-    for e in received:
-        counts[e - ep_rank * per_rank] += 1
-    first = first_token(rank)
-    return RoutePlan(
-        tokens=(first, first + share),
-        choice=[expert_choice(first + t, s.top_k, s.experts) for t in range(share)],
-        send_rows=[index // s.top_k for _, _, index in mine],
-        send_splits=[sum(1 for d, _, _ in mine if d == dest) for dest in range(ep)],
-        unpermute=[position[i] for i in range(share * s.top_k)],
-        recv_splits=recv_splits,
-        recv_sort=sorted(range(len(received)), key=lambda r: (received[r], r)),
-        expert_counts=counts,
-    )
 
 
 def _seeded(name: str, shape: tuple, std: float, device, dtype) -> torch.Tensor:

@@ -20,6 +20,8 @@ from sims.benchmarks.layouts import REPO, TINY, TINY_WORKLOAD, add_errors, plan,
 from sims.benchmarks.layouts_decode import DecodeModel, Mesh, Shapes
 from sims.hardware import read_hardware_file
 
+CALLS_PER_SAMPLE = 5
+
 
 def run(args: Namespace) -> None:
     env = detect()
@@ -60,7 +62,9 @@ def _run(args: Namespace, world: int, device: torch.device, cuda: bool) -> dict 
             continue
         logits = measure(row, shapes, spec["sim"], hf_config["num_hidden_layers"], device, dtype, args, timing)
         reference = logits if reference is None else reference
-        row["max_abs_logit_diff"] = (logits - reference).abs().max().item() if dist.get_rank() == 0 else None
+        if dist.get_rank() == 0:  # rank 0 holds replica 0 in every layout
+            row["max_abs_logit_diff"] = (logits - reference).abs().max().item()
+            row["mean_abs_logit"] = logits.abs().mean().item()
         add_errors(row, spec["sim"]["batch"])
     if dist.get_rank() != 0:
         return None  # rank 0 holds the logit check and writes the report
@@ -112,14 +116,16 @@ def capture(fn) -> torch.cuda.CUDAGraph:
         for _ in range(2):
             fn()
     torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()  # nothing of the warm-up left for NCCL's watchdog to poll during capture
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # other threads (the watchdog) may query
         fn()
     return graph
 
 
-def median_time(fn, cuda: bool, warmup: int, repeats: int, device) -> float:
-    """The slowest rank's median seconds per call; ranks line up before every call."""
+def median_time(fn, cuda: bool, warmup: int, repeats: int, device, calls: int = CALLS_PER_SAMPLE) -> float:
+    """The slowest rank's median seconds per call; ranks line up before each sample of `calls`
+    back-to-back calls (which spreads the start-up skew between ranks over them)."""
     for _ in range(warmup):
         fn()
     times = []
@@ -130,14 +136,16 @@ def median_time(fn, cuda: bool, warmup: int, repeats: int, device) -> float:
             torch.cuda.synchronize()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            fn()
+            for _ in range(calls):
+                fn()
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
+            times.append(start.elapsed_time(end) / 1e3 / calls)
         else:
             begin = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - begin)
+            for _ in range(calls):
+                fn()
+            times.append((time.perf_counter() - begin) / calls)
     slowest = torch.tensor([statistics.median(times)], device=device, dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return slowest.item()
