@@ -28,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from framework.core.dtypes import SHORT
 from framework.core.errors import ConfigError
 from sims.api import simulate
 from sims.hardware import read_hardware_file
@@ -36,7 +37,7 @@ from sims.workload import layout_from_parallel
 REPO = Path(__file__).resolve().parents[2]
 TINY = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_experts": 8,
         "num_experts_per_tok": 2, "moe_intermediate_size": 32, "vocab_size": 256, "intermediate_size": 128}
-TINY_WORKLOAD = {"batch": 4, "context_len": 32}
+TINY_WORKLOAD = {"batch": 4, "context_len": 32, "dtype": "float32"}
 
 
 def sweep(recipe: Path) -> dict:
@@ -69,7 +70,7 @@ def plan(spec: dict, hf_config: dict, hardware: dict, world: int, layers: int) -
             rows.append({**row, "status": "skipped", "reason": f"tp={tp} does not fit {world} devices ({exc})"})
             continue
         workload = {"mode": spec["sim"]["mode"], "batch": spec["sim"]["batch"] * layout["dp"],
-                    "context_len": spec["sim"]["context_len"], "dtype": "bf16"}
+                    "context_len": spec["sim"]["context_len"], "dtype": SHORT[spec["sim"]["dtype"]]}
         short = simulate({**hf_config, "num_hidden_layers": layers}, hardware, layout, workload)
         full = simulate(hf_config, hardware, layout, workload)
         if short.status != "ok":

@@ -16,6 +16,7 @@ import torch.distributed as dist
 import yaml
 
 from framework.core.distributed import detect
+from framework.core.dtypes import check, torch_dtype
 from sims.benchmarks.layouts import REPO, TINY, TINY_WORKLOAD, add_errors, plan, summarise, sweep
 from sims.benchmarks.layouts_decode import DecodeModel, Mesh, Shapes
 from sims.hardware import read_hardware_file
@@ -51,7 +52,11 @@ def _run(args: Namespace, world: int, device: torch.device, cuda: bool) -> dict 
     rows = plan(spec, hf_config, hardware, world, args.layers)
     wanted = set(args.only.split(",")) if args.only else None
     shapes = Shapes.of({**hf_config, "num_hidden_layers": args.layers})
-    dtype = torch.bfloat16 if cuda else torch.float32
+    if not cuda and not args.tiny:
+        raise SystemExit("no CUDA device: the full-size layouts need GPUs (use --tiny to check the script on the CPU)")
+    if check(spec["sim"]["dtype"], "sim.dtype") == "float8":
+        raise SystemExit("sim.dtype float8: this decode runs bfloat16, float16 or float32 weights only")
+    dtype = torch_dtype(spec["sim"]["dtype"])
     timing = "cuda_graphs" if cuda and not args.eager else ("cuda_events_eager" if cuda else "perf_counter_eager")
     reference = None
     for row in rows:
