@@ -104,7 +104,8 @@ class DecodeModel:
         inter = s.expert_intermediate // (m.tp if m.ep == 1 else 1)
         cols = slice(m.tp_rank * inter, (m.tp_rank + 1) * inter) if m.ep == 1 else slice(None)
         # Expert weights in torch's (experts, out, in) order, as transformers stores them.
-        gate, up = (w(f"{i}.{n}", (s.experts, s.expert_intermediate, s.hidden), std)[experts, cols] for n in ("gate", "up"))
+        expert_in = (s.experts, s.expert_intermediate, s.hidden)
+        gate, up = (w(f"{i}.{n}", expert_in, std)[experts, cols] for n in ("gate", "up"))
         down = w(f"{i}.down", (s.experts, s.hidden, s.expert_intermediate), s.expert_intermediate ** -0.5)
         cache_shape = (self.batch, s.kv_heads, self.ctx, s.head_dim)
         heads = slice(kv_first, kv_first + self.kv_heads)
@@ -159,9 +160,10 @@ class DecodeModel:
         group = self.mesh.tp_group
         if group is None:
             return logits
-        gathered = torch.empty((self.mesh.tp * logits.shape[0], logits.shape[1]), device=self.device, dtype=logits.dtype)
+        batch, shard = logits.shape
+        gathered = torch.empty((self.mesh.tp * batch, shard), device=self.device, dtype=logits.dtype)
         _all_gather(gathered, logits, group)  # (tp x batch, vocab / tp): vocab shards stacked
-        return gathered.view(self.mesh.tp, *logits.shape).permute(1, 0, 2).reshape(logits.shape[0], -1)
+        return gathered.view(self.mesh.tp, batch, shard).permute(1, 0, 2).reshape(batch, -1)
 
     def attention(self, layer: dict, x: torch.Tensor) -> torch.Tensor:
         s, b = self.s, x.shape[0]
