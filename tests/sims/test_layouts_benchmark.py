@@ -113,3 +113,53 @@ def test_two_gloo_ranks_decode_every_layout_to_the_same_logits(tmp_path):
     summary = report["summary"]
     assert summary["measured"] == 4 and -1.0 <= summary["spearman_step_time"] <= 1.0
     assert isinstance(summary["fastest_step_agrees"], bool)
+
+
+def test_tp1_decode_matches_transformers_qwen3_moe_with_the_same_weights_cache_and_routing(tmp_path):
+    """The hand-written step is Qwen3-MoE decode: transformers' model with its weights, KV cache and the
+    benchmark's expert choice gives the same logits (one process, gloo)."""
+    import torch
+    import torch.distributed as dist
+
+    from sims.benchmarks.accuracy import FixedCache, no_padding_masks
+    from sims.benchmarks.layouts import TINY
+    from sims.benchmarks.layouts_decode import DecodeModel, Mesh, Shapes
+    from sims.calibration.kernels import build_hf_model
+
+    hf = {**model_config("qwen3_30b_a3b"), **TINY, "num_hidden_layers": 2}
+    batch, context = 3, 12
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        ours = DecodeModel(Shapes.of(hf), Mesh(tp=1, ep=1), batch, context, torch.device("cpu"), torch.float32)
+        ids = ours.token_ids()
+        with torch.no_grad():
+            expected = ours.step(ids)
+    finally:
+        dist.destroy_process_group()
+    model = build_hf_model(hf, "cpu", "fp32")
+    kv_width = hf["num_key_value_heads"] * hf["head_dim"]
+    cache = FixedCache(2, batch, hf["num_key_value_heads"], hf["head_dim"], context, 1, "cpu", torch.float32)
+    state = {"model.embed_tokens.weight": ours.embed, "lm_head.weight": ours.lm_head}
+    for i, layer in enumerate(ours.layers):
+        prefix = f"model.layers.{i}."
+        state.update({prefix + "self_attn.q_proj.weight": layer["q"], prefix + "self_attn.o_proj.weight": layer["o"],
+                      prefix + "self_attn.k_proj.weight": layer["kv"][:kv_width],
+                      prefix + "self_attn.v_proj.weight": layer["kv"][kv_width:],
+                      prefix + "mlp.gate.weight": layer["router"], prefix + "mlp.experts.gate_up_proj": layer["gate_up"],
+                      prefix + "mlp.experts.down_proj": layer["down"]})
+        cache.keys[i], cache.values[i] = layer["k_cache"].clone(), layer["v_cache"].clone()
+    missing = set(state) - set(model.state_dict())
+    assert not missing, missing
+    model.load_state_dict(state, strict=False)
+
+    def our_routing(module, args, output):
+        probs = torch.softmax(output[0].float(), dim=-1).gather(1, ours.choice)
+        return output[0], (probs / probs.sum(-1, keepdim=True)).to(output[0].dtype), ours.choice
+
+    hooks = [layer.mlp.gate.register_forward_hook(our_routing) for layer in model.model.layers]
+    positions = torch.full((batch, 1), context - 1)
+    with torch.no_grad(), no_padding_masks(model):
+        logits = model(input_ids=ids[:, None], position_ids=positions, past_key_values=cache, use_cache=True).logits
+    for hook in hooks:
+        hook.remove()
+    torch.testing.assert_close(logits[:, -1], expected, rtol=1e-4, atol=1e-4)
