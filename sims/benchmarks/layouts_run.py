@@ -22,6 +22,7 @@ from sims.benchmarks.layouts_decode import DecodeModel, Mesh, Shapes
 from sims.hardware import read_hardware_file
 
 CALLS_PER_SAMPLE = 5
+COLLECTIVE_TIMEOUT_S = 180
 
 
 def run(args: Namespace) -> None:
@@ -30,34 +31,45 @@ def run(args: Namespace) -> None:
     device = torch.device("cuda", env.local_rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
+    # A rank stuck in a collective fails the job in minutes, not NCCL's default 10.
     dist.init_process_group("nccl" if cuda else "gloo", init_method=env.init_method, rank=env.rank,
-                            world_size=env.world_size)
+                            world_size=env.world_size, timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     try:
         report = _run(args, env.world_size, device, cuda)
-        if env.is_main:
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(json.dumps(report, indent=1))
+        if report is not None:
             _print(report, args.out)
     finally:
         dist.destroy_process_group()
 
 
 def _run(args: Namespace, world: int, device: torch.device, cuda: bool) -> dict | None:
+    """Measures every planned layout; rank 0 rewrites the report after each one (a late failure keeps
+    the layouts done) and returns it, the other ranks return None."""
     spec = sweep(Path(args.recipe))
     hf_config = yaml.safe_load((REPO / f"conf/model/{spec['model']}.yaml").read_text())["hf_config"]
     if args.tiny:
         hf_config, spec["sim"] = {**hf_config, **TINY}, {**spec["sim"], **TINY_WORKLOAD}
+    if not cuda and not args.tiny:
+        raise SystemExit("no CUDA device: the full-size layouts need GPUs (use --tiny to check the script on the CPU)")
+    if check(spec["sim"]["dtype"], "sim.dtype") == "float8":
+        raise SystemExit("sim.dtype float8: this decode runs bfloat16, float16 or float32 weights only")
     hardware_name = args.hardware or spec["hardware"]
     hardware = read_hardware_file(REPO / f"conf/hardware/{hardware_name}.yaml")
     rows = plan(spec, hf_config, hardware, world, args.layers)
     wanted = set(args.only.split(",")) if args.only else None
     shapes = Shapes.of({**hf_config, "num_hidden_layers": args.layers})
-    if not cuda and not args.tiny:
-        raise SystemExit("no CUDA device: the full-size layouts need GPUs (use --tiny to check the script on the CPU)")
-    if check(spec["sim"]["dtype"], "sim.dtype") == "float8":
-        raise SystemExit("sim.dtype float8: this decode runs bfloat16, float16 or float32 weights only")
     dtype = torch_dtype(spec["sim"]["dtype"])
     timing = "cuda_graphs" if cuda and not args.eager else ("cuda_events_eager" if cuda else "perf_counter_eager")
+    main = dist.get_rank() == 0  # rank 0 holds replica 0 in every layout: the logit check is its
+    report = {
+        "benchmark": "sims.benchmarks.layouts (issue 13)",
+        "environment": _environment(device, world, timing),
+        "model": spec["model"] + (" (tiny)" if args.tiny else ""), "hardware": hardware_name,
+        "layers_measured": args.layers, "num_hidden_layers": hf_config["num_hidden_layers"],
+        "workload": {"mode": spec["sim"]["mode"], "batch_per_replica": spec["sim"]["batch"],
+                     "context_len": spec["sim"]["context_len"], "dtype": str(dtype).removeprefix("torch.")},
+        "layouts": rows,
+    }
     reference = None
     for row in rows:
         if row["status"] != "planned":
@@ -67,22 +79,21 @@ def _run(args: Namespace, world: int, device: torch.device, cuda: bool) -> dict 
             continue
         logits = measure(row, shapes, spec["sim"], hf_config["num_hidden_layers"], device, dtype, args, timing)
         reference = logits if reference is None else reference
-        if dist.get_rank() == 0:  # rank 0 holds replica 0 in every layout
+        add_errors(row, spec["sim"]["batch"])
+        if main:
             row["max_abs_logit_diff"] = (logits - reference).abs().max().item()
             row["mean_abs_logit"] = logits.abs().mean().item()
-        add_errors(row, spec["sim"]["batch"])
-    if dist.get_rank() != 0:
-        return None  # rank 0 holds the logit check and writes the report
-    return {
-        "benchmark": "sims.benchmarks.layouts (issue 13)",
-        "environment": _environment(device, world, timing),
-        "model": spec["model"] + (" (tiny)" if args.tiny else ""), "hardware": hardware_name,
-        "layers_measured": args.layers, "num_hidden_layers": hf_config["num_hidden_layers"],
-        "workload": {"mode": spec["sim"]["mode"], "batch_per_replica": spec["sim"]["batch"],
-                     "context_len": spec["sim"]["context_len"], "dtype": str(dtype).removeprefix("torch.")},
-        "layouts": rows,
-        "summary": summarise(rows),
-    }
+            _write(report, args.out)
+    if not main:
+        return None
+    report["summary"] = summarise(rows)
+    _write(report, args.out)
+    return report
+
+
+def _write(report: dict, out: str) -> None:
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(report, indent=1))
 
 
 def measure(row: dict, shapes: Shapes, sim: dict, full_layers: int, device, dtype, args: Namespace, timing: str):
