@@ -35,9 +35,10 @@ from sims.hardware import read_hardware_file
 from sims.workload import layout_from_parallel
 
 REPO = Path(__file__).resolve().parents[2]
-TINY = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "num_experts": 8,
+TINY = {"hidden_size": 64, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 16, "num_experts": 8,
         "num_experts_per_tok": 2, "moe_intermediate_size": 32, "vocab_size": 256, "intermediate_size": 128}
-TINY_WORKLOAD = {"batch": 4, "context_len": 32, "dtype": "float32"}
+# 8 sequences: with tp <= 4 every ep group's copies still cover the 8 experts evenly (balanced, as at full size)
+TINY_WORKLOAD = {"batch": 8, "context_len": 32, "dtype": "float32"}
 
 
 def sweep(recipe: Path) -> dict:

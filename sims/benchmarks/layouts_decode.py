@@ -125,10 +125,11 @@ class DecodeModel:
 
     def _routing_tensors(self) -> None:
         p, dev = self.plan, self.device
-        self.choice = torch.tensor(p.choice, device=dev)
-        self.send_rows = torch.tensor(p.send_rows, device=dev)
-        self.unpermute = torch.tensor(p.unpermute, device=dev)
-        self.recv_sort = torch.tensor(p.recv_sort, device=dev)
+        def index(values: list) -> torch.Tensor:  # long even when empty (a rank may receive no copies)
+            return torch.tensor(values, device=dev, dtype=torch.long)
+
+        self.choice, self.send_rows, self.unpermute = index(p.choice), index(p.send_rows), index(p.unpermute)
+        self.recv_sort = index(p.recv_sort)
         self.recv_unsort = torch.argsort(self.recv_sort)
         self.offsets = torch.cumsum(torch.tensor(p.expert_counts, device=dev), 0).to(torch.int32)
 
