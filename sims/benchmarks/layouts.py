@@ -30,7 +30,7 @@ import yaml
 
 from framework.core.dtypes import SHORT
 from framework.core.errors import ConfigError
-from sims.api import simulate
+from sims import simulate
 from sims.hardware import read_hardware_file
 from sims.workload import layout_from_parallel
 
