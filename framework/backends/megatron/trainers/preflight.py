@@ -1,8 +1,8 @@
 """Preflight: the simulator's prediction (sims.api.simulate) of one pretraining step of this very layout.
 
-The step is one `train` workload: the global batch at the task's sequence length, split into the
-run's micro-batches over tp x dp x pp (ZeRO when the distributed optimizer shards the optimizer
-state). The prediction lands in summary.json beside the measured step time (measured_step_s).
+The step is one `train` workload of megatron's kernels (the simulator's `torch_fused` stack): the
+global batch at the task's sequence length, split into the run's micro-batches over tp x dp x pp
+(ZeRO when the distributed optimizer shards the optimizer state). The prediction lands in summary.json beside the measured step time (measured_step_s).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], layo
     """{preflight_predicted_step_s, preflight_memory_per_device_gb, preflight_fits} or {} / an error entry."""
     try:
         from sims.api import simulate
+        from sims.stacks import stack_for_backend
     except ImportError:
         log.warning("preflight: the simulator (sims) is not importable; no prediction")
         return {}
@@ -29,7 +30,7 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], layo
                 "zero": layout.shard_optimizer}
     try:
         summary = simulate(hf_config, hardware, {"tp": layout.tp, "dp": layout.dp, "pp": layout.pp, "ep": 1},
-                           workload).summary()
+                           workload, stack=stack_for_backend("megatron")).summary()
     except CrucibleError as error:  # advisory: a model the simulator cannot handle still trains
         log.warning("preflight: %s", error)
         return {"preflight_error": str(error)}
