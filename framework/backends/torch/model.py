@@ -55,9 +55,9 @@ def linear_module_names(model: torch.nn.Module) -> list[str]:
     return sorted(names - head)
 
 
-def add_lora(model: torch.nn.Module, lora: LoRAConfig, key: str):
-    """The model wrapped with fresh LoRA adapters (PEFT); a target the model lacks is a ConfigError."""
-    from peft import LoraConfig, get_peft_model
+def lora_config(model: torch.nn.Module, lora: LoRAConfig, key: str):
+    """PEFT's LoraConfig for `model` (TRL wraps the model with it); a target the model lacks is a ConfigError."""
+    from peft import LoraConfig
 
     available = linear_module_names(model)
     if lora.target_modules == ["all-linear"]:
@@ -68,9 +68,8 @@ def add_lora(model: torch.nn.Module, lora: LoRAConfig, key: str):
             raise ConfigError(f"{key}.lora.target_modules: {missing[0]!r} is not a linear module of this model; "
                               f"it has: {', '.join(available)} (or use [all-linear])")
         targets = list(lora.target_modules)
-    config = LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
-                        task_type="CAUSAL_LM")
-    return get_peft_model(model, config)
+    return LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
+                      task_type="CAUSAL_LM")
 
 
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:

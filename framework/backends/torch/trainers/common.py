@@ -70,17 +70,19 @@ class TRLTrainer(BaseTrainer):
         from transformers import PrinterCallback, set_seed
 
         from framework.backends.torch.callback import RunCallback
-        from framework.backends.torch.model import add_lora, load_model
+        from framework.backends.torch.model import load_model, lora_config
 
         task = self.config.task
         set_seed(self.config.seed)
-        model = load_model(self.config.model_source, task.param_dtype, self.config.attn_implementation)
-        self.model = add_lora(model, task.lora, self.config.task_name) if task.finetune == "lora" else model
+        self.base_model = load_model(self.config.model_source, task.param_dtype, self.config.attn_implementation)
+        self.peft_config = (lora_config(self.base_model, task.lora, self.config.task_name)
+                            if task.finetune == "lora" else None)
         self.store = self.run.checkpoints(task.checkpoint)
         self.resume: Checkpoint | None = self.store.resume_point()
         self.callback = RunCallback(self.run, task.checkpoint, task.eval.every if self.eval_rows else 0,
                                     desc=self.config.task_name)
         self.trainer = self.build_trainer(str(self.run.run_dir / "trl"))
+        self.model = self.trainer.model  # with LoRA: the PeftModel TRL wrapped (the reference: adapter disabled)
         self.trainer.crucible_store = self.store
         self.trainer.remove_callback(PrinterCallback)  # it prints every log dict; RunCallback logs them
         self.trainer.add_callback(self.callback)
@@ -96,7 +98,8 @@ class TRLTrainer(BaseTrainer):
 
     @abstractmethod
     def build_trainer(self, output_dir: str):
-        """The TRL trainer (a subclass mixing in CrucibleCheckpointing) over self.model and the rows."""
+        """The TRL trainer (a subclass mixing in CrucibleCheckpointing) over self.base_model, self.peft_config
+        and the rows."""
 
     def run_train(self) -> TrainingResult:
         from framework.backends.torch.model import export_hf

@@ -3,6 +3,8 @@ is the base model (LoRA: adapter disabled; full: a frozen copy), another model, 
 
 from __future__ import annotations
 
+import copy
+
 import trl
 
 from framework.backends.torch.checkpointing import CrucibleCheckpointing
@@ -21,7 +23,10 @@ class CheckpointedDPOTrainer(CrucibleCheckpointing, trl.DPOTrainer):
         super().__init__(*args, **kwargs)  # tokenizes the datasets through _prepare_dataset
 
     def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
-        dataset = super()._prepare_dataset(dataset, processing_class, args, dataset_name)
+        # TRL drops pairs whose whole prompt reaches max_length; ours keep the prompt's end instead
+        untruncated = copy.copy(args)
+        untruncated.max_length = None
+        dataset = super()._prepare_dataset(dataset, processing_class, untruncated, dataset_name)
         prompt, completion = self.max_prompt_length, self.max_completion_length
         return dataset.map(lambda row: {"prompt_ids": row["prompt_ids"][-prompt:],
                                         "chosen_ids": row["chosen_ids"][:completion],
@@ -41,7 +46,7 @@ class DPOTrainer(TRLTrainer):
             return frozen_copy(load_model(task.reference_model, task.param_dtype, self.config.attn_implementation,
                                           "dpo.reference_model"))
         if task.reference == "base" and task.finetune == "full":
-            return frozen_copy(self.model)
+            return frozen_copy(self.base_model)
         return None
 
     def build_trainer(self, output_dir: str):
@@ -50,7 +55,7 @@ class DPOTrainer(TRLTrainer):
                              max_length=task.max_prompt_length + task.max_completion_length,
                              beta=task.beta, loss_type=[task.loss_type], label_smoothing=task.label_smoothing,
                              precompute_ref_log_probs=task.reference == "precomputed")
-        return CheckpointedDPOTrainer(model=self.model, ref_model=self.reference_model(), args=args,
+        return CheckpointedDPOTrainer(model=self.base_model, peft_config=self.peft_config, ref_model=self.reference_model(), args=args,
                                       processing_class=self.tokenizer, train_dataset=as_dataset(self.train_rows),
                                       eval_dataset=as_dataset(self.eval_rows) if self.eval_rows else None,
                                       max_prompt_length=task.max_prompt_length,
