@@ -25,6 +25,7 @@ def torch_config(overrides: list[str]):
 def build_trainer(overrides: list[str], run_dir: Path):
     """Our SFT/DPO trainer after setup() and init(): .trainer is the TRL trainer, .model the (PEFT) model."""
     cfg, adapter, config = torch_config(overrides)
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
     run = RunContext(Path(run_dir), cfg, MetricLogger(Path(run_dir)), int(cfg.seed))
     trainer = adapter.load_trainer_class(cfg.task.name)(config, run)
     trainer.setup()

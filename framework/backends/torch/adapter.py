@@ -45,6 +45,7 @@ class TorchAdapter(BackendAdapter):
         self.dataloader_num_workers = int(dataloader_num_workers)
 
     def prepare_backend(self, cfg: DictConfig) -> None:
+        logging.getLogger("datasets").setLevel(logging.WARNING)  # its import logs INFO lines (JAX found...)
         missing = [package for module, package in REQUIRED_MODULES.items() if not _importable(module)]
         if missing:
             raise BackendError(f"backend=torch needs {', '.join(missing)}: pip install -e '.[torch]'")
