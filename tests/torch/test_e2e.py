@@ -52,3 +52,26 @@ def test_maxtext_export_starts_an_sft_and_a_dpo_run(tmp_path):
     assert torch.equal(sft_model["model.embed_tokens.weight"], exported["model.embed_tokens.weight"])
     dpo_rows = read_metrics(dpo_dir / "metrics.jsonl")
     assert dpo_rows[0]["step"] == 1 and dpo_rows[0]["loss"] == pytest.approx(0.6931, abs=1e-3)  # policy = reference
+
+
+def test_ddp_on_two_cpu_processes_matches_one_process(tmp_path):
+    """torchrun with 2 ranks (gloo): the same global batch gives the same step-1 loss as one process; only
+    rank 0 writes, and the checkpoint holds both ranks' RNG states."""
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    from tests.conftest import REPO_ROOT
+
+    args = ["recipe=sft_torch_cpu", "sft.steps=1", "sft.eval.every=0", "sft.global_batch_size=8",
+            "sft.micro_batch_size=2", "sft.export_hf=false", "progress=false"]
+    single, _ = run_ok(args, tmp_path, "single")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           str(REPO_ROOT / "run.py"), *args, f"hydra.run.dir={tmp_path / 'ddp'}"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one, two = (read_metrics(tmp_path / name / "metrics.jsonl") for name in ("single", "ddp"))
+    assert len(two) == 1 and two[0]["num_tokens"] == one[0]["num_tokens"]
+    assert two[0]["loss"] == pytest.approx(one[0]["loss"], rel=1e-5)
+    assert sorted(load_file(tmp_path / "ddp" / "checkpoints" / "step_1" / "rng.safetensors")) == ["0.cpu", "1.cpu"]
