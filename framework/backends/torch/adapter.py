@@ -18,9 +18,9 @@ from framework.core.build import build
 from framework.core.distributed import DistEnv, detect
 from framework.core.dtypes import SHORT
 from framework.core.errors import BackendError, ConfigError
+from framework.core.hardware import require_accelerator
 from framework.core.parallel import ParallelConfig
 from framework.core.plain import to_plain
-from framework.data.records import RecordSpec
 from framework.tasks.dpo import DPOTask, check_dpo
 from framework.tasks.sft import SFTTask, check_sft
 
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 # import name -> distribution name: what `pip install -e '.[torch]'` brings
 REQUIRED_MODULES = {"torch": "torch", "transformers": "transformers", "peft": "peft", "trl": "trl",
                     "accelerate": "accelerate", "datasets": "datasets", "safetensors": "safetensors"}
-TASKS = {"sft": (SFTTask, check_sft, "chat"), "dpo": (DPOTask, check_dpo, "preference")}
+TASKS = {"sft": (SFTTask, check_sft), "dpo": (DPOTask, check_dpo)}
 DEVICES = {"cpu": "cpu", "gpu": "cuda"}  # hardware.accelerator -> torch device type
 
 
@@ -37,6 +37,7 @@ class TorchAdapter(BackendAdapter):
     name = "torch"
     trainers = {"sft": "framework.backends.torch.trainers.sft:SFTTrainer",
                 "dpo": "framework.backends.torch.trainers.dpo:DPOTrainer"}
+    libraries = ("trl", "transformers", "peft", "accelerate", "torch", "datasets", "safetensors")
     patch_modules = ("framework.backends.torch.patches",)
 
     def __init__(self, cache_dir: str, attn_implementation: str, dataloader_num_workers: int):
@@ -52,27 +53,27 @@ class TorchAdapter(BackendAdapter):
         if cfg.hardware.accelerator not in DEVICES:
             raise ConfigError(f"hardware.accelerator: {cfg.hardware.accelerator!r} has no torch device here; "
                               f"backend=torch runs on {', '.join(DEVICES)}")
+        require_accelerator(cfg.hardware)
         export_dist_env(detect())
-
-    def detect_backend_version(self) -> str:
-        """TRL drives the training loop: its version is the backend's (patches also check the others')."""
-        from importlib.metadata import version
-
-        return version("trl")
 
     def convert_config(self, cfg: DictConfig) -> TorchConfig:
         from framework.models.tiny import resolve_model_dir
 
-        task_name = cfg.task.name
-        if task_name not in TASKS:
-            raise ConfigError(f"task={task_name} does not run on backend=torch; it runs: {', '.join(TASKS)}")
-        task_cls, check, data_format = TASKS[task_name]
+        from framework.data import check_data, data_spec
+
+        task_name = cfg.task.name  # validate() checked that this backend runs it
+        task_cls, check = TASKS[task_name]
         task = build(task_cls, cfg[task_name], task_name)
         check(task, task_name)
         if task_name == "dpo" and task.label_smoothing and task.loss_type == "sigmoid":
             raise ConfigError("dpo.label_smoothing: TRL's sigmoid loss has no label smoothing; use "
                               "dpo.loss_type=robust for noisy preference labels")
-        data = data_spec(cfg, task_name, data_format)
+        data = data_spec(cfg.data, task_name)
+        if data.source != "hub":
+            check_data(data)  # files: before any model is built or downloaded
+        model_source = resolve_model_dir(to_plain(cfg.model), Path(self.cache_dir) / "models")
+        if data.source == "hub":
+            check_data(data)  # after the model: offline, the model's one line names every way out first
         world = detect().world_size
         parallel = resolve_parallel(cfg, world)
         accumulation = gradient_accumulation(task, parallel.data_parallel, task_name)
@@ -80,22 +81,10 @@ class TorchAdapter(BackendAdapter):
         peak = to_plain(cfg.hardware.peak_tflops or {}).get(SHORT[task.compute_dtype])
         return TorchConfig(
             task_name=task_name, task=task, data=data, model_name=cfg.model.name,
-            model_source=resolve_model_dir(to_plain(cfg.model), Path(self.cache_dir) / "models"),
+            model_source=model_source,
             device=device, attn_implementation=self.attn_implementation, parallel=parallel,
             gradient_accumulation_steps=accumulation, peak_tflops=float(peak) if peak else None,
             dataloader_num_workers=self.dataloader_num_workers, seed=int(cfg.seed))
-
-
-def data_spec(cfg: DictConfig, task_name: str, data_format: str) -> RecordSpec:
-    data = to_plain(cfg.data)
-    if data.get("name") == "none" or "format" not in data:
-        raise ConfigError(f"data={data.get('name')}: task={task_name} needs a {data_format} data set, e.g. "
-                          f"data={data_format}_sample")
-    spec = build(RecordSpec, data, "data")
-    if spec.format != data_format:
-        raise ConfigError(f"data.format: task={task_name} reads {data_format} records, data={spec.name} is "
-                          f"{spec.format}")
-    return spec
 
 
 def resolve_parallel(cfg: DictConfig, world_size: int) -> ParallelConfig:

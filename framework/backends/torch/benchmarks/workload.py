@@ -74,7 +74,7 @@ def trl_arguments(batch: int, steps: int, bf16: bool, output_dir: str) -> dict:
     return dict(output_dir=output_dir, max_steps=steps, seed=0, data_seed=0, per_device_train_batch_size=batch,
                 gradient_accumulation_steps=1, learning_rate=LEARNING_RATE, adam_beta1=0.9, adam_beta2=0.999,
                 adam_epsilon=1e-8, weight_decay=0.0, max_grad_norm=1.0, warmup_steps=0, optim="adamw_torch",
-                lr_scheduler_type="constant_with_warmup", bf16=bf16, fp16=False, gradient_checkpointing=False,
+                lr_scheduler_type="constant_with_warmup", bf16=bf16, fp16=False, activation_checkpointing=False,
                 logging_strategy="steps", logging_steps=1, report_to="none", disable_tqdm=True, save_strategy="no",
                 eval_strategy="no", dataloader_num_workers=0, ddp_find_unused_parameters=False)
 
@@ -84,7 +84,7 @@ def crucible_overrides(task: str, batch: int, steps: int, sequence: int, bf16: b
     lengths = ([f"sft.max_seq_length={sequence}", "sft.packing=false", "sft.completion_only_loss=true"] if task == "sft"
                else [f"dpo.max_prompt_length={sequence // 2}", f"dpo.max_completion_length={sequence // 2}",
                      "dpo.reference=base", "dpo.loss_type=sigmoid"])
-    return [f"backend=torch", f"task={task}", f"{task}.steps={steps}", f"{task}.global_batch_size={batch}",
+    return ["backend=torch", f"task={task}", f"{task}.steps={steps}", f"{task}.global_batch_size={batch}",
             f"{task}.micro_batch_size={batch}", f"{task}.finetune=full", f"{task}.optimizer.learning_rate={LEARNING_RATE}",
             f"{task}.optimizer.warmup_steps=0", f"{task}.optimizer.schedule=constant", f"{task}.optimizer.weight_decay=0.0",
             f"{task}.eval.every=0", f"{task}.checkpoint.every=0", f"{task}.export_hf=false",

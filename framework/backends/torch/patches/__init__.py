@@ -1,3 +1,2 @@
-"""Patches of the torch backend, one topic per module (registered at import; bodies import torch lazily)."""
-
-from framework.backends.torch.patches import attention, precision  # noqa: F401
+"""Patches of the torch backend, one topic per module (the adapter's load_patches imports each; bodies
+import torch and transformers themselves)."""

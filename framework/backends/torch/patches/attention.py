@@ -10,18 +10,18 @@ log = logging.getLogger(__name__)
 
 
 def _wants_sdpa(ctx: PatchContext) -> bool:
-    return ctx.extra["backend_config"].attn_implementation == "sdpa"
+    return ctx.backend_config.attn_implementation == "sdpa"
 
 
-@register_patch("torch-eager-attention-fallback", backend="torch", phase=Phase.SETUP, condition=_wants_sdpa,
-                backend_versions=">=1.0,<2",
+@register_patch("torch-eager-attention-fallback", backend="torch", phase=Phase.CONVERT, condition=_wants_sdpa,
+                requires={"transformers": ">=5,<6"},
                 description="models whose transformers class lacks sdpa attention run eager attention instead of "
-                            "failing at load (transformers >=5,<6)")
+                            "failing at load")
 def eager_attention_fallback(ctx: PatchContext) -> None:
     from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
-    config = ctx.extra["backend_config"]
+    config = ctx.backend_config
     hf_config = AutoConfig.from_pretrained(config.model_source)
     try:
         model_cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(hf_config)]

@@ -43,7 +43,7 @@ def training_arguments(config: TorchConfig, output_dir: str) -> dict[str, Any]:
         weight_decay=opt.weight_decay, max_grad_norm=opt.max_grad_norm, warmup_steps=opt.warmup_steps,
         optim="adamw_torch", **schedule_arguments(opt),
         bf16=mixed and task.compute_dtype == "bfloat16", fp16=mixed and task.compute_dtype == "float16",
-        use_cpu=config.device == "cpu", gradient_checkpointing=False,
+        use_cpu=config.device == "cpu", activation_checkpointing=False,
         logging_strategy="steps", logging_steps=1, report_to="none", disable_tqdm=True,
         save_strategy="no",  # RunCallback asks for saves; CrucibleCheckpointing writes them (no pickles)
         eval_strategy="steps" if has_eval else "no", eval_steps=task.eval.every if has_eval else None,
