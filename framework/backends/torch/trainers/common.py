@@ -106,7 +106,7 @@ class TRLTrainer(BaseTrainer):
 
         start = time.perf_counter()
         self.trainer.train(resume_from_checkpoint=str(self.resume.path) if self.resume else None)
-        metrics = {k: v for k, v in self.callback.last.items()}
+        metrics = dict(self.callback.last)
         metrics["resumed_from_step"] = self.resume.step if self.resume else 0
         metrics["steps_completed"] = self.trainer.state.global_step
         artifacts = {}
