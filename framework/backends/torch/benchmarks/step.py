@@ -96,7 +96,8 @@ def main() -> None:
     args.batch = args.batch or (2 if args.tiny else 8)
     work = Path(args.work_dir).resolve()
     model, hf_config = model_dir(args.model, work / "models")
-    peak = OmegaConf.load(REPO_ROOT / "conf" / "hardware" / f"{args.hardware}.yaml").peak_tflops["fp32" if args.tiny else "bf16"]
+    hardware = OmegaConf.load(REPO_ROOT / "conf" / "hardware" / f"{args.hardware}.yaml").hardware
+    peak = hardware.peak_tflops["fp32" if args.tiny else "bf16"]
     results = {task: benchmark(task, args, model, hf_config, peak, work) for task in args.tasks.split(",")}
     import torch
 
