@@ -2,7 +2,8 @@
 
 Qwen2.5-0.5B shapes with random-init weights (from conf/model's hf_config: no download), full fine-tuning,
 bf16 autocast over fp32 weights, sequence 1024. Both sides run the same workload (workload.py) one after
-the other in this call; the ratio compares median step times after warm-up.
+the other in this call; the ratio compares the median step periods (start to start: compute, logging,
+callbacks) after warm-up.
 
     python -m framework.backends.torch.benchmarks.step --out bench.json              (one GPU, ~4 min)
     python -m framework.backends.torch.benchmarks.step --tiny --out /tmp/bench.json  (CPU smoke test)
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,8 +36,11 @@ def model_dir(name: str, cache: Path) -> tuple[str, dict]:
     return resolve_model_dir(model, cache), model["hf_config"]
 
 
-def step_times(rows: list[dict]) -> list[float]:
-    return [r["step_time_s"] for r in rows if "step_time_s" in r]
+def step_periods(rows: list[dict]) -> list[float]:
+    """Seconds between consecutive training rows of metrics.jsonl (the logger's time_s): like trl_direct's
+    periods, a step's compute plus everything our backend does around it (callbacks, logging)."""
+    times = [r["time_s"] for r in rows if "loss" in r]
+    return [after - before for before, after in zip(times, times[1:])]
 
 
 def timed(values: list[float]) -> list[float]:
@@ -45,6 +50,7 @@ def timed(values: list[float]) -> list[float]:
 
 def run_ours(task: str, args, model: str, data: Path, work: Path) -> tuple[list[float], float]:
     run_dir = work / f"ours_{task}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # a run dir with records would append to (or resume) them
     command = [sys.executable, str(REPO_ROOT / "run.py"),
                *crucible_overrides(task, args.batch, args.steps, args.sequence, not args.tiny),
                f"model={args.model}", f"model.path={model}", "model.random_init=false", f"hardware={args.hardware}",
@@ -53,7 +59,7 @@ def run_ours(task: str, args, model: str, data: Path, work: Path) -> tuple[list[
     subprocess.run(command, check=True)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     tokens = [r["num_tokens"] for r in rows if "num_tokens" in r]
-    return step_times(rows), tokens[-1] / len(tokens)
+    return step_periods(rows), tokens[-1] / len(tokens)
 
 
 def run_direct(task: str, args, model: str, data: Path, max_length: int, work: Path) -> list[float]:
