@@ -75,28 +75,29 @@ class TorchAdapter(BackendAdapter):
         if data.source == "hub":
             check_data(data)  # after the model: offline, the model's one line names every way out first
         world = detect().world_size
-        parallel = resolve_parallel(cfg, world)
-        accumulation = gradient_accumulation(task, parallel.data_parallel, task_name)
+        parallel = build(ParallelConfig, cfg.parallel, "parallel")
+        data_ranks = data_parallel_ranks(parallel, world)
+        accumulation = gradient_accumulation(task, data_ranks, task_name)
         device = DEVICES[cfg.hardware.accelerator]
         peak = to_plain(cfg.hardware.peak_tflops or {}).get(SHORT[task.compute_dtype])
         return TorchConfig(
             task_name=task_name, task=task, data=data, model_name=cfg.model.name,
             model_source=model_source,
-            device=device, attn_implementation=self.attn_implementation, parallel=parallel,
+            device=device, attn_implementation=self.attn_implementation, parallel=parallel, data_parallel=data_ranks,
             gradient_accumulation_steps=accumulation, peak_tflops=float(peak) if peak else None,
             dataloader_num_workers=self.dataloader_num_workers, seed=int(cfg.seed))
 
 
-def resolve_parallel(cfg: DictConfig, world_size: int) -> ParallelConfig:
+def data_parallel_ranks(layout: ParallelConfig, world_size: int) -> int:
     """DDP only: every rank holds the whole model; tp/pp/ep/cp must be 1. fsdp counts as data parallel."""
-    parallel = build(ParallelConfig, cfg.parallel, "parallel").resolve(world_size)
+    parallel = layout.resolve(world_size)
     unsupported = [f"{axis}={getattr(parallel, axis)}" for axis in ("tp", "pp", "ep", "cp") if getattr(parallel, axis) != 1]
     if unsupported:
         raise ConfigError(f"parallel: backend=torch runs data parallel (DDP) only; set {', '.join(unsupported)} to 1")
     if parallel.fsdp > 1:
         log.warning("parallel.fsdp=%d: backend=torch replicates the model on every rank (DDP); parameters are "
                     "not sharded", parallel.fsdp)
-    return parallel
+    return parallel.data_parallel
 
 
 def gradient_accumulation(task, data_ranks: int, key: str) -> int:

@@ -20,7 +20,8 @@ class TorchConfig:
     model_source: str  # a local HF directory or a hub id
     device: str  # cpu | cuda
     attn_implementation: str  # sdpa | eager (patches may change it)
-    parallel: ParallelConfig  # resolved over the world size: data-parallel ranks = dp x fsdp
+    parallel: ParallelConfig  # the layout as configured (-1 = the remaining devices)
+    data_parallel: int  # ranks that see different data: dp x fsdp resolved over the world size
     gradient_accumulation_steps: int  # global batch / (micro batch x data-parallel ranks)
     peak_tflops: Optional[float]  # of one device at compute_dtype, for MFU; None = unknown
     dataloader_num_workers: int
