@@ -16,9 +16,10 @@ def cache_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("megatron_cache")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def megatron_world():
-    """A single-process gloo world with megatron's parallel_state (tp=pp=1) and the CPU patches."""
+    """A single-process gloo world with megatron's parallel_state (tp=pp=1) and the CPU patches, torn down
+    after the module (other tests of the session may start their own process group)."""
     from framework.backends.megatron.distributed import Layout, init_model_parallel, init_process_group, shutdown
     from framework.backends.megatron.patches import cpu_clip_grad, cpu_device, cpu_rng
     from framework.core.distributed import detect
