@@ -96,7 +96,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int)
     parser.add_argument("--work-dir", default="outputs/bench_torch")
     args = parser.parse_args()
-    args.model, args.hardware = ("tiny_qwen2", "cpu") if args.tiny else ("qwen2_5_0_5b_instruct", "h100")
+    from framework.core.hardware import detect
+
+    args.model, args.hardware = ("tiny_qwen2", "cpu") if args.tiny else ("qwen2_5_0_5b_instruct", detect().option)
     args.sequence = 64 if args.tiny else 1024
     args.steps = args.steps or (6 if args.tiny else 30)
     args.batch = args.batch or (2 if args.tiny else 8)

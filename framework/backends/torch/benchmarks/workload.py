@@ -11,6 +11,8 @@ import random
 from pathlib import Path
 from typing import Any, Mapping
 
+from framework.backends.torch.trainers.common import no_activation_checkpointing
+
 LEARNING_RATE = 1.0e-5
 
 
@@ -74,7 +76,7 @@ def trl_arguments(batch: int, steps: int, bf16: bool, output_dir: str) -> dict:
     return dict(output_dir=output_dir, max_steps=steps, seed=0, data_seed=0, per_device_train_batch_size=batch,
                 gradient_accumulation_steps=1, learning_rate=LEARNING_RATE, adam_beta1=0.9, adam_beta2=0.999,
                 adam_epsilon=1e-8, weight_decay=0.0, max_grad_norm=1.0, warmup_steps=0, optim="adamw_torch",
-                lr_scheduler_type="constant_with_warmup", bf16=bf16, fp16=False, activation_checkpointing=False,
+                lr_scheduler_type="constant_with_warmup", bf16=bf16, fp16=False, **no_activation_checkpointing(),
                 logging_strategy="steps", logging_steps=1, report_to="none", disable_tqdm=True, save_strategy="no",
                 eval_strategy="no", dataloader_num_workers=0, ddp_find_unused_parameters=False)
 

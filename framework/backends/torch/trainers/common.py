@@ -30,6 +30,17 @@ def schedule_arguments(opt) -> dict:
             "lr_scheduler_kwargs": {"lr_end": opt.learning_rate * opt.min_lr_ratio, "power": 1.0}}
 
 
+def no_activation_checkpointing() -> dict[str, bool]:
+    """Activation checkpointing off, under the argument's name in the installed transformers (5.2x renamed
+    gradient_checkpointing to activation_checkpointing and warns on the old name; older 5.x lack the new one)."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    names = {field.name for field in dataclasses.fields(TrainingArguments)}
+    return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": False}
+
+
 def training_arguments(config: TorchConfig, output_dir: str) -> dict[str, Any]:
     """The TrainingArguments fields every TRL config here shares."""
     task, opt = config.task, config.task.optimizer
@@ -43,7 +54,7 @@ def training_arguments(config: TorchConfig, output_dir: str) -> dict[str, Any]:
         weight_decay=opt.weight_decay, max_grad_norm=opt.max_grad_norm, warmup_steps=opt.warmup_steps,
         optim="adamw_torch", **schedule_arguments(opt),
         bf16=mixed and task.compute_dtype == "bfloat16", fp16=mixed and task.compute_dtype == "float16",
-        use_cpu=config.device == "cpu", activation_checkpointing=False,
+        use_cpu=config.device == "cpu", **no_activation_checkpointing(),
         logging_strategy="steps", logging_steps=1, report_to="none", disable_tqdm=True,
         save_strategy="no",  # RunCallback asks for saves; CrucibleCheckpointing writes them (no pickles)
         eval_strategy="steps" if has_eval else "no", eval_steps=task.eval.every if has_eval else None,
