@@ -13,7 +13,8 @@ fp32 master weights and bf16 compute (fp32 with --tiny on a CPU).
 - transformers: AutoModelForCausalLM (attn_implementation=sdpa), torch.autocast(bf16), torch AdamW
   (fused on CUDA); one process (skipped when several ranks run).
 Step time = median over --steps after --warmup steps (each step synchronised); tokens/s = global
-tokens / step time; MFU from framework/backends/megatron/flops.py over --hardware's peak x ranks.
+tokens / step time; MFU from framework/backends/megatron/flops.py over the peak of --hardware (default:
+the detected card's file) x ranks.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from framework.backends.maxtext.benchmarks.shapes import load_yaml
 
-FULL = {"model": "llama3_2_1b", "hardware": "h100", "seq": 2048, "micro_batch": 2, "global_batch": 16,
+FULL = {"model": "llama3_2_1b", "hardware": "auto", "seq": 2048, "micro_batch": 2, "global_batch": 16,
         "warmup": 3, "steps": 10, "dtype": "bfloat16"}
 TINY = {"model": "tiny_llama", "hardware": "cpu", "seq": 64, "micro_batch": 2, "global_batch": 4,
         "warmup": 1, "steps": 2, "dtype": "float32"}
@@ -202,6 +203,10 @@ def main(argv=None) -> dict:
     shape = decoder_shape(hf_config)
     env, layout, device = setup(args)
     check_layout(shape, layout.tp, layout.pp)
+    if args.hardware == "auto":  # the detected card's file (h100, h200, ...): its peak rate
+        from framework.core.hardware import detect
+
+        args.hardware = detect().option
     peak = load_yaml("hardware", args.hardware)["hardware"]["peak_tflops"].get(PEAK_KEY[args.dtype])
     specs = [s for s in args.layer_specs.split(",") if s]
     try:
