@@ -10,9 +10,11 @@ schedule at its step count before incrementing it, which is the same k. Bias cor
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import mlx.core as mx
 import mlx.optimizers as optim
+from mlx.utils import tree_flatten, tree_map
 
 from framework.tasks.common import OptimizerConfig
 
@@ -47,7 +49,19 @@ def clip(grads, max_norm: float):
     """(grads scaled to global norm <= max_norm, the norm before); max_norm 0 = no clipping."""
     if max_norm > 0:
         return optim.clip_grad_norm(grads, max_norm)
-    from mlx.utils import tree_flatten
-
     norm = mx.sqrt(sum(mx.sum(mx.square(g.astype(mx.float32))) for _, g in tree_flatten(grads)))
     return grads, norm
+
+
+def make_update(model, optimizer: optim.Optimizer, max_grad_norm: float):
+    """A compiled `update(summed_grads, 1 / weight) -> grad norm`: average, clip, AdamW step (in place)."""
+    optimizer.init(model.trainable_parameters())
+    state = [model.state, optimizer.state]
+
+    @partial(mx.compile, inputs=state, outputs=state)
+    def update(grads, inverse_weight):
+        grads, norm = clip(tree_map(lambda g: g * inverse_weight, grads), max_grad_norm)
+        optimizer.update(model, grads)
+        return norm
+
+    return update

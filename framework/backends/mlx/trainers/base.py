@@ -11,7 +11,6 @@ defines the loss and its metrics.
 from __future__ import annotations
 
 import time
-from functools import partial
 from pathlib import Path
 
 import mlx.core as mx
@@ -61,23 +60,10 @@ class MLXTrainer(BaseTrainer):
                                      resume.state["data"]["index"])
             self.start_step, self.last_checkpoint = resume.step, resume.path
             self.run.logger.rewind(resume.step)
-        self.optimizer.init(self.model.trainable_parameters())
         self.model.train()
-        self._compile()
-
-    def _compile(self) -> None:
-        model, optimizer, max_norm = self.model, self.optimizer, self.task.optimizer.max_grad_norm
-        state = [model.state, mx.random.state]
-        self.grad_step = mx.compile(nn.value_and_grad(model, self.loss_fn), inputs=state, outputs=state)
-        update_state = [model.state, optimizer.state]
-
-        @partial(mx.compile, inputs=update_state, outputs=update_state)
-        def update(grads, inverse_weight):
-            grads, norm = optim.clip(tree_map(lambda g: g * inverse_weight, grads), max_norm)
-            optimizer.update(model, grads)
-            return norm
-
-        self.update = update
+        state = [self.model.state, mx.random.state]
+        self.grad_step = mx.compile(nn.value_and_grad(self.model, self.loss_fn), inputs=state, outputs=state)
+        self.update = optim.make_update(self.model, self.optimizer, self.task.optimizer.max_grad_norm)
 
     # ---- the loop --------------------------------------------------------------------------------
 
