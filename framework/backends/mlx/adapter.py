@@ -17,7 +17,7 @@ from framework.core.adapter import BackendAdapter
 from framework.core.build import build
 from framework.core.errors import BackendError, ConfigError
 from framework.core.plain import to_plain
-from framework.data.records import RecordSpec
+from framework.data.records import RecordSpec, load_records
 from framework.tasks.dpo import DPOTask, check_dpo
 from framework.tasks.sft import SFTTask, check_sft
 
@@ -32,6 +32,8 @@ class MLXRunConfig:
     task_name: str
     task: Union[SFTTask, DPOTask]
     data: RecordSpec
+    train_records: list  # validated before any model is built
+    eval_records: list  # the first task.eval.num_examples of the test split (none when eval.every=0)
     model_name: str
     model_source: str  # a local HF directory (or a hub id mlx-lm fetches)
     device: str  # "cpu" or "gpu" (Metal on Apple silicon, CUDA with mlx[cuda])
@@ -72,9 +74,13 @@ class MLXAdapter(BackendAdapter):
         check(task, task_name)
         _check_mlx_support(task, task_name)
         data = _record_spec(cfg, task_name, data_format)
+        train = load_records(data, "train")
+        evaluate = task.eval.every > 0 and task.eval.num_examples > 0
+        held_out = load_records(data, "test", limit=task.eval.num_examples) if evaluate else []
         model_source = resolve_model_dir(to_plain(cfg.model), Path(self.cache_dir) / "models")
-        return MLXRunConfig(task_name=task_name, task=task, data=data, model_name=cfg.model.name,
-                            model_source=model_source, device=_device_type(cfg.hardware), seed=int(cfg.seed))
+        return MLXRunConfig(task_name=task_name, task=task, data=data, train_records=train, eval_records=held_out,
+                            model_name=cfg.model.name, model_source=model_source,
+                            device=_device_type(cfg.hardware), seed=int(cfg.seed))
 
 
 def _device_type(hardware) -> str:

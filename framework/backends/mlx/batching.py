@@ -17,8 +17,7 @@ PAD_MULTIPLE = 16  # sequence lengths rounded up: few distinct shapes, so mx.com
 
 
 def chat_ids(tokenizer, messages: list[dict], add_generation_prompt: bool = False) -> list[int]:
-    hf = getattr(tokenizer, "_tokenizer", tokenizer)  # mlx-lm's TokenizerWrapper holds the HF tokenizer
-    out = hf.apply_chat_template(messages, tokenize=True, return_dict=True, add_generation_prompt=add_generation_prompt)
+    out = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, add_generation_prompt=add_generation_prompt)
     return list(out["input_ids"])
 
 

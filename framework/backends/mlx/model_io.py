@@ -47,7 +47,7 @@ def check_model_dir(path: Path) -> None:
 
 
 def load(path: Path, dtype: str):
-    """(model, tokenizer) from an HF directory, weights cast to `dtype`; the tokenizer must have a chat template."""
+    """(model, HF tokenizer) from an HF directory, weights cast to `dtype`; the tokenizer must have a chat template."""
     from mlx_lm.utils import load_model, load_tokenizer
 
     check_model_dir(path)
@@ -55,7 +55,7 @@ def load(path: Path, dtype: str):
         model, config = load_model(path)
     except ValueError as error:  # an architecture mlx-lm lacks, or weights that do not fit it
         raise BackendError(f"model.path: {path}: mlx-lm cannot load it: {str(error).splitlines()[0]}") from None
-    tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
+    tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))._tokenizer  # mlx-lm wraps HF's
     if not getattr(tokenizer, "chat_template", None):
         raise DataError(f"model.path: {path}: the tokenizer has no chat template (chat_template in "
                         f"tokenizer_config.json or chat_template.jinja); SFT and DPO render chats with it")

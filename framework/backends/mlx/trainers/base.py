@@ -23,7 +23,6 @@ from framework.backends.mlx.batching import DataCursor
 from framework.core.dtypes import mlx_dtype
 from framework.core.result import TrainingResult
 from framework.core.trainer import BaseTrainer
-from framework.data.records import load_records
 
 RNG_STRIDE = 1_000_003  # the RNG seed of step k is seed * RNG_STRIDE + k
 
@@ -35,9 +34,6 @@ class MLXTrainer(BaseTrainer):
 
     def setup(self) -> None:
         self.task = self.config.task
-        self.train_records = load_records(self.config.data, "train")  # validated before any model is built
-        self.eval_records = load_records(self.config.data, "test", limit=self.task.eval.num_examples) \
-            if self.task.eval.every > 0 and self.task.eval.num_examples > 0 else []
 
     def init(self) -> None:
         self.model_dir = model_io.local_model_dir(self.config.model_source)
@@ -47,8 +43,8 @@ class MLXTrainer(BaseTrainer):
         self.adapter_config = lora.adapter_config(self.task.lora, self.lora_keys, len(self.model.layers))
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.tokenizer.eos_token_id
-        self.train_examples = [self.encode(r) for r in self.train_records]
-        self.eval_examples = [self.encode(r) for r in self.eval_records]
+        self.train_examples = [self.encode(r) for r in self.config.train_records]
+        self.eval_examples = [self.encode(r) for r in self.config.eval_records]
         self.cursor = DataCursor(len(self.train_examples), self.config.seed)
         self.optimizer = optim.make_optimizer(self.task.optimizer, self.task.steps)
         self.store = self.run.checkpoints(self.task.checkpoint)

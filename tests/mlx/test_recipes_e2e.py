@@ -1,0 +1,62 @@
+"""`python run.py recipe=sft_mlx_cpu|dpo_mlx_cpu` end to end (one or two steps), resume after kill -9,
+and the fused export as the starting point of backend maxtext."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("mlx.core")
+pytest.importorskip("mlx_lm")
+
+from framework.core.loggers import read_metrics  # noqa: E402
+from tests.conformance import check_kill_resume  # noqa: E402
+from tests.conftest import run_cli  # noqa: E402
+
+STEP_METRICS = {"sft": ["loss", "learning_rate", "grad_norm", "tokens_per_s", "step_time_s", "eval_loss"],
+                "dpo": ["loss", "rewards_accuracy", "rewards_margin", "rewards_chosen", "rewards_rejected",
+                        "learning_rate", "grad_norm", "step_time_s", "eval_loss", "eval_rewards_margin"]}
+
+
+def run_recipe(task: str, run_dir, cache, *extra: str):
+    proc = run_cli([f"recipe={task}_mlx_cpu", f"{task}.steps=2", f"{task}.eval.every=2",
+                    f"{task}.eval.num_examples=4", f"{task}.checkpoint.every=1", "progress=false",
+                    f"hydra.run.dir={run_dir}", *extra], env={"CRUCIBLE_CACHE": str(cache)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["sft", "dpo"])
+def test_recipe_runs_end_to_end(task, tmp_path, mlx_cache):
+    summary = run_recipe(task, tmp_path, mlx_cache)
+    assert summary["status"] == "ok" and summary["backend"] == "mlx"
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert not [m for m in STEP_METRICS[task] if not isinstance(rows[-1].get(m), float)], rows[-1]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_1", "step_2"]
+    checkpoint = tmp_path / "checkpoints" / "step_2"
+    assert {"adapters.safetensors", "optimizer.safetensors", "manifest.json"} <= {p.name for p in checkpoint.iterdir()}
+    assert summary["result"]["artifacts"]["last_checkpoint"] == str(checkpoint)
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in (tmp_path / "hf_export").iterdir()}
+    patches = json.loads((tmp_path / "patches.json").read_text())["patches"]
+    assert [p["status"] for p in patches if p["id"] == "mlx.rope_parameters"] == ["applied"]
+
+
+@pytest.mark.slow
+def test_kill_resume_is_bit_identical(tmp_path, mlx_cache):
+    check_kill_resume(tmp_path, ["recipe=dpo_mlx_cpu", "dpo.steps=4", "dpo.checkpoint.every=1", "dpo.eval.every=0",
+                                 "dpo.export_hf=false", "dpo.lora.dropout=0.1"],
+                      kill_after_checkpoint=2, env={"CRUCIBLE_CACHE": str(mlx_cache)})
+
+
+@pytest.mark.slow
+def test_export_is_a_starting_point_for_maxtext_grpo(tmp_path, mlx_cache):
+    pytest.importorskip("jax")
+    run_recipe("sft", tmp_path / "sft", mlx_cache)
+    export = tmp_path / "sft" / "hf_export"
+    proc = run_cli(["recipe=grpo_arithmetic_cpu", "grpo.steps=1", f"model.path={export}", "model.random_init=false",
+                    "progress=false", f"hydra.run.dir={tmp_path / 'grpo'}"], env={"CRUCIBLE_CACHE": str(mlx_cache)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "grpo" / "summary.json").read_text())["status"] == "ok"
