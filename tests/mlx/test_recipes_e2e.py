@@ -60,3 +60,16 @@ def test_export_is_a_starting_point_for_maxtext_grpo(tmp_path, mlx_cache):
                     "progress=false", f"hydra.run.dir={tmp_path / 'grpo'}"], env={"CRUCIBLE_CACHE": str(mlx_cache)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((tmp_path / "grpo" / "summary.json").read_text())["status"] == "ok"
+
+
+@pytest.mark.slow
+def test_seeded_dpo_raises_margin_and_accuracy_on_held_out_pairs(tmp_path, mlx_cache):
+    """The recipe as shipped (seed 0): 20 steps, eval on 32 pairs of the test split at steps 10 and 20.
+    Measured: margin 0.012 -> 0.075, accuracy 0.59 -> 0.66 (both are exactly 0 before step 1: policy = reference)."""
+    proc = run_cli(["recipe=dpo_mlx_cpu", "dpo.checkpoint.every=0", "dpo.export_hf=false", "progress=false",
+                    f"hydra.run.dir={tmp_path}"], env={"CRUCIBLE_CACHE": str(mlx_cache)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    evals = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "eval_rewards_margin" in r]
+    assert [r["step"] for r in evals] == [10, 20]
+    assert evals[1]["eval_rewards_margin"] > max(0.03, 2 * evals[0]["eval_rewards_margin"])
+    assert evals[1]["eval_rewards_accuracy"] > 0.55
