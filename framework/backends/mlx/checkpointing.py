@@ -20,16 +20,22 @@ from framework.core.errors import CheckpointError
 ADAPTERS, OPTIMIZER, ADAPTER_CONFIG = "adapters.safetensors", "optimizer.safetensors", "adapter_config.json"
 
 
+def flat(tree) -> dict:
+    """Dotted names -> arrays, sorted: a restored tree flattens in another order, and the file bytes
+    (checksummed by the manifest) must not depend on it."""
+    return dict(sorted(tree_flatten(tree)))
+
+
 def write_adapter(model, adapter_config: dict, folder: Path) -> None:
     """The adapter alone, in mlx-lm's format (`mlx_lm.load(base, adapter_path=folder)` reads it)."""
     folder.mkdir(parents=True, exist_ok=True)
-    mx.save_safetensors(str(folder / ADAPTERS), dict(tree_flatten(model.trainable_parameters())))
+    mx.save_safetensors(str(folder / ADAPTERS), flat(model.trainable_parameters()))
     (folder / ADAPTER_CONFIG).write_text(json.dumps(adapter_config, indent=1, sort_keys=True))
 
 
 def write_training_state(model, optimizer, adapter_config: dict, folder: Path) -> None:
     write_adapter(model, adapter_config, folder)
-    mx.save_safetensors(str(folder / OPTIMIZER), dict(tree_flatten(optimizer.state)))
+    mx.save_safetensors(str(folder / OPTIMIZER), flat(optimizer.state))
 
 
 def restore_training_state(model, optimizer, folder: Path) -> None:
