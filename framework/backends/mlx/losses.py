@@ -2,11 +2,12 @@
 
 TRL DPOTrainer (trl/trainer/dpo_trainer.py, `_compute_loss`), with d = (logp_c - ref_c) - (logp_r - ref_r)
 summed over completion tokens:
-    sigmoid  -logsigmoid(beta d)
+    sigmoid  -(1 - ls) logsigmoid(beta d) - ls logsigmoid(-beta d)   (ls = 0: TRL's sigmoid; ls > 0: cDPO)
     hinge    relu(1 - beta d)
     ipo      (d_avg - 1 / (2 beta))^2, each log-ratio divided by its completion's token count
     robust   (-(1 - ls) logsigmoid(beta d) + ls logsigmoid(-beta d)) / (1 - 2 ls)
-rewards are beta * (logp - ref) per completion. TRL 1.16 applies label smoothing to robust only.
+rewards are beta * (logp - ref) per completion. TRL 1.16's sigmoid ignores label_smoothing; Crucible's
+definition (framework/rl/preference.py on main) is conservative DPO, which TRL < 1.0 computed.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def dpo_losses(chosen_logps, rejected_logps, ref_chosen, ref_rejected, chosen_to
     rejected_ratio = rejected_logps - ref_rejected
     delta = chosen_ratio - rejected_ratio
     if loss_type == "sigmoid":
-        losses = -nn.log_sigmoid(beta * delta)
+        losses = -(1 - label_smoothing) * nn.log_sigmoid(beta * delta) - label_smoothing * nn.log_sigmoid(-beta * delta)
     elif loss_type == "hinge":
         losses = nn.relu(1 - beta * delta)
     elif loss_type == "ipo":
