@@ -140,13 +140,15 @@ def main() -> None:
     result = {
         "benchmark": "LoRA DPO optimizer step (base model as reference), fp32",
         "machine": {"system": platform.system(), "machine": platform.machine(), "cpus": os.cpu_count(),
-                    "apple_silicon": platform.system() == "Darwin" and platform.machine() == "arm64"},
+                    "apple_silicon": platform.system() == "Darwin" and platform.machine() == "arm64",
+                    "load_average_1m_at_start": os.getloadavg()[0]},  # other jobs on a shared machine skew timings
         "model": args.model, "global_batch": args.batch, "micro_batch": args.micro, "max_length": args.max_length,
         "mlx": time_mlx(args, path),
         "trl": time_trl(args, path),
         "mlx_lm_lora": "not measured: mlx-lm-lora is not installed here"
         if importlib.util.find_spec("mlx_lm_lora") is None else "installed but not wired into this script",
     }
+    result["machine"]["load_average_1m_at_end"] = os.getloadavg()[0]
     result["mlx_over_trl_speedup"] = result["trl"]["step_s_median"] / result["mlx"]["step_s_median"]
     text = json.dumps(result, indent=1)
     print(text)
