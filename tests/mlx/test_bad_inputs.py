@@ -63,9 +63,10 @@ def test_unknown_loss_type(tmp_path, mlx_cache):
     assert "dpo.loss_type" in line and "sigmoid" in line and "robust" in line
 
 
-def test_reference_model_is_torch_only_for_now(tmp_path, mlx_cache):
-    line = one_line_error([*DPO, "dpo.reference=model", "dpo.reference_model=/some/dir"], tmp_path, mlx_cache)
-    assert "dpo.reference=model" in line and "backend=torch" in line
+def test_reference_model_directory_missing(tmp_path, mlx_cache):
+    line = one_line_error([*DPO, "dpo.reference=model", f"dpo.reference_model={tmp_path / 'nowhere'}"], tmp_path,
+                          mlx_cache)
+    assert "dpo.reference_model" in line and "does not exist" in line
 
 
 @pytest.mark.skipif(platform.system() == "Darwin", reason="Apple silicon runs hardware=m2_ultra")

@@ -73,3 +73,21 @@ def test_seeded_dpo_raises_margin_and_accuracy_on_held_out_pairs(tmp_path, mlx_c
     assert [r["step"] for r in evals] == [10, 20]
     assert evals[1]["eval_rewards_margin"] > max(0.03, 2 * evals[0]["eval_rewards_margin"])
     assert evals[1]["eval_rewards_accuracy"] > 0.55
+
+
+@pytest.mark.slow
+def test_the_three_references_agree_when_the_reference_is_the_base_model(tmp_path, mlx_cache, tiny_dir):
+    """reference=base (adapters off), precomputed (once, before training, in other padded shapes) and model
+    (a second copy of the base weights) give the same training metrics, row for row (to float32 rounding)."""
+    runs = {name: ["dpo.reference=" + name] for name in ("base", "precomputed")}
+    runs["model"] = ["dpo.reference=model", f"dpo.reference_model={tiny_dir}"]
+    rows = {}
+    for name, extra in runs.items():
+        run_recipe("dpo", tmp_path / name, mlx_cache, f"model.path={tiny_dir}", "model.random_init=false",
+                   "dpo.export_hf=false", "dpo.optimizer.warmup_steps=0", *extra)
+        rows[name] = [{k: v for k, v in r.items() if "time" not in k} for r in read_metrics(tmp_path / name / "metrics.jsonl")]
+    assert rows["base"][-1]["rewards_margin"] != 0.0  # the adapters moved after one step
+    for name in ("precomputed", "model"):
+        assert [r.keys() for r in rows[name]] == [r.keys() for r in rows["base"]]
+        for row, base in zip(rows[name], rows["base"]):
+            assert all(abs(row[k] - base[k]) <= 1e-5 * (1 + abs(base[k])) for k in base), (name, row, base)

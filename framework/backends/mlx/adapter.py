@@ -115,9 +115,6 @@ def _check_mlx_support(task, key: str) -> None:
     if getattr(task, "packing", False):
         raise ConfigError(f"{key}.packing: backend=mlx does not pack sequences yet; set {key}.packing=false or use "
                           f"backend=torch")
-    if getattr(task, "reference", None) == "model":
-        raise ConfigError(f"{key}.reference=model (a separate reference model) runs on backend=torch only for now; "
-                          f"on backend=mlx use reference=base or precomputed")
 
 
 def _record_spec(cfg: DictConfig, task_name: str, data_format: str) -> RecordSpec:

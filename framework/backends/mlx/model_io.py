@@ -21,11 +21,13 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 NOT_COPIED = ("model.safetensors.index.json", "crucible_build.json")
 
 
-def local_model_dir(source: str) -> Path:
+def local_model_dir(source: str, key: str = "model.path") -> Path:
     """`source` as a local directory: a path as is, a hub id through mlx-lm's (cached) download."""
-    path = Path(source)
+    path = Path(source).expanduser()
     if path.is_dir():
         return path
+    if source.startswith(("/", ".", "~")):
+        raise DataError(f"{key}: directory {source} does not exist (a local HF model directory or a hub id)")
     from mlx_lm.utils import _download
 
     try:

@@ -2,17 +2,19 @@
 
 The reference is the base model: the same weights with every adapter's scale set to 0, either at
 each micro-batch (reference=base, as TRL does with PEFT) or once for every pair before training
-(reference=precomputed, TRL's precompute_ref_log_probs).
+(reference=precomputed, TRL's precompute_ref_log_probs); or a second, frozen model loaded from
+dpo.reference_model (reference=model), run at each micro-batch.
 """
 
 from __future__ import annotations
 
 import mlx.core as mx
 
-from framework.backends.mlx import lora
+from framework.backends.mlx import lora, model_io
 from framework.backends.mlx.batching import collate_pairs, encode_pair
 from framework.backends.mlx.losses import dpo_batch, sequence_logps
 from framework.backends.mlx.trainers.base import MLXTrainer, as_arrays
+from framework.core.errors import DataError
 
 SUMS = ("loss", "pairs", "rewards_chosen", "rewards_rejected", "rewards_accuracy", "logps_chosen", "logps_rejected")
 
@@ -22,15 +24,30 @@ class DPOTrainer(MLXTrainer):
 
     def init(self) -> None:
         super().init()
-        self.reference_fn = mx.compile(self._reference_logps, inputs=[self.model.state])
+        self.reference_model = self._load_reference() if self.task.reference == "model" else None
+        state = [self.model.state] + ([self.reference_model.state] if self.reference_model is not None else [])
+        self.reference_fn = mx.compile(self._reference_logps, inputs=state)
         self.eval_fn = mx.compile(self.loss_fn, inputs=[self.model.state])
         if self.task.reference == "precomputed":
             for examples in (self.train_examples, self.eval_examples):
                 self._precompute(examples)
 
+    def _load_reference(self):
+        path = model_io.local_model_dir(self.task.reference_model, "dpo.reference_model")
+        reference, tokenizer = model_io.load(path, self.task.compute_dtype)
+        if tokenizer.get_vocab() != self.tokenizer.get_vocab():
+            raise DataError(f"dpo.reference_model: {path} has another tokenizer than the model; the reference must "
+                            f"score the same token ids")
+        reference.freeze()
+        reference.eval()
+        return reference
+
     def _reference_logps(self, ids, mask):
-        with lora.adapters_disabled(self.model):
-            logps = mx.stop_gradient(sequence_logps(self.model, ids, mask))
+        if self.reference_model is not None:
+            logps = mx.stop_gradient(sequence_logps(self.reference_model, ids, mask))
+        else:
+            with lora.adapters_disabled(self.model):
+                logps = mx.stop_gradient(sequence_logps(self.model, ids, mask))
         half = ids.shape[0] // 2
         return logps[:half], logps[half:]
 
