@@ -19,7 +19,13 @@ def tiny_cfg(name: str = "tiny_qwen2") -> dict:
 
 @pytest.fixture(scope="session")
 def mlx_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("mlx_cache")
+    """A CRUCIBLE_CACHE holding the tiny_qwen2 build the recipes use (built once, before any CLI run, so
+    no run's stderr carries the builder's progress output)."""
+    from framework.models.tiny import resolve_model_dir
+
+    cache = tmp_path_factory.mktemp("mlx_cache")
+    resolve_model_dir(tiny_cfg(), cache / "models")
+    return cache
 
 
 @pytest.fixture(scope="session")
