@@ -9,24 +9,21 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
-from pathlib import Path
 from typing import Callable
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CONF_DIR = REPO_ROOT / "conf"
-EXIT_BAD_INPUT, EXIT_RUN_FAILED = 2, 1
+from framework.core.failure import EXIT_BAD_INPUT, EXIT_RUN_FAILED, debug_requested, fail
+from framework.core.paths import CONF_DIR
+from framework.core.validation import register_resolvers
 
-
-def _debug(argv: list[str]) -> bool:
-    return os.environ.get("CRUCIBLE_DEBUG", "") not in ("", "0") or any(a in ("debug=true", "debug=True") for a in argv)
+register_resolvers()  # at import: a submitit job process imports run.py (and this) before resolving the config
 
 
 def _group_options(group: str) -> list[str] | None:
     folder = CONF_DIR / group
     if not folder.is_dir():
         return None
-    return sorted(p.stem for p in folder.glob("*.yaml"))
+    options = sorted(p.stem for p in folder.glob("*.yaml"))
+    return ["auto", *options] if group == "hardware" else options  # auto: registered at start (core.hardware)
 
 
 def check_group_options(argv: list[str]) -> str | None:
@@ -54,33 +51,6 @@ def check_group_options(argv: list[str]) -> str | None:
     return None
 
 
-def _unknown_key(exc: BaseException) -> str | None:
-    """'Key not in struct' (a typo in an override) says which keys exist there."""
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
-
-    cause = exc.__cause__
-    if not isinstance(cause, (ConfigAttributeError, ConfigKeyError)) or "not in struct" not in str(cause):
-        return None
-    full_key = getattr(cause, "full_key", "") or str(getattr(cause, "key", ""))
-    parent = getattr(cause, "parent_node", None)
-    valid = ", ".join(str(k) for k in parent.keys()) if parent is not None else ""
-    where = full_key.rpartition(".")[0] or "the top level"
-    hint = f"; valid keys under {where}: {valid}" if valid else ""
-    return f"unknown key '{full_key}'{hint} (use +{full_key}=... to add a new key)"
-
-
-def one_line(exc: BaseException) -> str:
-    """A Hydra/OmegaConf error message folded into one line, with its cause when that says more."""
-    special = _unknown_key(exc)
-    if special:
-        return special
-    parts = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    cause = exc.__cause__
-    if cause is not None and str(cause) and str(cause) not in str(exc):
-        parts += [line.strip() for line in str(cause).splitlines() if line.strip()]
-    return " ".join(parts) or type(exc).__name__
-
-
 HELP = """Crucible: compose an experiment from config groups and run it.
 
 usage: python run.py [group=option ...] [key=value ...]      one run
@@ -89,12 +59,15 @@ usage: python run.py [group=option ...] [key=value ...]      one run
 
 config groups (group=option):
 {groups}
+backends and the tasks they run:
+{backends}
 launchers (with -m): hydra/launcher={launchers}
 
 examples:
   python run.py                                              the simulator on its defaults
   python run.py -m recipe=sim_sweep                          a tp x ep sweep, summary table and plot
   python run.py task=sim model=qwen3_8b hardware=h100 sim.tp=2 sim.mode=prefill
+  python run.py backend=maxtext task=grpo hardware=auto    hardware=auto (the default) picks this machine's file
   python run.py recipe=grpo_gsm8k_cpu grpo.steps=5
 
 flags: --cfg job (print the composed config), --resolve, --info, --hydra-help (Hydra's own help),
@@ -107,7 +80,9 @@ def print_help() -> None:
     groups = ["backend", "task", "model", "hardware", "data", "logger", "recipe"]
     lines = [f"  {g:9s} {', '.join(_group_options(g) or [])}" for g in groups]
     launchers = ["basic", "submitit_local", "submitit_slurm", *(_group_options("hydra/launcher") or [])]
-    print(HELP.format(groups="\n".join(lines), launchers=", ".join(dict.fromkeys(launchers))))
+    from framework.core.validation import backend_tasks
+    backends = "\n".join(f"  {name:9s} task={'|'.join(tasks)}" for name, tasks in backend_tasks().items())
+    print(HELP.format(groups="\n".join(lines), backends=backends, launchers=", ".join(dict.fromkeys(launchers))))
 
 
 def run_guarded(app: Callable[[], object], argv: list[str] | None = None) -> None:
@@ -115,13 +90,16 @@ def run_guarded(app: Callable[[], object], argv: list[str] | None = None) -> Non
     if "--help" in argv or "-h" in argv:  # ours, without composing: Hydra's takes seconds as groups grow
         print_help()
         return
-    debug = _debug(argv)
+    debug = debug_requested(argv)
     # Hydra re-raises instead of printing a multi-line report; we print one line below.
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")
     problem = check_group_options(argv)
     if problem:
         sys.stderr.write(f"error: {problem}\n")
         sys.exit(EXIT_BAD_INPUT)
+    from framework.core.hardware import register_auto
+
+    register_auto()
     try:
         app()
     except Exception as exc:
@@ -134,40 +112,3 @@ def _fail_if_a_sweep_failed() -> None:
     if sweep is not None and sweep.FAILED_SWEEPS:
         sys.stderr.write(f"error: {sweep.FAILED_SWEEPS[-1]}\n")
         sys.exit(EXIT_RUN_FAILED)
-
-
-def fail(exc: BaseException, debug: bool | None = None, run_dir: Path | None = None) -> None:
-    """Print `exc` as one line on stderr and exit: 2 for bad input, 1 for a failed run."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from framework.core.errors import CrucibleError
-
-    debug = debug if debug is not None else _debug(sys.argv[1:])
-    if debug:
-        traceback.print_exception(exc)
-    else:
-        _quiet_shutdown()
-    if isinstance(exc, (CrucibleError, HydraException, OmegaConfBaseException)):
-        sys.stderr.write(f"error: {one_line(exc)}\n")
-        sys.exit(EXIT_RUN_FAILED if _is_run_failure(exc) else EXIT_BAD_INPUT)
-    # a bug or a backend crash: one line here, the whole traceback in the run directory
-    where = f"traceback in {run_dir / 'traceback.txt'}" if run_dir else "CRUCIBLE_DEBUG=1 shows the traceback"
-    sys.stderr.write(f"error: {type(exc).__name__}: {exc} ({where})\n")
-    sys.exit(EXIT_RUN_FAILED)
-
-
-def _quiet_shutdown() -> None:
-    """After the one error line nothing else is printed: libraries whose pending work is torn down at
-    exit (orbax/tensorstore reads of a checkpoint that failed to restore) report it as 'Exception
-    ignored' or 'Future exception was never retrieved' tracebacks. The records are already written."""
-    import logging
-
-    sys.unraisablehook = lambda unraisable: None
-    logging.disable(logging.CRITICAL)
-
-
-def _is_run_failure(exc: BaseException) -> bool:
-    from framework.core.errors import BackendError, CrucibleError
-
-    return isinstance(exc, BackendError) or (type(exc) is CrucibleError)

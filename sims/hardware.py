@@ -50,6 +50,13 @@ class HardwareSpec:
         return kind, gb_s * 1e9
 
 
+def read_hardware_file(path: str | Path) -> dict:
+    """The `hardware:` node of a conf/hardware/*.yaml file (the file also holds the default `parallel:`)."""
+    import yaml
+
+    return yaml.safe_load(Path(path).read_text())["hardware"]
+
+
 def hardware_spec(hardware: Mapping) -> HardwareSpec:
     """Parse (and cache) a hardware dict."""
     return _parse(json_key(hardware, "hardware"))

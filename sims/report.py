@@ -7,8 +7,6 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-LAYOUT_PREFIX = "sim."
-LAYOUT_ORDER = ("sim.tp", "sim.dp", "sim.ep", "sim.pp")
 
 
 def write_breakdown(rows: Sequence[dict], path_csv: str | Path, path_md: str | Path) -> None:
@@ -30,20 +28,21 @@ def write_breakdown(rows: Sequence[dict], path_csv: str | Path, path_md: str | P
     Path(path_md).write_text("\n".join(lines) + "\n")
 
 
-def plot_sweep(rows: Sequence[dict], out_png: str | Path) -> Path:
-    """Throughput and memory per device for each layout of a sweep, one bar per row.
+def plot_sweep(rows: Sequence[dict], out_png: str | Path, varied: Sequence[str] = ()) -> Path:
+    """Throughput and memory per device for each job of a sweep, one bar per row.
 
-    rows: dicts with layout keys `sim.tp`, `sim.ep`, ... (strings are fine, e.g. read back from
-    CSV) and the summary metrics `status`, `tokens_per_s_per_device`, `memory_per_device_gb`,
-    `fits` and optionally `memory_capacity_gb`. Invalid layouts are marked with an x and no bar;
-    layouts that do not fit get a hatched red bar."""
+    rows: dicts with the summary metrics `status`, `tokens_per_s_per_device`, `memory_per_device_gb`,
+    `fits` and optionally `memory_capacity_gb` (strings are fine, e.g. read back from CSV), and the
+    config keys the sweep varied. varied: those keys (the sweep summary's, e.g. `parallel.tp`); each
+    bar is labelled with their values, named by the key's last part (`tp=2 ep=8`). Invalid layouts
+    are marked with an x and no bar; layouts that do not fit get a hatched red bar."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
-    labels = _layout_labels(rows)
+    labels = _labels(rows, varied)
     positions = list(range(len(rows)))
     valid = [str(r.get("status")) == "ok" for r in rows]
     fits = [_flag(r.get("fits")) for r in rows]
@@ -86,11 +85,8 @@ def plot_sweep(rows: Sequence[dict], out_png: str | Path) -> Path:
     return out_png
 
 
-def _layout_labels(rows: Sequence[dict]) -> list[str]:
-    found = {k for r in rows for k in r if k.startswith(LAYOUT_PREFIX)}
-    keys = [k for k in LAYOUT_ORDER if k in found] + sorted(found - set(LAYOUT_ORDER))
-    varying = [k for k in keys if len({str(r.get(k)) for r in rows}) > 1] or keys
-    return [" ".join(f"{k[len(LAYOUT_PREFIX):]}={r.get(k)}" for k in varying) or str(i) for i, r in enumerate(rows)]
+def _labels(rows: Sequence[dict], varied: Sequence[str]) -> list[str]:
+    return [" ".join(f"{k.rsplit('.', 1)[-1]}={r.get(k)}" for k in varied) or str(i) for i, r in enumerate(rows)]
 
 
 def _columns(rows: Sequence[dict]) -> list[str]:

@@ -68,6 +68,33 @@ class Workload:
         return self.context_len if self.mode == "decode" else self.seq_len
 
 
+def layout_from_parallel(parallel: Mapping, devices: int) -> tuple[dict, bool]:
+    """The simulator's {tp, dp, ep, pp} for a run's `parallel` node (framework/core/parallel.py), and
+    whether optimizer states are sharded (zero: fsdp > 1).
+
+    dp x fsdp ranks are data-parallel replicas here; ep is carved from tp x dp (see the module doc),
+    so it is checked by `layout_problem`, not by ParallelConfig. A -1 axis takes the remaining of
+    `devices`; without one the layout may use fewer devices than the hardware has. Context
+    parallelism is not modelled: cp > 1 is a ConfigError.
+    """
+    from dataclasses import replace
+
+    from framework.core.parallel import REMAINING, ParallelConfig
+
+    config = ParallelConfig(**{axis: int(size) for axis, size in parallel.items()})
+    if config.cp != 1:
+        raise ConfigError(f"parallel.cp: {config.cp}; the simulator does not model context parallelism (use cp=1)")
+    if config.ep < 1:
+        raise ConfigError(f"parallel.ep: {config.ep} is not valid; give the expert-parallel size (>= 1)")
+    sizes = replace(config, ep=1)
+    if REMAINING in (sizes.dp, sizes.fsdp, sizes.tp, sizes.pp):
+        sizes = sizes.resolve(devices)
+    else:
+        sizes.resolve(sizes.devices)  # positive sizes
+    layout = {"tp": sizes.tp, "dp": sizes.dp * sizes.fsdp, "ep": config.ep, "pp": sizes.pp}
+    return layout, sizes.fsdp > 1
+
+
 def parse_layout(layout: Mapping) -> Layout:
     _no_unknown("layout", layout, LAYOUT_KEYS)
     values = {}

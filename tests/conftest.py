@@ -11,11 +11,15 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CONF_DIR = REPO_ROOT / "conf"
+from framework.core.paths import CONF_DIR, REPO_ROOT
 
 
 def compose_config(overrides: list[str] = (), return_hydra_config: bool = False) -> DictConfig:
+    from framework.core.hardware import register_auto
+    from framework.core.validation import register_resolvers
+
+    register_auto()  # hardware=auto and ${backend_name:...}, as run.py registers them
+    register_resolvers()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose("config", overrides=list(overrides), return_hydra_config=return_hydra_config)
 

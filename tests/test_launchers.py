@@ -13,7 +13,7 @@ from hydra.utils import instantiate
 from framework.core.records import read_summary
 from tests.conftest import compose_config, run_cli
 
-SIM_SWEEP = ["task=sim", "backend=sim", "model=qwen3_8b", "hardware=h100", "sim.tp=1,2"]
+SIM_SWEEP = ["task=sim", "backend=sim", "model=qwen3_8b", "hardware=h100", "parallel.tp=1,2"]
 RESOURCE_KEYS = ["gpus_per_node", "tasks_per_node", "cpus_per_task", "mem_gb"]
 
 
@@ -71,7 +71,7 @@ def test_sim_sweep_runs_on_launcher(launcher, tmp_path):
     for job in ("0", "1"):
         assert read_summary(tmp_path / job)["status"] == "ok"
     rows = summary_rows(tmp_path)
-    assert [(r["job"], r["sim.tp"], r["status"]) for r in rows] == [("0", "1", "ok"), ("1", "2", "ok")]
+    assert [(r["job"], r["parallel.tp"], r["status"]) for r in rows] == [("0", "1", "ok"), ("1", "2", "ok")]
     assert all(float(r["latency_s"]) > 0 for r in rows)
     submitit_logs = list(tmp_path.glob(".submitit/*/*_log.out"))
     assert len(submitit_logs) == (0 if launcher == "basic" else 2)  # the jobs really went through submitit

@@ -10,14 +10,16 @@ import pytest
 import yaml
 
 from framework.backends.sim.adapter import SimAdapter
-from framework.backends.sim.config import SimTask
+from framework.backends.sim.trainers import simulate_job
+from framework.core.parallel import ParallelConfig
 from framework.core.errors import ConfigError
 from sims import simulate
 from sims.calibration.table import load_table
+from sims.workload import layout_from_parallel
 from tests.conftest import REPO_ROOT, compose_config, run_cli
 
 TINY_CALIBRATION = [
-    "task=calibrate", "hardware=cpu", "model=tiny_qwen3", "calibrate.dtype=fp32", "calibrate.prefill=[[1,16],[2,32]]",
+    "task=calibrate", "hardware=cpu", "model=tiny_qwen3", "calibrate.dtype=float32", "calibrate.prefill=[[1,16],[2,32]]",
     "calibrate.decode=[[2,32]]", "calibrate.warmup=0", "calibrate.repeats=2", "calibrate.copy_mb=1",
 ]
 
@@ -40,7 +42,7 @@ def test_calibrate_on_this_cpu_writes_a_table_that_changes_predictions(tmp_path)
 
     table = load_table(table_path)
     assert table.gemm_measurements and table.op_measurements and "qk_norm" in table.ops
-    cpu, model = config("hardware/cpu"), config("model/tiny_qwen3")["hf_config"]
+    cpu, model = config("hardware/cpu")["hardware"], config("model/tiny_qwen3")["hf_config"]
     workload = {"mode": "prefill", "batch": 2, "seq_len": 48, "dtype": "fp32"}
     default = simulate(model, cpu, {}, workload)
     calibrated = simulate(model, {**cpu, "efficiency_table": str(table_path)}, {}, workload)
@@ -57,42 +59,55 @@ def test_calibrate_rejects_unknown_benchmarks_in_one_line(tmp_path):
 
 
 def test_sim_sweep_recipe_rows_plot_and_invalid_layouts(tmp_path):
-    # 4 sequences cannot be split over the 8 replicas that tp=1 leaves (dp=-1): those 4 jobs are invalid rows
-    proc = run_cli(["-m", "recipe=sim_sweep", "sim.batch=4", f"hydra.sweep.dir={tmp_path}"])
+    # tp=3 cannot split the node's 8 devices: those 4 jobs are invalid rows, not failed jobs
+    proc = run_cli(["-m", "recipe=sim_sweep", "parallel.tp=1,2,3,8", f"hydra.sweep.dir={tmp_path}"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     with (tmp_path / "sweep_summary.csv").open() as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == 16
     assert (tmp_path / "sweep_plot.png").stat().st_size > 10_000
     invalid = [r for r in rows if r["status"] == "invalid"]
-    assert sorted(r["sim.tp"] for r in invalid) == ["1"] * 4
-    assert all("batch=4 is not divisible by dp*microbatches=8" in r["error"] for r in invalid)
-    assert all(r["status"] == "ok" and float(r["tokens_per_s_per_device"]) > 0 for r in rows if r["sim.tp"] != "1")
+    assert sorted(r["parallel.tp"] for r in invalid) == ["3"] * 4
+    assert all("8 devices do not split into the fixed axes' product 3" in r["error"] for r in invalid)
+    assert all(r["status"] == "ok" and float(r["tokens_per_s_per_device"]) > 0 for r in rows if r["parallel.tp"] != "3")
 
 
 def test_sim_sweep_recipe_fills_the_node_with_valid_layouts():
     job = SimAdapter().convert_config(compose_config(["recipe=sim_sweep"]))
-    devices = job.hardware["devices_per_node"] * job.hardware["nodes"]
+    assert job.parallel == ParallelConfig(dp=-1, fsdp=1, tp=1, pp=1, ep=1, cp=1)
     for tp in (1, 2, 4, 8):
         for ep in (1, 2, 4, 8):
-            job.task.tp, job.task.ep = tp, ep
-            layout = job.task.layout(devices)
-            assert layout["tp"] * layout["dp"] == devices == 8
-            assert simulate(job.hf_config, job.hardware, layout, job.task.workload()).status == "ok", (tp, ep)
+            job.parallel.tp, job.parallel.ep = tp, ep
+            summary, _ = simulate_job(job)
+            assert summary["status"] == "ok", (tp, ep, summary["reason"])
+            assert summary["layout_tp"] * summary["layout_dp"] == summary["devices"] == 8
 
 
-def test_dp_minus_one_takes_the_remaining_devices():
-    task = SimTask("decode", 8, 16, 16, tp=2, dp=-1, ep=1, pp=2, microbatches=1, recompute=False, dtype="bf16")
-    assert task.layout(devices=16)["dp"] == 4
-    task.tp = 32
-    assert task.layout(devices=16)["dp"] == 1  # no room: one replica, and the layout check reports the excess
-    task.dp = -2
-    with pytest.raises(ConfigError, match=r"sim.dp: -2 is not valid; expected an integer >= 1, or -1"):
-        task.layout(devices=16)
+def test_batch_is_per_data_parallel_replica():
+    job = SimAdapter().convert_config(compose_config(["recipe=sim_sweep", "parallel.tp=2"]))
+    summary, _ = simulate_job(job)
+    one_replica, _ = simulate_job(SimAdapter().convert_config(compose_config(
+        ["recipe=sim_sweep", "parallel.tp=2", "parallel.dp=1"])))
+    assert summary["layout_dp"] == 4 and one_replica["layout_dp"] == 1
+    # each replica decodes its own 64 sequences: per-device throughput stays, the step time too
+    assert summary["latency_s"] == pytest.approx(one_replica["latency_s"], rel=0.05)
+    assert job.task.workload(replicas=4, zero=False)["batch"] == 4 * 64
+
+
+def test_minus_one_takes_the_remaining_devices():
+    axes = {"dp": -1, "fsdp": 1, "tp": 2, "pp": 2, "ep": 1, "cp": 1}
+    assert layout_from_parallel(axes, devices=16) == ({"tp": 2, "dp": 4, "ep": 1, "pp": 2}, False)
+    assert layout_from_parallel({**axes, "dp": 1, "fsdp": -1}, devices=16)[1] is True  # fsdp shards the optimizer
+    assert layout_from_parallel({**axes, "dp": 1, "tp": 32}, devices=16)[0]["tp"] == 32  # no -1: sims reports it
+    with pytest.raises(ConfigError, match=r"parallel.dp: -2 is not valid"):
+        layout_from_parallel({**axes, "dp": -2}, devices=16)
+    with pytest.raises(ConfigError, match=r"parallel.cp: 2; the simulator does not model context parallelism"):
+        layout_from_parallel({**axes, "cp": 2}, devices=16)
 
 
 def test_a_single_invalid_layout_exits_2_with_one_line(tmp_path):
-    proc = run_cli(["task=sim", "model=qwen3_30b_a3b", "hardware=h100", "sim.tp=3", f"hydra.run.dir={tmp_path}"])
+    proc = run_cli(["task=sim", "model=qwen3_30b_a3b", "hardware=h100", "parallel.fsdp=1", "parallel.tp=3",
+                    f"hydra.run.dir={tmp_path}"])
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["error: tp=3 does not divide num_attention_heads=32"]
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "invalid"

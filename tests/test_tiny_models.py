@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from framework.core.paths import CONF_DIR
 from framework.core.errors import ConfigError, DataError
 from framework.models.tiny import BUILD_MARKER, build_tiny_model, resolve_model_dir
 
-CONF_MODEL = Path(__file__).resolve().parents[1] / "conf" / "model"
+CONF_MODEL = CONF_DIR / "model"
 TINY_NAMES = ["tiny_qwen2", "tiny_qwen3", "tiny_llama"]
 ARCHITECTURES = {"tiny_qwen2": "Qwen2ForCausalLM", "tiny_qwen3": "Qwen3ForCausalLM",
                  "tiny_llama": "LlamaForCausalLM"}
@@ -111,7 +112,25 @@ def test_bad_hf_config_is_a_config_error(tmp_path):
         build_tiny_model(small_vocab, tmp_path / "m")
 
 
-def test_resolve_model_dir(tmp_path):
+def test_a_cached_hub_model_resolves_to_its_snapshot(tmp_path, monkeypatch):
+    """The HF cache layout (models--org--name/refs/main -> snapshots/<commit>) is used without the network."""
+    from huggingface_hub import constants
+
+    snapshot = tmp_path / "hub" / "models--Qwen--Qwen2.5-0.5B-Instruct" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("abc123")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert resolve_model_dir(model_cfg("qwen2_5_0_5b_instruct"), tmp_path / "cache") == str(snapshot)
+
+
+def test_resolve_model_dir(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty_hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     local = tmp_path / "local_model"
     local.mkdir()
     assert resolve_model_dir({"path": str(local), "hub_id": "org/model"}, tmp_path) == str(local)
@@ -119,7 +138,9 @@ def test_resolve_model_dir(tmp_path):
         resolve_model_dir({"path": str(tmp_path / "missing")}, tmp_path)
 
     hub = model_cfg("qwen2_5_0_5b_instruct")
-    assert resolve_model_dir(hub, tmp_path / "cache") == "Qwen/Qwen2.5-0.5B-Instruct"
+    with pytest.raises(ConfigError, match=r"model.hub_id=Qwen/Qwen2.5-0.5B-Instruct: not in the local Hugging Face "
+                                          r"cache .* model.path=DIR .* model.random_init=true"):
+        resolve_model_dir(hub, tmp_path / "cache")  # an empty cache, offline (HF_HUB_OFFLINE in the fixture)
     assert not (tmp_path / "cache").exists()  # nothing is built for a hub model
 
     built = Path(resolve_model_dir(model_cfg("tiny_qwen2"), tmp_path / "cache"))

@@ -3,24 +3,30 @@
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from omegaconf import DictConfig
 
-from framework.core.errors import ConfigError
+from framework.core.patches import installed_version
 from framework.core.trainer import BaseTrainer
 
 
 class BackendAdapter(ABC):
-    """Subclasses declare their name, the tasks they run and the modules holding their patches.
+    """Subclasses declare their name, the tasks they run, their libraries and their patch modules.
 
     trainers maps a task name to "module:Class"; modules are imported only when the task runs, so a
-    user without jax can still run the simulator.
+    user without jax can still run the simulator. libraries are distribution names (as pip knows
+    them, e.g. "orbax-checkpoint"), the first one the backend's main library: their installed
+    versions go into summary.json and env.json and are what patches' `requires` are checked against.
+    patch_modules name modules or packages; every submodule of a package is imported (one topic per
+    file).
     """
 
     name: ClassVar[str]
     trainers: ClassVar[dict[str, str]]
+    libraries: ClassVar[tuple[str, ...]] = ()
     patch_modules: ClassVar[tuple[str, ...]] = ()
 
     def prepare_backend(self, cfg: DictConfig) -> None:
@@ -30,17 +36,17 @@ class BackendAdapter(ABC):
     def convert_config(self, cfg: DictConfig) -> Any:
         """Turn the composed config into what this backend's trainer takes (a typed object)."""
 
-    @abstractmethod
-    def detect_backend_version(self) -> str | None:
-        """The installed backend library's version, or None when it cannot be told."""
+    def detect_versions(self) -> dict[str, str | None]:
+        """{distribution: installed version or None} for each of `libraries` (no library is imported)."""
+        return {dist: installed_version(dist) for dist in self.libraries}
 
     def load_trainer_class(self, task: str) -> type[BaseTrainer]:
-        if task not in self.trainers:
-            raise ConfigError(f"task={task} does not run on backend={self.name}; it runs: {', '.join(sorted(self.trainers))}")
-        module_name, _, class_name = self.trainers[task].partition(":")
+        module_name, _, class_name = self.trainers[task].partition(":")  # validate() checked the task
         return getattr(importlib.import_module(module_name), class_name)
 
     def load_patches(self) -> None:
-        """Import this backend's patch modules (registration happens at import; bodies stay lazy)."""
-        for module in self.patch_modules:
-            importlib.import_module(module)
+        """Import this backend's patch modules and packages (registration happens at import; bodies stay lazy)."""
+        for name in self.patch_modules:
+            module = importlib.import_module(name)
+            for info in pkgutil.walk_packages(getattr(module, "__path__", []), prefix=f"{name}."):
+                importlib.import_module(info.name)

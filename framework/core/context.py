@@ -1,13 +1,14 @@
-"""RunContext: what the runtime hands a trainer: where to write, how to log, how to show progress."""
+"""RunContext: what the runtime hands a trainer: where to write, how to log, which process this is."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
 from omegaconf import DictConfig
 
+from framework.core.distributed import DistEnv, detect
 from framework.core.loggers import MetricLogger
 
 
@@ -18,14 +19,26 @@ class RunContext:
     logger: MetricLogger
     seed: int
     multirun: bool = False
-    rank: int = 0  # this process among world_size (SLURM tasks, torchrun); only rank 0 writes records
-    world_size: int = 1
-
-    fingerprint: dict | None = None  # the settings a resumed run must share (see Runtime.fingerprint)
+    dist: DistEnv = field(default_factory=detect)  # this process among the job's ranks (torchrun, SLURM, submitit)
+    fingerprint: dict | None = None  # the settings a resumed run must share (framework.core.resume)
 
     @property
     def is_main(self) -> bool:
-        return self.rank == 0
+        """Only the main rank writes records, checkpoints and exports; every rank trains."""
+        return self.dist.is_main
+
+    @property
+    def rank(self) -> int:
+        return self.dist.rank
+
+    @property
+    def local_rank(self) -> int:
+        """This process's device index on its node."""
+        return self.dist.local_rank
+
+    @property
+    def world_size(self) -> int:
+        return self.dist.world_size
 
     def checkpoints(self, policy):
         """This run's CheckpointStore (framework.core.checkpoint) under the task's policy."""
@@ -44,4 +57,4 @@ class RunContext:
         from tqdm.auto import tqdm
 
         return tqdm(iterable, total=total, desc=desc, unit=unit, dynamic_ncols=True,
-                    disable=not self.cfg.get("progress", True), leave=not self.multirun)
+                    disable=not self.cfg.get("progress", True) or not self.is_main, leave=not self.multirun)

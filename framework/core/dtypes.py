@@ -13,6 +13,7 @@ TrainDtype = Literal["float32", "bfloat16", "float16"]  # what a model's weights
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16", "float8")
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8": 1}
 SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8": "fp8"}  # peak_tflops keys
+LONG = {short: name for name, short in SHORT.items()}  # the simulator's and peak_tflops' names back
 
 
 def check(name: str, key: str) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
-import shutil
 import socket
 import subprocess
 import sys
@@ -44,12 +43,10 @@ def git_state(repo: Path) -> dict:
 
 
 def accelerators() -> list[str]:
-    """GPU names from nvidia-smi when present; the backend adds what its library sees."""
-    if shutil.which("nvidia-smi"):
-        names = _run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"])
-        if names:
-            return names.splitlines()
-    return []
+    """GPU names from nvidia-smi / rocm-smi when present; the backend adds what its library sees."""
+    from framework.core.hardware import gpu_names
+
+    return gpu_names()
 
 
 def collect(repo: Path) -> dict:

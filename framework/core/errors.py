@@ -23,3 +23,4 @@ class CheckpointError(CrucibleError):
 
 class BackendError(CrucibleError):
     """A backend cannot run here: missing library, unsupported version or device."""
+

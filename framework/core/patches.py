@@ -4,10 +4,16 @@ A patch is a function `fn(ctx: PatchContext) -> None` registered with filters. T
 the patches of the run's backend at each phase and records every decision (applied, skipped with
 the reason, failed with the error) in the run directory's `patches.json`.
 
+    @register_patch("torch.cpu_gloo", backend="torch", phase=Phase.PREPARE, hardware=["cpu"],
+                    requires={"megatron-core": "<=0.16.1", "torch": ">=2.4"})
+    def cpu_gloo(ctx: PatchContext) -> None: ...
+
 Rules that keep patches safe (lessons from AMD Primus, see docs/architecture.md):
 - phases are an Enum, checked at registration; a duplicate id is refused;
-- versions are PEP 440 specifier sets (`>=0.8,<0.17`, `==0.8.*`), pre-releases included;
-- a version-filtered patch on an unknown backend version is skipped *with that reason*, never silently;
+- `requires` maps a library's distribution name to a PEP 440 specifier set (`>=0.8,<0.17`,
+  `==0.8.*`, a bare `0.8.*` = exact), pre-releases included; each is checked against the installed
+  version and reported (library, installed version, constraint);
+- a patch whose library is not installed or has no PEP 440 version is skipped *with that reason*;
 - a failing patch stops the run unless it was registered `optional=True`;
 - a patch body imports its heavy libraries itself, so importing a patch module stays cheap;
 - each patch is applied at most once per run.
@@ -16,11 +22,12 @@ Rules that keep patches safe (lessons from AMD Primus, see docs/architecture.md)
 from __future__ import annotations
 
 import fnmatch
+import importlib.metadata
 import logging
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -31,25 +38,29 @@ log = logging.getLogger(__name__)
 
 
 class Phase(str, Enum):
-    """Where in the lifecycle a patch runs (see framework.core.runtime)."""
+    """Where in the lifecycle a patch runs (see framework.core.runtime for the whole order)."""
 
-    SETUP = "setup"  # after convert_config, before trainer.setup(): environment and device patches
-    BEFORE_TRAIN = "before_train"  # after trainer.init(), before run_train()
-    AFTER_TRAIN = "after_train"  # after run_train() returned
+    PREPARE = "prepare"  # before adapter.prepare_backend(): env vars that must act before a library import
+    CONVERT = "convert"  # right after adapter.convert_config(): ctx.backend_config may be adjusted
+    SETUP = "setup"  # before trainer.setup(): device and runtime settings, the trainer class is known
+    BEFORE_TRAIN = "before_train"  # after trainer.init(), before run_train(): ctx.trainer is built
+    AFTER_TRAIN = "after_train"  # after run_train() returned: ctx.result is set
 
 
 @dataclass(frozen=True)
 class PatchContext:
-    """What a patch (and its condition) may look at."""
+    """What a patch (and its condition) may look at; later phases fill more attributes."""
 
     backend: str
-    backend_version: str | None
+    versions: Mapping[str, str | None]  # the backend's libraries: distribution name -> installed version
     model: str
     hardware: str
     accelerator: str
     phase: Phase
-    config: Any = None  # the run's resolved DictConfig
-    extra: dict = field(default_factory=dict)  # e.g. {"backend_config": ..., "trainer": ...}
+    config: Any = None  # the run's DictConfig
+    backend_config: Any = None  # adapter.convert_config()'s result, from Phase.CONVERT on
+    trainer: Any = None  # from Phase.BEFORE_TRAIN on
+    result: Any = None  # the TrainingResult, at Phase.AFTER_TRAIN
 
 
 @dataclass(frozen=True)
@@ -58,7 +69,7 @@ class Patch:
     backend: str
     phase: Phase
     fn: Callable[[PatchContext], None]
-    backend_versions: SpecifierSet | None = None
+    requires: Mapping[str, SpecifierSet] = field(default_factory=dict)
     models: tuple[str, ...] = ()
     hardware: tuple[str, ...] = ()
     condition: Callable[[PatchContext], bool] | None = None
@@ -76,21 +87,29 @@ class PatchOutcome:
     reason: str = ""
     duration_s: float = 0.0
     error: str | None = None
+    # library -> {"installed": version or None, "constraint": specifier}, for every `requires` entry
+    requires: dict = field(default_factory=dict)
 
 
 _REGISTRY: dict[str, Patch] = {}
 
 
-def _as_specifier(spec: str | None) -> SpecifierSet | None:
-    if spec is None:
-        return None
-    text = spec.strip()
+def _as_specifier(library: str, spec: str) -> SpecifierSet:
+    text = str(spec).strip()
     if text and text[0].isdigit():  # a bare "0.8.*" or "1.2" means an exact match
         text = "==" + text
     try:
         return SpecifierSet(text)
     except InvalidSpecifier as exc:
-        raise ValueError(f"invalid backend_versions {spec!r}: use PEP 440 like '>=0.8,<0.17' or '0.8.*'") from exc
+        raise ValueError(f"invalid requires[{library!r}] = {spec!r}: use PEP 440 like '>=0.8,<0.17' or '0.8.*'") from exc
+
+
+def installed_version(dist: str) -> str | None:
+    """The installed version of a distribution (pip name, e.g. 'orbax-checkpoint'), None when absent."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def register_patch(
@@ -98,7 +117,7 @@ def register_patch(
     *,
     backend: str,
     phase: Phase | str,
-    backend_versions: str | None = None,
+    requires: Mapping[str, str] | None = None,
     models: Iterable[str] = (),
     hardware: Iterable[str] = (),
     condition: Callable[[PatchContext], bool] | None = None,
@@ -109,6 +128,7 @@ def register_patch(
 ) -> Callable[[Callable[[PatchContext], None]], Callable[[PatchContext], None]]:
     """Decorator registering `fn` as a patch.
 
+    requires: {distribution name: PEP 440 specifier}, each checked against the installed version.
     models / hardware: fnmatch patterns on the model name and on the hardware name or accelerator
     kind ("h100", "gpu", "cpu"); empty = any. priority: lower runs first. optional: a failure is
     recorded and the run goes on. enabled=False: off unless the config's `patches.enable` names it.
@@ -118,13 +138,13 @@ def register_patch(
     except ValueError:
         valid = ", ".join(p.value for p in Phase)
         raise ValueError(f"patch {id!r}: unknown phase {phase!r}; valid: {valid}") from None
-    specifier = _as_specifier(backend_versions)
+    specifiers = {library: _as_specifier(library, spec) for library, spec in (requires or {}).items()}
 
     def decorate(fn: Callable[[PatchContext], None]) -> Callable[[PatchContext], None]:
         if id in _REGISTRY:
             raise ValueError(f"patch id {id!r} is already registered by {_REGISTRY[id].fn.__module__}")
         _REGISTRY[id] = Patch(
-            id=id, backend=backend, phase=phase, fn=fn, backend_versions=specifier,
+            id=id, backend=backend, phase=phase, fn=fn, requires=specifiers,
             models=tuple(models), hardware=tuple(hardware), condition=condition, priority=priority,
             optional=optional, enabled=enabled, description=description or (fn.__doc__ or "").strip(),
         )
@@ -142,26 +162,33 @@ def registered_patches(backend: str | None = None) -> list[Patch]:
     return [p for p in _REGISTRY.values() if backend is None or p.backend == backend]
 
 
-def _version_reason(patch: Patch, version: str | None) -> str | None:
-    """Why the backend version rules the patch out, or None when it matches."""
-    if patch.backend_versions is None:
-        return None
-    if version is None:
-        return f"backend version unknown: cannot check {patch.backend_versions}"
+def requirement_report(patch: Patch, versions: Mapping[str, str | None]) -> dict:
+    """{library: {"installed": ..., "constraint": ...}} for each of the patch's requirements.
+
+    A library the adapter did not report is looked up in the installed distributions."""
+    return {library: {"installed": versions[library] if library in versions else installed_version(library),
+                      "constraint": str(spec)}
+            for library, spec in patch.requires.items()}
+
+
+def _requirement_reason(library: str, installed: str | None, constraint: str) -> str | None:
+    if installed is None:
+        return f"{library} not installed: cannot check {constraint}"
     try:
-        parsed = Version(version)
+        parsed = Version(installed)
     except InvalidVersion:
-        return f"backend version {version!r} is not PEP 440: cannot check {patch.backend_versions}"
-    if not patch.backend_versions.contains(parsed, prereleases=True):
-        return f"backend version {version} not in {patch.backend_versions}"
+        return f"{library} version {installed!r} is not PEP 440: cannot check {constraint}"
+    if not SpecifierSet(constraint).contains(parsed, prereleases=True):
+        return f"{library} {installed} not in {constraint}"
     return None
 
 
 def skip_reason(patch: Patch, ctx: PatchContext) -> str | None:
     """The first filter that rules `patch` out for `ctx`, or None when it applies."""
-    reason = _version_reason(patch, ctx.backend_version)
-    if reason:
-        return reason
+    for library, entry in requirement_report(patch, ctx.versions).items():
+        reason = _requirement_reason(library, entry["installed"], entry["constraint"])
+        if reason:
+            return reason
     if patch.models and not any(fnmatch.fnmatch(ctx.model, m) for m in patch.models):
         return f"model {ctx.model!r} not in {list(patch.models)}"
     targets = (ctx.hardware, ctx.accelerator)
@@ -186,6 +213,7 @@ class PatchRunner:
             raise ConfigError(f"patches.enable/disable: unknown patch id(s) {unknown} for backend {backend!r}; valid: {valid}")
         self.outcomes: list[PatchOutcome] = []
         self._applied: set[str] = set()
+        self.versions: Mapping[str, str | None] = {}
 
     def _selection_reason(self, patch: Patch) -> str | None:
         if patch.id in self.disable:
@@ -196,34 +224,37 @@ class PatchRunner:
 
     def apply(self, phase: Phase, ctx: PatchContext) -> list[PatchOutcome]:
         """Apply this phase's patches in priority order; raise BackendError if a required one fails."""
+        self.versions = ctx.versions
         patches = sorted(
             (p for p in registered_patches(self.backend) if p.phase == phase),
             key=lambda p: (p.priority, p.id),
         )
-        outcomes = [self._apply_one(p, ctx) for p in patches]
-        return outcomes
+        return [self._apply_one(p, ctx) for p in patches]
 
     def _apply_one(self, patch: Patch, ctx: PatchContext) -> PatchOutcome:
+        requires = requirement_report(patch, ctx.versions)
         if patch.id in self._applied:
-            return self._record(PatchOutcome(patch.id, patch.phase.value, "skipped", "already applied in this run"))
+            return self._record(PatchOutcome(patch.id, patch.phase.value, "skipped", "already applied in this run",
+                                             requires=requires))
         reason = self._selection_reason(patch) or skip_reason(patch, ctx)
         if reason:
-            if reason.startswith("backend version") and "cannot check" in reason:
+            if "cannot check" in reason:
                 log.warning("patch %s skipped: %s", patch.id, reason)
-            return self._record(PatchOutcome(patch.id, patch.phase.value, "skipped", reason))
+            return self._record(PatchOutcome(patch.id, patch.phase.value, "skipped", reason, requires=requires))
         start = time.perf_counter()
         try:
             patch.fn(ctx)
         except Exception as exc:  # recorded, then re-raised unless optional
-            outcome = PatchOutcome(patch.id, patch.phase.value, "failed", "raised",
-                                   time.perf_counter() - start, f"{type(exc).__name__}: {exc}")
+            outcome = PatchOutcome(patch.id, patch.phase.value, "failed", "raised", time.perf_counter() - start,
+                                   f"{type(exc).__name__}: {exc}", requires)
             self._record(outcome)
             if patch.optional:
                 log.warning("optional patch %s failed: %s", patch.id, outcome.error)
                 return outcome
             raise BackendError(f"patch {patch.id!r} failed: {outcome.error} (mark it optional or disable it with patches.disable=[{patch.id}])") from exc
         self._applied.add(patch.id)
-        return self._record(PatchOutcome(patch.id, patch.phase.value, "applied", "", time.perf_counter() - start))
+        return self._record(PatchOutcome(patch.id, patch.phase.value, "applied", "", time.perf_counter() - start,
+                                         requires=requires))
 
     def _record(self, outcome: PatchOutcome) -> PatchOutcome:
         self.outcomes.append(outcome)
@@ -231,4 +262,5 @@ class PatchRunner:
 
     def report(self) -> dict:
         counts = {s: sum(o.status == s for o in self.outcomes) for s in ("applied", "skipped", "failed")}
-        return {"backend": self.backend, "counts": counts, "patches": [vars(o) for o in self.outcomes]}
+        return {"backend": self.backend, "versions": dict(self.versions), "counts": counts,
+                "patches": [vars(o) for o in self.outcomes]}

@@ -1,7 +1,8 @@
 """The run directory contract, the same for every task.
 
     config.yaml     the resolved config
-    overrides.yaml  the command-line overrides of this job
+    overrides.yaml  the command-line overrides of this job (this segment)
+    segments.jsonl  one line per start in this run dir: its overrides and the step it resumed from
     env.json        host, accelerators, package versions, git commit
     patches.json    the patch report (applied / skipped with reason / failed)
     metrics.jsonl   one JSON object per logged step (framework.core.loggers)
@@ -16,12 +17,13 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-SUMMARY = "summary.json"
+SUMMARY, SEGMENTS = "summary.json", "segments.jsonl"
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -64,6 +66,17 @@ class RunRecords:
 
     def write_overrides(self, overrides: list[str]) -> None:
         self._text("overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
+
+    def append_segment(self, overrides: list[str], resumed_from_step: int | None) -> None:
+        """A run dir resumed N times holds N + 1 segments; each says what its command line changed."""
+        if not self.enabled:
+            return
+        path = self.run_dir / SEGMENTS
+        number = len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
+        line = {"segment": number, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "overrides": list(overrides),
+                "resumed_from_step": resumed_from_step}
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(line) + "\n")
 
     def write_env(self, env: dict) -> None:
         self._json("env.json", env)

@@ -1,11 +1,16 @@
-"""The one lifecycle every run goes through.
+"""The one lifecycle every run goes through (every rank runs it; the main rank writes the records).
 
-    validate config -> adapter.prepare_backend() -> adapter.convert_config() -> patches(setup)
-    -> trainer.setup() -> trainer.init() -> patches(before_train) -> trainer.run_train()
-    -> patches(after_train) -> trainer.cleanup() (also on error) -> run records
+    resume check (reads only: a refused resume touches no record)
+    -> records: config.yaml, overrides.yaml, segments.jsonl, env.json
+    -> validate config -> adapter.load_patches()
+    -> patches(prepare) -> adapter.prepare_backend()
+    -> adapter.convert_config() -> patches(convert)
+    -> trainer = trainer_cls(backend_config, RunContext) -> patches(setup) -> trainer.setup() -> trainer.init()
+    -> patches(before_train) -> trainer.run_train() -> patches(after_train)
+    -> trainer.cleanup() (also on error) -> patches.json, summary.json
 
 Trainers only implement run_train() (and optionally setup/init/cleanup). The runtime writes the
-run directory (framework.core.records) whatever happens.
+run directory (framework.core.records) whatever happens after the resume check.
 """
 
 from __future__ import annotations
@@ -21,17 +26,21 @@ from omegaconf import DictConfig, OmegaConf
 from framework.core import env_info
 from framework.core.adapter import BackendAdapter
 from framework.core.context import RunContext
-from framework.core.distributed import process_rank, world_size
+from framework.core.distributed import detect
 from framework.core.errors import ConfigError, CrucibleError
+from framework.core.failure import fail
 from framework.core.loggers import MetricLogger
+from framework.core.outcome import print_outcome
 from framework.core.patches import PatchContext, PatchRunner, Phase
+from framework.core.paths import REPO_ROOT
 from framework.core.records import RunRecords
 from framework.core.result import TrainingResult
+from framework.core.resume import check_resumable, run_fingerprint
 from framework.core.schema import HardwareConfig, ModelConfig
-from framework.core.validation import check_path_exists, check_schema, check_targets, resolve_all, type_error
+from framework.core.validation import (check_backend_runs_task, check_path_exists, check_schema, check_targets,
+                                       resolve_all, type_error)
 
 log = logging.getLogger(__name__)
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def validate(cfg: DictConfig) -> BackendAdapter:
@@ -46,114 +55,126 @@ def validate(cfg: DictConfig) -> BackendAdapter:
     check_path_exists(cfg.hardware.efficiency_table, "hardware.efficiency_table", "efficiency table", base=REPO_ROOT)
     check_targets(cfg)
     adapter = instantiate(cfg.backend.adapter)
-    task = cfg.task.name
-    if task not in adapter.trainers:
-        raise ConfigError(
-            f"task={task} does not run on backend={adapter.name}; backend={adapter.name} runs task="
-            f"{'|'.join(sorted(adapter.trainers))}"
-        )
+    check_backend_runs_task(adapter, cfg.backend.name, cfg.task.name)
     return adapter
 
 
 class Runtime:
-    def __init__(self, cfg: DictConfig, run_dir: Path, overrides: list[str], multirun: bool = False):
+    def __init__(self, cfg: DictConfig, run_dir: Path, overrides: list[str], multirun: bool = False,
+                 hardware_note: str | None = None):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.overrides = overrides
         self.multirun = multirun
-        self.rank, self.world_size = process_rank(), world_size()
-        self.records = RunRecords(self.run_dir, enabled=self.rank == 0)
+        self.hardware_note = hardware_note  # what hardware=auto chose, when it did
+        self.dist = detect()
+        self.records = RunRecords(self.run_dir, enabled=self.dist.is_main)
         self.patches: PatchRunner | None = None
-        self.events: list[str] = []  # the lifecycle steps taken, in order (tests pin it)
+        self.versions: dict[str, str | None] = {}
+        self.exception: BaseException | None = None
 
-    def _step(self, name: str) -> None:
-        self.events.append(name)
-        log.debug("lifecycle: %s", name)
-
-    def _patch_context(self, adapter: BackendAdapter, version: str | None, phase: Phase, **extra) -> PatchContext:
-        return PatchContext(
-            backend=adapter.name, backend_version=version, model=self.cfg.model.name,
-            hardware=self.cfg.hardware.name, accelerator=self.cfg.hardware.accelerator,
-            phase=phase, config=self.cfg, extra=extra,
-        )
-
-    def _apply(self, phase: Phase, adapter: BackendAdapter, version: str | None, **extra) -> None:
-        self._step(f"patches:{phase.value}")
-        self.patches.apply(phase, self._patch_context(adapter, version, phase, **extra))
+    def _apply(self, phase: Phase, adapter: BackendAdapter, **attributes) -> None:
+        ctx = PatchContext(backend=adapter.name, versions=self.versions, model=self.cfg.model.name,
+                           hardware=self.cfg.hardware.name, accelerator=self.cfg.hardware.accelerator,
+                           phase=phase, config=self.cfg, **attributes)
+        self.patches.apply(phase, ctx)
 
     def run(self) -> TrainingResult:
         """Run the lifecycle; never raises: failures come back as a failed TrainingResult (see .error)."""
-        self.records.clear_traceback()  # a resumed run in the same dir starts without the old failure
-        self.records.write_config(self.cfg)
-        self.records.write_overrides(self.overrides)
-        self.records.write_env(env_info.collect(REPO_ROOT))
         start = time.perf_counter()
-        trainer, logger, version = None, None, None
-        self.exception: BaseException | None = None
+        try:  # before any record is touched: a refused resume leaves config.yaml and summary.json as they were
+            resumed_from = check_resumable(self.run_dir, self.cfg)
+        except CrucibleError as exc:
+            self.exception = exc
+            return TrainingResult(success=False, error=str(exc), status="refused")
+        self._write_start_records(resumed_from)
+        self.trainer, self.logger = None, None
         try:
-            adapter = validate(self.cfg)
-            self._step("validate")
-            adapter.prepare_backend(self.cfg)
-            self._step("prepare_backend")
-            version = adapter.detect_backend_version()
-            backend_config = adapter.convert_config(self.cfg)
-            self._step("convert_config")
-            adapter.load_patches()
-            self.patches = PatchRunner(adapter.name, self.cfg.patches.enable, self.cfg.patches.disable)
-            self._apply(Phase.SETUP, adapter, version, backend_config=backend_config)
-            trainer_cls = adapter.load_trainer_class(self.cfg.task.name)
-            logger = MetricLogger(self.run_dir, OmegaConf.to_container(self.cfg.logger.wandb, resolve=True),
-                                  run_name=self.run_dir.name, config=OmegaConf.to_container(self.cfg, resolve=True),
-                                  enabled=self.rank == 0)
-            context = RunContext(self.run_dir, self.cfg, logger, int(self.cfg.seed), self.multirun,
-                                 rank=self.rank, world_size=self.world_size)
-            trainer = trainer_cls(backend_config, context)
-            trainer.setup()
-            self._step("trainer.setup")
-            trainer.init()
-            self._step("trainer.init")
-            self._apply(Phase.BEFORE_TRAIN, adapter, version, backend_config=backend_config, trainer=trainer)
-            result = trainer.run_train()
-            self._step("trainer.run_train")
-            self._apply(Phase.AFTER_TRAIN, adapter, version, backend_config=backend_config, trainer=trainer, result=result)
-            logger.summary(result.metrics)
+            result = self._lifecycle()
         except Exception as exc:  # the run's failure is recorded, then reported by the caller
             self.exception = exc
             message = str(exc) if isinstance(exc, CrucibleError) else f"{type(exc).__name__}: {exc}"
             result = TrainingResult(success=False, error=message, status="failed")
             self.records.write_traceback(traceback.format_exc())
         finally:
-            self._cleanup(trainer, logger)
+            self._cleanup()
         result.wall_time_s = result.wall_time_s or round(time.perf_counter() - start, 4)
-        self._write_summary(result, version)
+        self._write_summary(result)
         return result
 
-    def _cleanup(self, trainer, logger) -> None:
-        if trainer is not None:
+    def _write_start_records(self, resumed_from: int | None) -> None:
+        self.records.clear_traceback()  # a resumed run in the same dir starts without the old failure
+        self.records.write_config(self.cfg)
+        self.records.write_overrides(self.overrides)
+        self.records.append_segment(self.overrides, resumed_from)
+        self.env = env_info.collect(REPO_ROOT)
+        self.env["distributed"] = vars(self.dist)
+        self.records.write_env(self.env)
+
+    def _lifecycle(self):
+        adapter = validate(self.cfg)
+        self.versions = adapter.detect_versions()
+        self.env["backend"] = {"name": adapter.name, "libraries": self.versions}
+        self.records.write_env(self.env)
+        adapter.load_patches()
+        self.patches = PatchRunner(adapter.name, self.cfg.patches.enable, self.cfg.patches.disable)
+        self._apply(Phase.PREPARE, adapter)
+        adapter.prepare_backend(self.cfg)
+        backend_config = adapter.convert_config(self.cfg)
+        if self.hardware_note:  # said once the input is known good: bad input stays one line
+            log.info("%s", self.hardware_note)
+        self._apply(Phase.CONVERT, adapter, backend_config=backend_config)
+        trainer_cls = adapter.load_trainer_class(self.cfg.task.name)
+        wandb = OmegaConf.to_container(self.cfg.logger.wandb, resolve=True)
+        self.logger = logger = MetricLogger(self.run_dir, wandb, run_name=self.run_dir.name,
+                                            config=OmegaConf.to_container(self.cfg, resolve=True),
+                                            enabled=self.dist.is_main)
+        context = RunContext(self.run_dir, self.cfg, logger, int(self.cfg.seed), self.multirun, dist=self.dist,
+                             fingerprint=run_fingerprint(self.cfg))
+        self.trainer = trainer = trainer_cls(backend_config, context)
+        self._apply(Phase.SETUP, adapter, backend_config=backend_config)
+        trainer.setup()
+        trainer.init()
+        self._apply(Phase.BEFORE_TRAIN, adapter, backend_config=backend_config, trainer=trainer)
+        result = trainer.run_train()
+        self._apply(Phase.AFTER_TRAIN, adapter, backend_config=backend_config, trainer=trainer, result=result)
+        logger.summary(result.metrics)
+        return result
+
+    def _cleanup(self) -> None:
+        if self.trainer is not None:
             try:
-                trainer.cleanup()
-                self._step("trainer.cleanup")
+                self.trainer.cleanup()
             except Exception as exc:  # never hide the original error behind a cleanup error
                 log.warning("trainer.cleanup failed: %s", exc)
-        if logger is not None:
-            logger.close()
+        if self.logger is not None:
+            self.logger.close()
         report = self.patches.report() if self.patches else {"backend": None, "counts": {}, "patches": []}
         self.records.write_patches(report)
 
-    def _write_summary(self, result: TrainingResult, backend_version: str | None) -> None:
-        summary = {
+    def summary(self, result: TrainingResult) -> dict:
+        libraries = list(self.versions)
+        return {
             "status": result.status,
             "success": result.success,
             "task": self.cfg.task.name,
             "backend": self.cfg.backend.name,
-            "backend_version": backend_version,
+            "backend_version": self.versions.get(libraries[0]) if libraries else None,
+            "versions": self.versions,
             "model": self.cfg.model.name,
             "hardware": self.cfg.hardware.name,
+            "hardware_auto": self.hardware_note,
+            "world_size": self.dist.world_size,
             "overrides": self.overrides,
+            "warnings": result.warnings,
             "metrics": result.metrics,
+            "key_metrics": list(self.cfg.task.get("key_metrics") or []),
+            "run_dir": str(self.run_dir),
             "result": result.to_dict(),
         }
-        self.records.write_summary(summary)
+
+    def _write_summary(self, result: TrainingResult) -> None:
+        self.records.write_summary(self.summary(result))
 
 
 def run_from_hydra(cfg: DictConfig) -> TrainingResult:
@@ -161,24 +182,21 @@ def run_from_hydra(cfg: DictConfig) -> TrainingResult:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from framework.core.hardware import detect as detect_hardware
+
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     overrides = OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)  # may hold literal ${...}
-    runtime = Runtime(cfg, Path(hydra_cfg.runtime.output_dir), overrides, multirun)
+    auto = hydra_cfg.runtime.choices.get("hardware") == "auto"
+    runtime = Runtime(cfg, Path(hydra_cfg.runtime.output_dir), overrides, multirun,
+                      hardware_note=detect_hardware().describe() if auto else None)
     result = runtime.run()
     if not multirun and (runtime.exception is not None or result.status == "invalid"):
-        from framework.cli import fail
-
-        # one line on stderr, non-zero exit; in a sweep the same job is a failed or invalid row instead
+        # one line on stderr and a non-zero exit; in a sweep the same job is a failed or invalid row instead
         fail(runtime.exception or ConfigError(result.error or "invalid configuration"), debug=bool(cfg.debug),
              run_dir=runtime.run_dir)
-    _print_outcome(runtime.run_dir, result)
+    if runtime.dist.is_main:
+        print_outcome(runtime.summary(result), block=not multirun)
     if not result.success:
         log.error("job failed: %s", result.error)
     return result
-
-
-def _print_outcome(run_dir: Path, result: TrainingResult) -> None:
-    scalars = {k: v for k, v in result.metrics.items() if isinstance(v, (int, float, bool))}
-    shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in list(scalars.items())[:8])
-    log.info("%s in %.1fs: %s (run dir: %s)", result.status, result.wall_time_s, shown, run_dir)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional
 
+from framework.core.dtypes import TrainDtype
+
 
 @dataclass
 class ModelConfig:
@@ -16,7 +18,7 @@ class ModelConfig:
     hub_id: Optional[str]  # e.g. Qwen/Qwen2.5-0.5B-Instruct
     path: Optional[str]  # a local HF directory, used instead of the hub when set
     random_init: bool  # build the architecture with random weights (tests, benchmarks)
-    dtype: Literal["float32", "bfloat16", "float16"]
+    dtype: TrainDtype  # framework.core.dtypes
     hf_config: dict  # architecture fields of the HF config.json
 
 
@@ -28,10 +30,9 @@ class HardwareConfig:
     devices_per_node: int
     nodes: int
     memory_gb: float
-    peak_tflops: dict  # {bf16, fp8, fp32}: dense peak rates; null where the device has none
+    peak_tflops: dict  # {bf16, fp8, fp32} (framework.core.dtypes.SHORT): dense peak rates; null where none
     hbm_tb_s: float
     intra_node_gb_s: Optional[float]  # per direction
     inter_node_gb_s: Optional[float]  # per direction
     efficiency_table: Optional[str]  # a measured efficiency table (task=calibrate), or null
-    mesh: dict[str, int]  # MaxText-style axes {data, fsdp, tensor, expert}; -1 takes the remaining devices
     launcher: dict  # SLURM resources per node: gpus_per_node, tasks_per_node, cpus_per_task, mem_gb

@@ -50,6 +50,14 @@ def collect_rows(sweep_dir: Path, key_metrics: list[str]) -> list[dict[str, Any]
     return rows
 
 
+def varied_keys(rows: list[dict], sweep_dir: Path) -> list[str]:
+    """The override keys (config keys like parallel.tp) whose values differ between the sweep's jobs."""
+    keys: list[str] = []
+    for job_dir in _job_dirs(sweep_dir):
+        keys += [k for k in _override_dict(job_dir) if k not in keys]
+    return [k for k in keys if len({str(row.get(k)) for row in rows}) > 1]
+
+
 def _columns(rows: list[dict]) -> list[str]:
     columns: list[str] = []
     for row in rows:
@@ -88,7 +96,7 @@ class SweepSummaryCallback(Callback):
         if plot:
             from hydra.utils import get_method
 
-            get_method(plot)(rows, sweep_dir / "sweep_plot.png")
+            get_method(plot)(rows, sweep_dir / "sweep_plot.png", varied_keys(rows, sweep_dir))
         log.info("sweep summary: %s", md_path)
         failed = [r["job"] for r in rows if r["status"] == "failed"]
         if failed:

@@ -5,8 +5,10 @@ Every check raises ConfigError with one line naming the key and what is valid.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
+import importlib.util
 import inspect
 import types
 import typing
@@ -16,6 +18,7 @@ from typing import Any, Literal, Union
 from omegaconf import DictConfig, OmegaConf
 
 from framework.core.errors import ConfigError
+from framework.core.paths import CONF_DIR
 
 _HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
 
@@ -149,11 +152,6 @@ def resolve_all(cfg: DictConfig) -> None:
         raise ConfigError(f"{exc.full_key}: missing value; set it with {exc.full_key}=...") from None
 
 
-def list_options(conf_dir: Path, group: str) -> list[str]:
-    folder = conf_dir / group
-    return sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
-
-
 def check_path_exists(path: str | None, key: str, what: str = "path", base: Path | None = None) -> None:
     """`path` exists; a relative one may also be relative to `base` (paths in conf/ are relative to the repo)."""
     if path is None:
@@ -162,3 +160,52 @@ def check_path_exists(path: str | None, key: str, what: str = "path", base: Path
     if candidate.exists() or (base is not None and not candidate.is_absolute() and (base / candidate).exists()):
         return
     raise ConfigError(f"{key}: {what} {path!r} does not exist")
+
+
+def adapter_attribute(target: str, attribute: str) -> Any:
+    """A literal class attribute of an adapter (`name`, `trainers`), read from its source: nothing is imported."""
+    module_name, _, class_name = target.rpartition(".")
+    spec = importlib.util.find_spec(module_name)
+    if spec is None or spec.origin is None:
+        return None
+    for node in ast.parse(Path(spec.origin).read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for statement in node.body:
+                targets = statement.targets if isinstance(statement, ast.Assign) else [getattr(statement, "target", None)]
+                if any(isinstance(t, ast.Name) and t.id == attribute for t in targets) and statement.value is not None:
+                    return ast.literal_eval(statement.value)
+    return None
+
+
+def adapter_tasks(target: str) -> list[str]:
+    return sorted(adapter_attribute(target, "trainers") or [])
+
+
+def register_resolvers() -> None:
+    """`${backend_name:<adapter _target_>}`: conf/backend/*.yaml derive `backend.name` from the adapter class."""
+    if not OmegaConf.has_resolver("backend_name"):
+        OmegaConf.register_new_resolver("backend_name", lambda target: adapter_attribute(target, "name"))
+
+
+def backend_tasks(conf_dir: Path = CONF_DIR) -> dict[str, list[str]]:
+    """{backend option: the tasks it runs} for every conf/backend/*.yaml (read without importing a backend)."""
+    import yaml
+
+    found = {}
+    for path in sorted((conf_dir / "backend").glob("*.yaml")):
+        target = ((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("adapter") or {}).get("_target_")
+        found[path.stem] = adapter_tasks(target) if target else []
+    return found
+
+
+def check_backend_runs_task(adapter: Any, backend_name: str, task: str) -> None:
+    """The one check that a backend runs a task; the error names the backends that do."""
+    if backend_name != adapter.name:
+        raise ConfigError(f"backend.name: {backend_name!r} but its adapter {type(adapter).__name__} is "
+                          f"{adapter.name!r}; they must agree")
+    if task in adapter.trainers:
+        return
+    runs_it = [name for name, tasks in backend_tasks().items() if task in tasks]
+    where = f"task={task} runs on backend={'|'.join(runs_it)}" if runs_it else f"no backend runs task={task} yet"
+    raise ConfigError(f"task={task} does not run on backend={adapter.name} (it runs task="
+                      f"{'|'.join(sorted(adapter.trainers))}); {where}")

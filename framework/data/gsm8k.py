@@ -7,6 +7,7 @@ correctness reward compares against. Bad records raise `DataError` naming the fi
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -56,18 +57,21 @@ def read_jsonl(path: str | Path, limit: int | None = None) -> list[MathExample]:
     if not path.is_file():
         raise DataError(f"{path}: no such GSM8K jsonl file")
     examples = []
-    with path.open(encoding="utf-8") as lines:
-        for line_number, line in enumerate(lines, start=1):
-            if limit is not None and len(examples) >= limit:
-                break
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                message = f"{path}:{line_number}: not valid JSON ({error.msg}); expected one object per line"
-                raise DataError(message) from None
-            examples.append(example_from_record(record, f"{path}:{line_number}"))
+    try:
+        with path.open(encoding="utf-8") as lines:
+            for line_number, line in enumerate(lines, start=1):
+                if limit is not None and len(examples) >= limit:
+                    break
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as error:
+                    message = f"{path}:{line_number}: not valid JSON ({error.msg}); expected one object per line"
+                    raise DataError(message) from None
+                examples.append(example_from_record(record, f"{path}:{line_number}"))
+    except UnicodeDecodeError as error:
+        raise DataError(f"{path}: not UTF-8 text (byte {error.start}); save the file as UTF-8") from None
     if not examples:
         raise DataError(f"{path}: no records; expected jsonl lines with 'question' and 'answer'")
     return examples
@@ -100,16 +104,23 @@ def load_from_hub(
     dataset_id: str, split: str, limit: int | None = None, cache_dir: str | None = None
 ) -> list[MathExample]:
     """Load a split from the Hugging Face hub (needs network access or a warm `datasets` cache)."""
-    import datasets
-
+    quiet = {name: logging.getLogger(name) for name in ("huggingface_hub.utils._http", "datasets")}
+    levels = {name: log.level for name, log in quiet.items()}
+    for log in quiet.values():  # offline, each retry (and datasets' import notes) would log before our one line
+        log.setLevel(logging.ERROR)
     try:
+        import datasets
+
         rows = datasets.load_dataset(dataset_id, HUB_CONFIG, split=split, cache_dir=cache_dir)
     except Exception as error:  # datasets raises many types (connection, not found, offline); report them as one
         raise DataError(
             f"{dataset_id} (split {split}): could not load from the hub "
             f"({type(error).__name__}: {first_line(str(error))}); "
-            "pass a local jsonl file or folder, or source='sample'"
-        ) from error
+            "use data=gsm8k_sample (shipped with Crucible) or data=gsm8k_local (a local folder)"
+        ) from None
+    finally:
+        for name, log in quiet.items():
+            log.setLevel(levels[name])
     if limit is not None:
         rows = rows.select(range(min(limit, len(rows))))
     return examples_from_rows(rows, f"{dataset_id}:{split}")

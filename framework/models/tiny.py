@@ -79,8 +79,6 @@ QWEN2_PRETOKENIZE_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p
                            r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 
 BUILD_MARKER = "crucible_build.json"
-_TORCH_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-                 "float16": "float16", "fp16": "float16"}
 
 
 def build_tiny_model(model_cfg: Mapping[str, Any], out_dir: Path,
@@ -115,7 +113,7 @@ def build_tiny_model(model_cfg: Mapping[str, Any], out_dir: Path,
 def resolve_model_dir(model_cfg: Mapping[str, Any], cache_root: Path) -> str:
     """Where to load the model from: `path` if set, else a cached random-init build when
     `random_init` (any architecture; the tiny_* configs are what tests and CPU runs use), else the
-    hub id (transformers / huggingface_hub fetch it)."""
+    the hub id's local snapshot (framework/models/hub.py: HF cache or download; offline, one line)."""
     path = model_cfg.get("path")
     if path:
         if not Path(path).is_dir():
@@ -132,7 +130,9 @@ def resolve_model_dir(model_cfg: Mapping[str, Any], cache_root: Path) -> str:
     if not hub_id:
         raise ConfigError(f"model {model_cfg.get('name')!r}: set one of model.path, model.hub_id or "
                           f"model.random_init=true")
-    return str(hub_id)
+    from framework.models.hub import hub_snapshot
+
+    return hub_snapshot(str(hub_id))
 
 
 def _hf_config_of(model_cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -144,10 +144,10 @@ def _hf_config_of(model_cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _torch_dtype_name(model_cfg: Mapping[str, Any]) -> str:
-    dtype = str(model_cfg.get("dtype") or "float32")
-    if dtype not in _TORCH_DTYPES:
-        raise ConfigError(f"model.dtype: {dtype!r} is not one of {sorted(_TORCH_DTYPES)}")
-    return _TORCH_DTYPES[dtype]
+    """The model's dtype name (framework.core.dtypes), also torch's attribute name."""
+    from framework.core import dtypes
+
+    return dtypes.check(str(model_cfg.get("dtype") or "float32"), "model.dtype")
 
 
 def _fingerprint(hf_config: dict, texts: list[str], dtype_name: str, seed: int) -> str:
@@ -206,6 +206,8 @@ def _save_random_model(hf_config: dict, tokenizer, dtype_name: str, seed: int, o
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from framework.core.dtypes import torch_dtype
+
     eos_id = tokenizer.convert_tokens_to_ids(IM_END)
     pad_id = tokenizer.convert_tokens_to_ids(ENDOFTEXT)
     fields = {k: v for k, v in hf_config.items() if k not in ("torch_dtype", "dtype")}
@@ -216,7 +218,7 @@ def _save_random_model(hf_config: dict, tokenizer, dtype_name: str, seed: int, o
         raise ConfigError(f"model.hf_config: transformers cannot build model_type "
                           f"{hf_config['model_type']!r}: {error}") from error
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype_name))
+    model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype(dtype_name))
     model.generation_config.eos_token_id = [eos_id, pad_id]
     model.generation_config.pad_token_id = pad_id
     model.generation_config.bos_token_id = pad_id

@@ -1,7 +1,8 @@
 """Rule-based rewards for math reasoning (GSM8K style), pure Python and backend-neutral.
 
 Each reward function takes one completion and its reference answer (the text after `####`) and
-returns a float. `compute_rewards` runs a weighted set of them over a batch.
+returns a float. `compute_rewards` runs a weighted set of them over a batch. Add one with
+`@register_reward("name")`; REWARD_FUNCTIONS is the lookup a task's `rewards: {name: weight}` names.
 
 - `correctness`: 1.0 when the answer equals the reference. The answer is the content of the last
   `<answer>` tag, or else the last number in the completion. Numbers are compared exactly as
@@ -33,6 +34,27 @@ FORMAT_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 # leading-dot decimal; optionally followed by "/denominator" for fractions like 3/4.
 NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?|-?\.\d+")
 TRAILING_TEXT_PENALTY_PER_CHAR = 0.001
+REWARD_FUNCTIONS: dict[str, RewardFunction] = {}
+
+
+def register_reward(name: str) -> Callable[[RewardFunction], RewardFunction]:
+    """Register `fn(completion, reference) -> float` under `name`."""
+
+    def register(fn: RewardFunction) -> RewardFunction:
+        if name in REWARD_FUNCTIONS:
+            raise ValueError(f"reward {name!r} is registered twice")
+        REWARD_FUNCTIONS[name] = fn
+        return fn
+
+    return register
+
+
+def check_reward_weights(weights: Mapping[str, float], key: str) -> None:
+    """A non-empty {name: weight} whose names are registered; ConfigError names `key` and the valid names."""
+    unknown = sorted(set(weights) - set(REWARD_FUNCTIONS))
+    if unknown or not weights:
+        raise ConfigError(f"{key}: {unknown[0] if unknown else 'empty'} is not a reward; give {{name: weight}} with "
+                          f"names from {', '.join(sorted(REWARD_FUNCTIONS))}")
 
 
 def extract_answer(completion: str) -> str | None:
@@ -80,6 +102,7 @@ def math_verify_equal(answer: str, reference: str) -> bool:
     return bool(gold and predicted and verify(gold, predicted))
 
 
+@register_reward("correctness")
 def correctness(completion: str, reference: str) -> float:
     answer = extract_answer(completion)
     if answer is None:
@@ -87,6 +110,7 @@ def correctness(completion: str, reference: str) -> float:
     return 1.0 if numbers_equal(answer, reference) or math_verify_equal(answer, reference) else 0.0
 
 
+@register_reward("format")
 def format_reward(completion: str, reference: str) -> float:
     del reference  # the format does not depend on the answer
     if not STRICT_FORMAT.fullmatch(completion):
@@ -94,6 +118,7 @@ def format_reward(completion: str, reference: str) -> float:
     return 1.0 if all(completion.count(tag) == 1 for tag in FORMAT_TAGS) else 0.0
 
 
+@register_reward("tag_count")
 def tag_count(completion: str, reference: str) -> float:
     del reference
     score = sum(0.25 for tag in FORMAT_TAGS if completion.count(tag) == 1)
@@ -103,13 +128,6 @@ def tag_count(completion: str, reference: str) -> float:
     return min(max(score, 0.0), 1.0)
 
 
-REWARD_FUNCTIONS: dict[str, RewardFunction] = {
-    "correctness": correctness,
-    "format": format_reward,
-    "tag_count": tag_count,
-}
-
-
 def compute_rewards(
     completions: Sequence[str], references: Sequence[str], weights: Mapping[str, float]
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -117,9 +135,7 @@ def compute_rewards(
 
     Returns (total [N] float32, {name: [N] float32 unweighted scores}) for the names in `weights`.
     """
-    unknown = [name for name in weights if name not in REWARD_FUNCTIONS]
-    if unknown or not weights:
-        raise ConfigError(f"reward weights name {unknown or 'no function'}; valid names: {sorted(REWARD_FUNCTIONS)}")
+    check_reward_weights(weights, "rewards")
     if len(completions) != len(references):
         raise DataError(f"compute_rewards got {len(completions)} completions but {len(references)} references")
     per_function = {

@@ -37,6 +37,7 @@ import yaml
 
 from sims import predict_op, simulate
 from sims.calibration import microbench
+from sims.hardware import read_hardware_file
 from sims.calibration.fit import fit_table
 from sims.calibration.kernels import HFKernels, build_hf_model
 from sims.calibration.table import save_table
@@ -415,7 +416,7 @@ def hardware_for(device: str, name: str | None) -> dict:
                 raise SystemExit(f"no conf/hardware file for {card!r}; pass --hardware NAME")
         else:
             name = "cpu"
-    return yaml.safe_load((REPO / f"conf/hardware/{name}.yaml").read_text())
+    return read_hardware_file(REPO / f"conf/hardware/{name}.yaml")
 
 
 def environment(device: str) -> dict:

@@ -25,6 +25,7 @@ from pathlib import Path
 import yaml
 
 from sims import simulate
+from sims.hardware import read_hardware_file
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = ("qwen3_8b", "qwen3_30b_a3b", "qwen3_235b_a22b", "deepseek_v3")
@@ -59,7 +60,7 @@ def measure(hf_config: dict, hardware: dict, workload: dict, seconds: float) -> 
 
 SWEEP_ARGS = [  # 4 x 4 x 2 x 2 = 64 jobs
     "-m", "task=sim", "model=qwen3_30b_a3b", "hardware=h100",
-    "sim.tp=1,2,4,8", "sim.ep=1,2,4,8", "sim.mode=prefill,decode", "sim.dp=1,-1",
+    "parallel.tp=1,2,4,8", "parallel.ep=1,2,4,8", "sim.mode=prefill,decode", "parallel.dp=1,-1", "parallel.fsdp=1",
 ]
 
 
@@ -81,7 +82,7 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="also time a 64-job multirun through run.py")
     parser.add_argument("--table", help="an efficiency table for the H100 (default: built-in factors)")
     args = parser.parse_args()
-    hardware = yaml.safe_load((REPO / "conf/hardware/h100.yaml").read_text())
+    hardware = read_hardware_file(REPO / "conf/hardware/h100.yaml")
     hardware["efficiency_table"] = args.table
     hardware["nodes"] = 2  # room for tp*dp*pp up to 16
     print(f"{'model':<18} {'mode':<8} {'configs/s':>10} {'us/config':>10}")

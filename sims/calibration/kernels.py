@@ -35,7 +35,7 @@ from framework.core.errors import ConfigError
 from sims.builders.registry import infer_model_type
 from sims.ir import OpNode
 
-TORCH_DTYPES = {"bf16": "bfloat16", "fp32": "float32"}
+MEASURABLE_DTYPES = ("bf16", "fp32")  # framework.core.dtypes.SHORT names
 
 
 @dataclass
@@ -61,11 +61,11 @@ def build_hf_model(hf_config: Mapping, device: str, dtype: str, **overrides):
 
 
 def torch_dtype(dtype: str):
-    import torch
+    from framework.core import dtypes
 
-    if dtype not in TORCH_DTYPES:
-        raise ConfigError(f"dtype {dtype!r} cannot be measured; valid: {', '.join(TORCH_DTYPES)}")
-    return getattr(torch, TORCH_DTYPES[dtype])
+    if dtype not in MEASURABLE_DTYPES:
+        raise ConfigError(f"dtype {dtype!r} cannot be measured; valid: {', '.join(MEASURABLE_DTYPES)}")
+    return dtypes.torch_dtype(dtypes.LONG[dtype])
 
 
 def _is_moe(config) -> bool:

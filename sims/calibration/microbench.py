@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sims.api import predict_op
+from sims.hardware import read_hardware_file
 from sims.builders import build_graph
 from sims.calculator import OP_CLASS, bind_dims
 from sims.calibration.fit import fit_table
@@ -198,7 +199,7 @@ def main() -> None:
     parser.add_argument("--no-graphs", action="store_true", help="time eager calls instead of CUDA graph replays")
     parser.add_argument("--measurements", help="also write the raw measurements to this JSON file")
     args = parser.parse_args()
-    hardware = yaml.safe_load(Path(args.hardware).read_text())
+    hardware = read_hardware_file(args.hardware)
     device = args.device or default_device()
     plan = Plan(QUICK_WORKLOADS if args.quick else WORKLOADS, dtype=args.dtype, graphs=not args.no_graphs,
                 copy_mb=16 if args.quick else 256)

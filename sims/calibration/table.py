@@ -49,12 +49,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from framework.core.dtypes import SHORT
 from framework.core.errors import ConfigError
 
 FORMAT = "crucible-efficiency-table/1"
 OP_CLASSES = ("gemm", "moe", "attention", "norm", "elementwise", "embedding", "router", "optimizer")
 LINKS = ("intra_node", "inter_node")
-DTYPES = ("bf16", "fp8", "fp32")
+DTYPES = tuple(SHORT[name] for name in ("bfloat16", "float8", "float32"))  # framework.core.dtypes.SHORT
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ CALLS: list[str] = []
 class RecordingAdapter(BackendAdapter):
     name = "recording"
     trainers = {"record": "tests.core.recording_backend:RecordingTrainer"}
+    libraries = ("recording-lib", "hydra-core")
     patch_modules = ("tests.core.recording_backend",)
 
     def __init__(self, fail_in: str = "", version: str = "1.0"):
@@ -26,8 +27,8 @@ class RecordingAdapter(BackendAdapter):
         CALLS.append("convert_config")
         return {"fail_in": self.fail_in}
 
-    def detect_backend_version(self):
-        return self.version
+    def detect_versions(self):
+        return {**super().detect_versions(), "recording-lib": self.version}
 
 
 class RecordingTrainer(BaseTrainer):
@@ -56,7 +57,7 @@ def _setup_patch(ctx):
     CALLS.append("patch:setup")
 
 
-@register_patch("recording.before", backend="recording", phase=Phase.BEFORE_TRAIN, backend_versions=">=1.0")
+@register_patch("recording.before", backend="recording", phase=Phase.BEFORE_TRAIN, requires={"recording-lib": ">=1.0", "hydra-core": ">=1.3"})
 def _before_patch(ctx):
     CALLS.append("patch:before_train")
 

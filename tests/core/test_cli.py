@@ -1,21 +1,57 @@
-"""The command line itself: help lists every group option without composing; --cfg job composes."""
+"""The command line itself: help lists every group option and which backend runs which task without
+composing (fast); --cfg job composes."""
 
 from __future__ import annotations
 
-from framework.core.validation import list_options
+import time
+
 from tests.conftest import CONF_DIR, run_cli
 
 
-def test_help_lists_every_group_and_option():
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def test_help_lists_every_group_and_option_and_the_backends_tasks():
+    started = time.perf_counter()
     proc = run_cli(["--help"])
+    elapsed = time.perf_counter() - started
     assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
     for group in ("backend", "task", "model", "hardware", "data", "logger", "recipe"):
-        line = next(l for l in proc.stdout.splitlines() if l.strip().startswith(group + " "))
-        assert line.split(None, 1)[1].split(", ") == list_options(CONF_DIR, group)
+        line = next(l for l in lines if l.strip().startswith(group + " "))
+        expected = (["auto"] if group == "hardware" else []) + options(group)
+        assert line.split(None, 1)[1].split(", ") == expected
     assert "hydra/launcher=basic, submitit_local, submitit_slurm" in proc.stdout
+    backends = lines[lines.index("backends and the tasks they run:") + 1:]
+    assert backends[0].split() == ["maxtext", "task=grpo"] and backends[1].split() == ["sim", "task=calibrate|sim"]
+    assert elapsed < 3  # the interpreter's start included; no heavy library is imported
 
 
 def test_cfg_job_prints_the_composed_config():
-    proc = run_cli(["--cfg", "job", "model=qwen3_8b", "sim.tp=4"])
+    proc = run_cli(["--cfg", "job", "model=qwen3_8b", "parallel.tp=4"])
     assert proc.returncode == 0, proc.stderr
     assert "hub_id: Qwen/Qwen3-8B" in proc.stdout and "tp: 4" in proc.stdout
+
+
+def test_a_run_ends_with_a_summary_block_and_a_layout_that_does_not_fit_is_a_visible_warning(tmp_path):
+    proc = run_cli(["backend=sim", "task=sim", "model=qwen3_235b_a22b", "hardware=h100", f"hydra.run.dir={tmp_path}"])
+    assert proc.returncode == 0, proc.stderr
+    block = proc.stdout.splitlines()
+    assert block[0].startswith("ok: task=sim backend=sim model=qwen3_235b_a22b hardware=h100 in ")
+    assert "  fits                     False" in block
+    assert any(line.startswith("  warning: the layout does not fit: ") for line in block)
+    assert block[-1] == f"  run dir: {tmp_path}"
+
+
+def test_the_run_says_what_hardware_auto_chose(tmp_path):
+    import json
+
+    from framework.core.hardware import detect
+
+    proc = run_cli(["backend=sim", "task=sim", "model=qwen3_8b", f"hydra.run.dir={tmp_path}"])
+    assert proc.returncode == 0, proc.stderr
+    chose = detect().describe()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["hardware"] == detect().option and summary["hardware_auto"] == chose
+    assert f"  {chose}" in proc.stdout.splitlines() and chose in proc.stderr  # the block and the log line

@@ -6,8 +6,11 @@ import pytest
 from hydra.utils import instantiate
 
 from framework.core.runtime import validate
-from framework.core.validation import list_options
 from tests.conftest import CONF_DIR, REPO_ROOT, compose_config
+
+
+def list_options(conf_dir, group: str) -> list[str]:
+    return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
 
 GROUPS = ["backend", "task", "model", "hardware", "data", "logger"]
 RECIPES = sorted(p.stem for p in (REPO_ROOT / "recipes").glob("*.yaml"))

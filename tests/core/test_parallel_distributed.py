@@ -43,3 +43,11 @@ def test_torchrun_slurm_and_single_process():
 def test_first_slurm_host():
     assert first_slurm_host("gpu[003-005,9],cpu1") == "gpu003"
     assert first_slurm_host("node12") == "node12"
+
+
+def test_submitit_local_tasks_and_a_single_slurm_task():
+    submitit = detect({"SUBMITIT_LOCAL_GLOBALID": "1", "SUBMITIT_LOCAL_LOCALID": "1", "SUBMITIT_LOCAL_NTASKS": "2"})
+    assert (submitit.rank, submitit.world_size, submitit.launcher, submitit.coordinator) == (
+        1, 2, "submitit", "127.0.0.1:29500")
+    alone = detect({"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_JOB_NODELIST": "gpu001"})
+    assert alone.launcher == "single" and alone.is_main  # one srun task is a world of one

@@ -34,8 +34,8 @@ def patches():
         unregister_patch(id)
 
 
-def ctx(version="1.2.0", model="qwen3_8b", hardware="h100", accelerator="gpu", phase=Phase.BEFORE_TRAIN):
-    return PatchContext(BACKEND, version, model, hardware, accelerator, phase)
+def ctx(version="1.2.0", model="qwen3_8b", hardware="h100", accelerator="gpu", phase=Phase.BEFORE_TRAIN, **versions):
+    return PatchContext(BACKEND, {"unitlib": version, **versions}, model, hardware, accelerator, phase)
 
 
 def statuses(runner):
@@ -43,7 +43,7 @@ def statuses(runner):
 
 
 def test_unknown_phase_is_refused_at_registration():
-    with pytest.raises(ValueError, match="unknown phase 'before_trian'; valid: setup, before_train, after_train"):
+    with pytest.raises(ValueError, match="unknown phase 'before_trian'; valid: prepare, convert, setup, before_train, after_train"):
         register_patch("x.typo", backend=BACKEND, phase="before_trian")
 
 
@@ -54,8 +54,8 @@ def test_duplicate_id_is_refused(patches):
 
 
 def test_invalid_version_specifier_is_refused():
-    with pytest.raises(ValueError, match="invalid backend_versions"):
-        register_patch("x.badspec", backend=BACKEND, phase=Phase.SETUP, backend_versions=">>1")
+    with pytest.raises(ValueError, match=r"invalid requires\['unitlib'\] = '>>1'"):
+        register_patch("x.badspec", backend=BACKEND, phase=Phase.SETUP, requires={"unitlib": ">>1"})
 
 
 @pytest.mark.parametrize("spec,version,applies", [
@@ -67,23 +67,85 @@ def test_invalid_version_specifier_is_refused():
     ("1.2.0", "1.2.0", True),
 ])
 def test_version_filter(patches, spec, version, applies):
-    patches("v", backend_versions=spec)
+    patches("v", requires={"unitlib": spec})
     runner = PatchRunner(BACKEND)
     runner.apply(Phase.BEFORE_TRAIN, ctx(version=version))
     assert (patches.calls == ["v"]) == applies
+    constraint = runner.outcomes[0].requires["unitlib"]["constraint"]
+    assert runner.outcomes[0].requires == {"unitlib": {"installed": version, "constraint": constraint}}
     if not applies:
-        assert statuses(runner)["v"] == ("skipped", f"backend version {version} not in {runner.outcomes[0].reason.split(' not in ')[1]}")
+        assert statuses(runner)["v"] == ("skipped", f"unitlib {version} not in {constraint}")
 
 
 @pytest.mark.parametrize("version", [None, "nightly-abc"])
-def test_unknown_backend_version_is_reported_not_silent(patches, version):
-    patches("needs_version", backend_versions=">=1.0")
+def test_unknown_library_version_is_reported_not_silent(patches, version):
+    patches("needs_version", requires={"unitlib": ">=1.0"})
     patches("any_version")
     runner = PatchRunner(BACKEND)
     runner.apply(Phase.BEFORE_TRAIN, ctx(version=version))
     status, reason = statuses(runner)["needs_version"]
     assert status == "skipped" and "cannot check >=1.0" in reason
     assert patches.calls == ["any_version"]
+
+
+def test_each_library_constraint_is_checked_and_reported(patches):
+    """Libraries the adapter reports are taken from ctx.versions; any other from the installed packages."""
+    from importlib.metadata import version
+
+    patches("both", requires={"unitlib": ">=1.0,<2", "packaging": ">=20"})
+    patches("old_helper", requires={"unitlib": ">=1.0", "otherlib": "<1"})
+    patches("absent", requires={"no-such-dist-xyz": ">=1"})
+    runner = PatchRunner(BACKEND)
+    runner.apply(Phase.BEFORE_TRAIN, ctx(otherlib="1.5"))
+    assert patches.calls == ["both"]
+    reasons = statuses(runner)
+    assert reasons["old_helper"] == ("skipped", "otherlib 1.5 not in <1")
+    assert reasons["absent"] == ("skipped", "no-such-dist-xyz not installed: cannot check >=1")
+    both = next(o for o in runner.outcomes if o.id == "both")
+    assert both.requires["packaging"] == {"installed": version("packaging"), "constraint": ">=20"}
+    report = runner.report()
+    assert report["versions"] == {"unitlib": "1.2.0", "otherlib": "1.5"}
+    saved = {entry["id"]: entry for entry in report["patches"]}
+    assert saved["both"]["requires"]["unitlib"] == {"installed": "1.2.0", "constraint": "<2,>=1.0"}
+
+
+def test_the_context_carries_typed_attributes(patches):
+    seen = []
+    register_patch("typed", backend=BACKEND, phase=Phase.CONVERT)(lambda c: seen.append(c.backend_config))
+    try:
+        PatchRunner(BACKEND).apply(Phase.CONVERT, PatchContext(BACKEND, {}, "m", "cpu", "cpu", Phase.CONVERT,
+                                                               backend_config={"lr": 1}))
+    finally:
+        unregister_patch("typed")
+    assert seen == [{"lr": 1}]
+
+
+def test_a_patch_package_imports_every_submodule(tmp_path, monkeypatch):
+    """BackendAdapter.patch_modules may name a package: one topic per file, all registered."""
+    from framework.core.adapter import BackendAdapter
+    from framework.core.patches import registered_patches
+
+    package = tmp_path / "unit_patch_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for topic in ("devices", "numerics"):
+        (package / f"{topic}.py").write_text(
+            "from framework.core.patches import register_patch\n"
+            f"register_patch('pkg.{topic}', backend='pkg', phase='setup')(lambda ctx: None)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    class PackageAdapter(BackendAdapter):
+        name, trainers, patch_modules = "pkg", {}, ("unit_patch_pkg",)
+
+        def convert_config(self, cfg):
+            return cfg
+
+    try:
+        PackageAdapter().load_patches()
+        assert sorted(p.id for p in registered_patches("pkg")) == ["pkg.devices", "pkg.numerics"]
+    finally:
+        for topic in ("devices", "numerics"):
+            unregister_patch(f"pkg.{topic}")
 
 
 def test_model_hardware_and_condition_filters(patches):

@@ -39,12 +39,15 @@ def test_lifecycle_order_and_records(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["metrics"] == {"loss": 1.5}
     assert summary["result"]["samples"] == 4 and summary["backend_version"] == "1.0"
+    assert summary["versions"]["recording-lib"] == "1.0" and summary["versions"]["hydra-core"].startswith("1.3")
     report = json.loads((tmp_path / "patches.json").read_text())
     assert report["counts"] == {"applied": 3, "skipped": 0, "failed": 0}
     assert OmegaConf.load(tmp_path / "overrides.yaml") == ["backend=recording"]
     assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])["loss"] == 1.5
     env = json.loads((tmp_path / "env.json").read_text())
     assert {"host", "packages", "git", "python", "accelerators"} <= set(env)
+    assert env["backend"] == {"name": "recording", "libraries": summary["versions"]}
+    assert env["distributed"]["world_size"] == 1
 
 
 @pytest.mark.parametrize("stage", ["setup", "init", "run_train"])
@@ -66,7 +69,9 @@ def test_version_filter_skips_with_reason(tmp_path):
     assert "patch:before_train" not in recording_backend.CALLS
     report = json.loads((tmp_path / "patches.json").read_text())
     skipped = {p["id"]: p["reason"] for p in report["patches"] if p["status"] == "skipped"}
-    assert skipped == {"recording.before": "backend version 0.9 not in >=1.0"}
+    assert skipped == {"recording.before": "recording-lib 0.9 not in >=1.0"}
+    before = next(p for p in report["patches"] if p["id"] == "recording.before")
+    assert before["requires"]["recording-lib"] == {"installed": "0.9", "constraint": ">=1.0"}
 
 
 def test_disable_patch_from_config(tmp_path):
@@ -82,7 +87,8 @@ def test_incompatible_task_names_the_valid_ones(tmp_path):
     cfg = recording_cfg()
     cfg.task.name = "grpo"
     result = Runtime(cfg, tmp_path, []).run()
-    assert result.error == "task=grpo does not run on backend=recording; backend=recording runs task=record"
+    assert result.error == ("task=grpo does not run on backend=recording (it runs task=record); "
+                            "task=grpo runs on backend=maxtext")
     assert recording_backend.CALLS == []  # nothing started
 
 
@@ -104,3 +110,52 @@ def test_logger_rewind_drops_rows_after_the_restored_step(tmp_path):
     logger.log({"loss": 30.0}, step=3)
     logger.close()
     assert [(r["step"], r["loss"]) for r in read_metrics(tmp_path / "metrics.jsonl")] == [(1, 1.0), (2, 2.0), (3, 30.0)]
+
+
+def test_backend_name_must_match_the_adapter(tmp_path):
+    cfg = recording_cfg()
+    cfg.backend.name = "recorder"
+    result = Runtime(cfg, tmp_path, []).run()
+    assert result.error.startswith("backend.name: 'recorder' but its adapter RecordingAdapter is 'recording'")
+
+
+def test_run_context_carries_the_distributed_environment(tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(recording_backend.RecordingTrainer, "setup",
+                        lambda self: seen.update(rank=self.run.rank, local=self.run.local_rank, main=self.run.is_main,
+                                                 fingerprint=self.run.fingerprint))
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    Runtime(recording_cfg(), tmp_path, []).run()
+    assert (seen["rank"], seen["local"], seen["main"]) == (3, 1, False)
+    assert seen["fingerprint"]["seed"] == 0 and "logger" not in seen["fingerprint"]
+
+
+def test_summary_block_shows_status_key_metrics_warnings_and_run_dir(tmp_path, monkeypatch, capsys):
+    from framework.core.outcome import print_outcome
+    from framework.core.result import TrainingResult
+
+    def run_train(self):
+        return TrainingResult(success=True, metrics={"loss": 1.5, "noise": 2}, warnings=["layout does not fit"])
+
+    monkeypatch.setattr(recording_backend.RecordingTrainer, "run_train", run_train)
+    cfg = recording_cfg()
+    with open_dict(cfg):
+        cfg.task.key_metrics = ["loss", "absent"]
+    runtime = Runtime(cfg, tmp_path, [])
+    result = runtime.run()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["warnings"] == ["layout does not fit"] and summary["run_dir"] == str(tmp_path)
+    print_outcome(runtime.summary(result))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("ok: task=record backend=recording model=tiny_qwen2 hardware=cpu in ")
+    assert lines[1:] == ["  loss  1.5", "  warning: layout does not fit", f"  run dir: {tmp_path}"]
+
+
+def test_backend_name_is_derived_from_the_adapter_class():
+    from framework.core.validation import backend_tasks
+
+    for backend in backend_tasks():
+        cfg = compose_config([f"backend={backend}"])
+        assert cfg.backend.name == backend  # ${backend_name:...} reads the adapter's `name` without importing it

@@ -44,7 +44,7 @@ def run_dir(tmp_path_factory, cache_dir):
 def test_run_dir_holds_every_record_a_checkpoint_and_the_export(run_dir):
     missing = [name for name in RECORDS if not (run_dir / name).is_file()]
     assert not missing
-    assert (run_dir / "checkpoints" / "2" / "state").is_dir()
+    assert (run_dir / "checkpoints" / "step_2" / "state.safetensors").is_file()
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in (run_dir / "hf_export").iterdir()}
     assert "traceback.txt" not in os.listdir(run_dir)
 
@@ -68,7 +68,7 @@ def test_summary_is_ok_with_preflight_against_measured_step_time(run_dir):
     assert metrics["steps_completed"] == 2 and summary["result"]["samples"] == 2 * 4 * 4
     artifacts = summary["result"]["artifacts"]
     assert artifacts["hf_export"] == str(run_dir / "hf_export")
-    assert artifacts["last_checkpoint"].endswith("checkpoints/2")
+    assert artifacts["last_checkpoint"].endswith("checkpoints/step_2")
 
 
 @pytest.mark.slow
@@ -91,16 +91,16 @@ def test_model_build_and_compiled_programs_land_in_the_cache_dir(run_dir, cache_
 
 @pytest.mark.slow
 def test_hf_export_loads_in_transformers_with_the_logits_of_the_trained_params(run_dir):
-    import orbax.checkpoint as ocp
     import torch
+    from flax.traverse_util import unflatten_dict
+    from safetensors.numpy import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from framework.backends.maxtext.models import ModelConfig, Transformer, forward
 
     export = run_dir / "hf_export"
-    manager = ocp.CheckpointManager(run_dir / "checkpoints", item_names=("state", "meta"))
-    params = manager.restore(2, args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]["params"]
-    manager.close()
+    state = unflatten_dict(load_file(run_dir / "checkpoints" / "step_2" / "state.safetensors"), sep="/")
+    params = state["params"]
     tokenizer = AutoTokenizer.from_pretrained(export)
     ids = np.asarray([tokenizer("Natalia sold 48 clips in April. How many in May?")["input_ids"]], np.int32)
     jax_logits, _ = forward(Transformer(ModelConfig.from_pretrained(export)), params, ids, np.ones_like(ids))
@@ -117,12 +117,12 @@ def test_hf_export_loads_in_transformers_with_the_logits_of_the_trained_params(r
 
 def patch_context(overrides: list[str]) -> PatchContext:
     cfg = compose_config(["backend=maxtext", "task=grpo", *overrides])
-    return PatchContext("maxtext", jax.__version__, cfg.model.name, cfg.hardware.name, cfg.hardware.accelerator,
+    return PatchContext("maxtext", {"jax": jax.__version__}, cfg.model.name, cfg.hardware.name, cfg.hardware.accelerator,
                         Phase.SETUP, config=cfg)
 
 
 def test_gpu_flags_are_added_once_and_never_override_the_users(monkeypatch):
-    from framework.backends.maxtext.patches import gpu_xla_flags
+    from framework.backends.maxtext.patches.devices import gpu_xla_flags
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
     gpu_xla_flags(patch_context(["hardware=h100"]))
@@ -134,62 +134,24 @@ def test_gpu_flags_are_added_once_and_never_override_the_users(monkeypatch):
 
 
 def test_cpu_device_patch_applies_when_the_mesh_needs_more_devices():
-    from framework.backends.maxtext.patches import mesh_device_count, mesh_needs_several_devices
+    from framework.backends.maxtext.patches.devices import mesh_device_count, mesh_needs_several_devices
 
     assert not mesh_needs_several_devices(patch_context(["hardware=cpu"]))  # fsdp=-1: whatever there is
-    wide = patch_context(["hardware=cpu", "hardware.mesh.fsdp=2", "hardware.mesh.tensor=2"])
+    wide = patch_context(["hardware=cpu", "parallel.fsdp=2", "parallel.tp=2"])
     assert mesh_needs_several_devices(wide) and mesh_device_count(wide) == 4
-    assert mesh_device_count(patch_context(["hardware=cpu", "hardware.mesh.tensor=4"])) == 4
+    assert mesh_device_count(patch_context(["hardware=cpu", "parallel.tp=4"])) == 4
 
 
 @pytest.mark.slow
 def test_cpu_device_patch_splits_the_host_for_a_sharded_run(tmp_path):
     """Without XLA flags the host is one device; the patch gives the 2 x 2 mesh its 4 CPU devices."""
     proc = run_cli(["recipe=grpo_gsm8k_cpu", "grpo.steps=1", "grpo.eval.every=0", "grpo.export_hf=false",
-                    "grpo.checkpoint.every=0", "hardware.mesh.fsdp=2", "hardware.mesh.tensor=2", "progress=false",
+                    "grpo.checkpoint.every=0", "parallel.fsdp=2", "parallel.tp=2", "progress=false",
                     f"hydra.run.dir={tmp_path}"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = {p["id"]: p for p in json.loads((tmp_path / "patches.json").read_text())["patches"]}
     assert report["maxtext.cpu_host_devices"]["status"] == "applied"
     assert "mesh {'data': 1, 'fsdp': 2, 'expert': 1, 'tensor': 2} over 4 cpu device(s)" in proc.stderr
-
-
-def test_closed_loop_noise_filter_drops_only_that_error():
-    from types import SimpleNamespace
-
-    from framework.backends.maxtext.patches import is_closed_loop_noise
-
-    assert is_closed_loop_noise(SimpleNamespace(exc_value=RuntimeError("Event loop is closed")))
-    assert not is_closed_loop_noise(SimpleNamespace(exc_value=RuntimeError("disk full")))
-
-    def raised_in(filename: str) -> Exception:
-        namespace: dict = {}
-        exec(compile("def read():\n    raise Exception('Encountered error while reading array index')", filename,
-                     "exec"), namespace)
-        try:
-            namespace["read"]()
-        except Exception as error:
-            return error
-
-    orbax_error = raised_in("/site-packages/orbax/checkpoint/_src/serialization/serialization.py")
-    assert is_closed_loop_noise(SimpleNamespace(exc_value=orbax_error))
-    assert not is_closed_loop_noise(SimpleNamespace(exc_value=raised_in("/work/framework/trainers/grpo.py")))
-    assert not is_closed_loop_noise(SimpleNamespace(exc_value=ValueError("Event loop is closed")))
-
-
-def test_only_unretrieved_tensorstore_reads_are_dropped_from_asyncio():
-    import logging
-
-    from framework.backends.maxtext.patches import is_in_flight_read_noise
-
-    def record(message: str) -> logging.LogRecord:
-        return logging.LogRecord("asyncio", logging.ERROR, __file__, 1, message, None, None)
-
-    noise = ("Future exception was never retrieved\nfuture: <Future finished exception=ValueError('FAILED_PRECONDITION: "
-             "Error reading \"params.x\" in OCDBT database at local file \"/ckpt/4/state/\"')>")
-    assert is_in_flight_read_noise(record(noise))
-    assert not is_in_flight_read_noise(record("Future exception was never retrieved\nfuture: <Future ValueError('x')>"))
-    assert not is_in_flight_read_noise(record("Task was destroyed but it is pending!"))
 
 
 # ---- the GPU benchmarks, checked on tiny shapes ----------------------------------------------------
@@ -215,13 +177,17 @@ def test_benchmark_runs_on_tiny_shapes_and_prints_its_json(module):
 
 
 BAD_GRPO_INPUTS = [
-    (["backend=maxtext", "task=grpo", "model=tiny_qwen2", "hardware=cpu"],
-     "data=none: task=grpo needs a data set; choose data=gsm8k, gsm8k_local, gsm8k_sample or arithmetic"),
+    (["backend=maxtext", "task=grpo", "model=tiny_qwen2", "hardware=cpu", "data=none"],
+     "data=none: task=grpo needs a math (question/answer) data set, got no data set; choose data=arithmetic, "
+     "data=gsm8k, data=gsm8k_local, data=gsm8k_sample"),
     (["recipe=grpo_gsm8k_cpu", "grpo.micro_batch_size=5"],
      "grpo.micro_batch_size: 5 must divide prompts_per_step x num_generations = 16"),
-    (["recipe=grpo_gsm8k_cpu", "+grpo.rewards.speed=1.0"], "grpo.rewards: ['speed']; give {name: weight}"),
+    (["recipe=grpo_gsm8k_cpu", "+grpo.rewards.speed=1.0"], "grpo.rewards: speed is not a reward; give {name: weight} with names from correctness, format, tag_count"),
     (["recipe=grpo_gsm8k_cpu", "grpo.temperature=0"], "grpo.temperature: 0 must be > 0"),
-    (["recipe=grpo_gsm8k_cpu", "hardware.mesh.tensor=-1"], "hardware.mesh: only one axis may be -1"),
+    (["recipe=grpo_gsm8k_cpu", "parallel.tp=-1"], "parallel: only one axis may be -1, got fsdp, tp"),
+    (["recipe=grpo_gsm8k_cpu", "parallel.pp=2"], "parallel.pp: 2; backend=maxtext has no pipeline parallelism"),
+    (["recipe=grpo_gsm8k_cpu", "grpo.advantage_estimator=ppo"],
+     "grpo.advantage_estimator: unknown advantage estimator 'ppo'; valid: grpo, reinforce, rloo"),
 ]
 
 

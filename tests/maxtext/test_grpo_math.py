@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from framework.core.errors import ConfigError
-from framework.backends.maxtext.grpo.advantages import ADVANTAGE_ESTIMATORS, compute_advantages
+from framework.rl.advantages import ADVANTAGE_ESTIMATORS, compute_advantages
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
@@ -63,7 +63,7 @@ def test_advantages_are_float32_and_keep_the_order():
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: compute_advantages(REWARDS, 4, "ppo"), str(sorted(ADVANTAGE_ESTIMATORS))),
+        (lambda: compute_advantages(REWARDS, 4, "ppo"), ", ".join(sorted(ADVANTAGE_ESTIMATORS))),
         (lambda: compute_advantages(REWARDS, 3, "grpo"), "divisible by num_generations"),
         (lambda: compute_advantages([1.0, 2.0], 1, "grpo"), "num_generations >= 2"),
         (lambda: compute_advantages(REWARDS, 4, "rloo", scale_by_std=False), "do not apply to 'rloo'"),

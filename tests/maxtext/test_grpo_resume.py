@@ -64,8 +64,11 @@ def test_resume_is_recorded_and_checkpoints_rotate(runs):
     _, resumed = runs
     summary = json.loads((resumed / "summary.json").read_text())
     assert summary["metrics"]["resumed_from_step"] == 2
-    assert summary["result"]["artifacts"]["last_checkpoint"] == str((resumed / "checkpoints" / "4").resolve())
-    assert sorted(p.name for p in (resumed / "checkpoints").iterdir() if p.name.isdigit()) == ["2", "4"]
+    assert summary["result"]["artifacts"]["last_checkpoint"] == str(resumed / "checkpoints" / "step_4")
+    assert sorted(p.name for p in (resumed / "checkpoints").iterdir()) == ["step_2", "step_4"]
+    segments = [json.loads(line) for line in (resumed / "segments.jsonl").read_text().splitlines()]
+    assert [(s["resumed_from_step"], s["overrides"][-1]) for s in segments] == [
+        (None, "grpo.steps=2"), (2, "grpo.steps=4")]
 
 
 def one_error_line(proc) -> str:
@@ -75,19 +78,31 @@ def one_error_line(proc) -> str:
     return errors[0]
 
 
-def test_damaged_checkpoint_is_one_checkpoint_error(runs, tmp_path):
-    run_dir = tmp_path / "damaged"
+def test_a_flipped_bit_falls_back_to_the_previous_checkpoint(runs, tmp_path):
+    """A changed byte in the latest checkpoint's arrays is caught by the manifest's checksum: the run
+    resumes from the checkpoint before it, with a warning, and logs the same metrics as the straight run."""
+    run_dir = tmp_path / "flipped"
     shutil.copytree(runs[1], run_dir)
-    shutil.rmtree(run_dir / "checkpoints" / "4" / "state" / "ocdbt.process_0")  # the latest arrays
-    line = one_error_line(run(run_dir, "grpo.steps=6"))
-    assert f"{run_dir}/checkpoints/4: cannot restore state" in line
+    data = run_dir / "checkpoints" / "step_4" / "state.safetensors"
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    data.write_bytes(bytes(raw))
+    proc = run(run_dir, "grpo.steps=4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"skipping damaged checkpoint: {data}: checksum mismatch" in proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["metrics"]["resumed_from_step"] == 2
+    straight, again = (read_metrics(d / "metrics.jsonl") for d in (runs[0], run_dir))
+    assert [deterministic(r) for r in straight] == [deterministic(r) for r in again]
 
 
-def test_checkpoint_of_another_model_is_refused(runs, tmp_path):
+def test_a_changed_setting_is_refused_before_any_record_is_touched(runs, tmp_path):
     run_dir = tmp_path / "other_model"
     shutil.copytree(runs[1], run_dir)
+    before = {name: (run_dir / name).read_bytes() for name in ("config.yaml", "summary.json", "metrics.jsonl")}
     line = one_error_line(run(run_dir, "grpo.steps=6", "model.hf_config.intermediate_size=96"))
-    assert "saved by a different run setup: model.intermediate_size (saved 128, now 96)" in line
+    assert "saved by a different setup: model.hf_config.intermediate_size (saved 128, now 96)" in line
+    assert before == {name: (run_dir / name).read_bytes() for name in before}
 
 
 def test_a_fresh_start_never_overwrites_checkpoints(runs, tmp_path):
@@ -95,3 +110,12 @@ def test_a_fresh_start_never_overwrites_checkpoints(runs, tmp_path):
     shutil.copytree(runs[1], run_dir)
     line = one_error_line(run(run_dir, "grpo.steps=6", "grpo.checkpoint.resume=false"))
     assert "holds checkpoints (latest: step 4) and grpo.checkpoint.resume=false" in line
+    assert "grpo.checkpoint.resume=true, or start in a new run dir" in line
+
+
+def test_resume_conformance_kill_9(tmp_path):
+    """kill -9 right after the step-2 checkpoint is published, rerun: the same final checkpoint, byte for byte."""
+    from tests.conformance import check_kill_resume
+
+    check_kill_resume(tmp_path, ["recipe=grpo_arithmetic_cpu", "grpo.steps=4", "grpo.checkpoint.every=2",
+                                 "grpo.max_new_tokens=2"], kill_after_checkpoint=2)

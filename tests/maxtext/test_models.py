@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from framework.backends.maxtext.checkpoint_io import hf_tensor_name, hf_to_flax, load_hf_params, save_hf_checkpoint
-from framework.backends.maxtext.models import (KVCache, ModelConfig, Transformer, abstract_params, forward,
-                                               token_log_probs)
+from framework.backends.maxtext.models import KVCache, ModelConfig, Transformer, abstract_params, forward
 from framework.backends.maxtext.models.transformer import positions_from_mask, rope_inverse_frequencies
+from framework.backends.maxtext.trainers.update import completion_log_probs
 from framework.core.errors import CheckpointError, ConfigError, DataError
 from tests.maxtext.tiny_checkpoints import load_tiny, model_cfg
 
@@ -75,13 +75,13 @@ def test_cached_decoding_matches_full_forward(qwen3):
     np.testing.assert_allclose(cached[real], np.asarray(full)[real], atol=1e-5)
 
 
-def test_token_log_probs_match_transformers(tiny):
+def test_chunked_log_probs_match_transformers(tiny):
     model = Transformer(tiny["config"])
     ids, mask = padded_batch(seed=2)
     temperature = 0.7
     # chunk_size 4 does not divide the 9 target positions: exercises the padded last chunk.
-    log_probs = jax.jit(lambda p: token_log_probs(model, p, ids, mask, temperature=temperature, chunk_size=4))(
-        tiny["params"])
+    log_probs = jax.jit(lambda p: completion_log_probs(model, p, ids, mask, ids.shape[1] - 1, temperature=temperature,
+                                                       chunk_size=4)[0])(tiny["params"])
     ref_logits = torch.tensor(hf_logits(tiny["hf"], ids, mask)[:, :-1]) / temperature
     reference = torch.log_softmax(ref_logits, -1).gather(-1, torch.tensor(ids[:, 1:, None]))[..., 0].numpy()
     real = (mask[:, :-1] * mask[:, 1:]).astype(bool)
@@ -98,7 +98,8 @@ def test_chunked_log_prob_gradients_match_torch(qwen3):
     real = mask[:, :-1] * mask[:, 1:]
 
     def total(params):
-        return jnp.sum(token_log_probs(model, params, ids, mask, chunk_size=4) * real)
+        log_probs, _ = completion_log_probs(model, params, ids, mask, ids.shape[1] - 1, temperature=1.0, chunk_size=4)
+        return jnp.sum(log_probs * real)
 
     grads = jax.jit(jax.grad(total))(tiny["params"])
     hf = tiny["hf"]

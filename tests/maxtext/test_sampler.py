@@ -53,13 +53,9 @@ def test_padding_never_leaks_into_attention(qwen2):
     # Row 0 has 12 pad tokens; transformers sees the same prompt with none.
     with torch.no_grad():
         alone = qwen2["hf"].generate(input_ids=torch.tensor([prompts[0]]), do_sample=False, max_new_tokens=12,
-                                     eos_token_id=[EOS], pad_token_id=PAD, output_scores=True,
-                                     return_dict_in_generate=True)
+                                     eos_token_id=[EOS], pad_token_id=PAD, return_dict_in_generate=True)
     expected = alone.sequences[0, 4:].numpy()
     np.testing.assert_array_equal(np.asarray(batched.completion_ids)[0, :len(expected)], expected)
-    hf_log_probs = torch.log_softmax(torch.stack(alone.scores)[:, 0], -1).gather(
-        -1, torch.tensor(expected)[:, None])[:, 0].numpy()
-    np.testing.assert_allclose(np.asarray(batched.log_probs)[0, :len(expected)], hf_log_probs, atol=1e-4)
     # Different pad values must not matter either.
     other_pad = Sampler(Transformer(qwen2["config"]), eos_token_ids=[EOS], pad_token_id=7, prompt_bucket=8)
     np.testing.assert_array_equal(
@@ -80,7 +76,6 @@ def test_stops_at_eos_per_sequence_and_pads(qwen2):
     np.testing.assert_array_equal(ids[0, :stop_step + 1], free[0, :stop_step + 1])
     assert (ids[0, stop_step + 1:] == PAD).all()
     assert mask[0].tolist() == [1] * (stop_step + 1) + [0] * (11 - stop_step)
-    assert (np.asarray(out.log_probs)[0, stop_step + 1:] == 0).all()
     expected = hf_greedy(qwen2["hf"], sampler, prompts, GREEDY.max_new_tokens, [EOS, stop_token])
     np.testing.assert_array_equal(ids[:, :expected.shape[1]], expected)
     for row in (1, 2):
@@ -102,9 +97,8 @@ def test_samples_are_grouped_per_prompt_and_seeded(qwen2):
     assert not np.array_equal(completions, np.asarray(other.completion_ids))
 
 
-def test_sampled_tokens_obey_top_k_top_p_and_carry_model_log_probs(qwen2):
-    """Every sampled token is among the top-k, and inside the top-p nucleus, of its step's logits; its
-    log-prob is log_softmax(logits / temperature) of the model (what GRPO's old log-probs need)."""
+def test_sampled_tokens_obey_top_k_top_p(qwen2):
+    """Every sampled token is among the top-k, and inside the top-p nucleus, of its step's logits."""
     top_k, top_p, temperature = SAMPLED.top_k, SAMPLED.top_p, SAMPLED.temperature
     out = qwen2["sampler"].generate(qwen2["params"], prompts_of_lengths(5, 10, 3, seed=8), jax.random.key(5), SAMPLED)
     assert out.completion_ids.shape == (9, 10) and out.prompt_ids.shape == (9, 16)
@@ -115,12 +109,6 @@ def test_sampled_tokens_obey_top_k_top_p_and_carry_model_log_probs(qwen2):
     step_logits = np.asarray(logits)[:, 15:-1] / temperature  # the logits that chose each completion token
     sampled = np.asarray(out.completion_mask).astype(bool)  # pads after EOS were not sampled
     tokens = np.asarray(out.completion_ids)
-
-    shifted = step_logits - step_logits.max(-1, keepdims=True)
-    log_softmax = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
-    expected = np.take_along_axis(log_softmax, tokens[..., None], -1)[..., 0]
-    np.testing.assert_allclose(np.asarray(out.log_probs)[sampled], expected[sampled], atol=1e-4)
-    assert (np.asarray(out.log_probs)[~sampled] == 0).all()
 
     order = np.argsort(-step_logits, axis=-1)
     rank = np.argmax(order == tokens[..., None], axis=-1)

@@ -15,35 +15,43 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-SHARDED_MESH = {"data": 1, "fsdp": 4, "tensor": 2, "expert": 1}
+SHARDED_LAYOUT = {"dp": 1, "fsdp": 4, "tp": 2, "pp": 1, "ep": 1, "cp": 1}
 
 
-def test_mesh_shape_resolves_minus_one_and_rejects_mismatches():
-    from framework.backends.maxtext.sharding import resolve_mesh_shape
+def layout(**axes) -> "ParallelConfig":
+    from framework.core.parallel import ParallelConfig
+
+    return ParallelConfig(**{"dp": 1, "fsdp": 1, "tp": 1, "pp": 1, "ep": 1, "cp": 1, **axes})
+
+
+def test_mesh_shape_maps_the_parallel_layout_and_rejects_mismatches():
+    from framework.backends.maxtext.sharding import mesh_shape
     from framework.core.errors import ConfigError
 
-    assert resolve_mesh_shape({"data": 1, "fsdp": -1, "tensor": 2, "expert": 1}, 8) == \
-        {"data": 1, "fsdp": 4, "expert": 1, "tensor": 2}
-    assert resolve_mesh_shape({"tensor": 2}, 2) == {"data": 1, "fsdp": 1, "expert": 1, "tensor": 2}
-    with pytest.raises(ConfigError, match=r"hardware.mesh: .* 6 devices but there are 8"):
-        resolve_mesh_shape({"data": 1, "fsdp": 3, "tensor": 2, "expert": 1}, 8)
-    with pytest.raises(ConfigError, match="does not divide the 8 devices"):
-        resolve_mesh_shape({"fsdp": -1, "tensor": 3}, 8)
+    assert mesh_shape(layout(fsdp=-1, tp=2), 8) == {"data": 1, "fsdp": 4, "expert": 1, "tensor": 2}
+    assert mesh_shape(layout(dp=2, fsdp=-1, ep=2), 8) == {"data": 2, "fsdp": 2, "expert": 2, "tensor": 1}
+    with pytest.raises(ConfigError, match=r"parallel: .* uses 6 devices, but 8 are there"):
+        mesh_shape(layout(fsdp=3, tp=2), 8)
+    with pytest.raises(ConfigError, match="8 devices do not split"):
+        mesh_shape(layout(fsdp=-1, tp=3), 8)
     with pytest.raises(ConfigError, match="only one axis may be -1"):
-        resolve_mesh_shape({"data": -1, "fsdp": -1}, 8)
-    with pytest.raises(ConfigError, match=r"unknown axes \['pipeline'\]"):
-        resolve_mesh_shape({"pipeline": 2}, 8)
-    with pytest.raises(ConfigError, match="hardware.mesh.tensor"):
-        resolve_mesh_shape({"tensor": 0}, 8)
+        mesh_shape(layout(dp=-1, fsdp=-1), 8)
+    with pytest.raises(ConfigError, match="parallel.pp: 2; backend=maxtext has no pipeline parallelism"):
+        mesh_shape(layout(fsdp=-1, pp=2), 8)
+    with pytest.raises(ConfigError, match="parallel.cp: 2; backend=maxtext has no context parallelism"):
+        mesh_shape(layout(fsdp=-1, cp=2), 8)
+    with pytest.raises(ConfigError, match="parallel.ep: 4 must divide parallel.fsdp=2"):
+        mesh_shape(layout(dp=4, fsdp=-1, ep=4), 8)
 
 
-def test_every_hardware_group_mesh_resolves():
-    from framework.backends.maxtext.sharding import resolve_mesh_shape
+def test_every_hardware_file_layout_resolves():
+    from framework.backends.maxtext.sharding import mesh_shape
+    from framework.core.parallel import ParallelConfig
 
     for path in sorted((REPO / "conf" / "hardware").glob("*.yaml")):
-        hardware = yaml.safe_load(path.read_text())
-        devices = hardware["devices_per_node"] * hardware["nodes"]
-        assert math.prod(resolve_mesh_shape(hardware["mesh"], devices).values()) == devices, path.name
+        node = yaml.safe_load(path.read_text())
+        devices = node["hardware"]["devices_per_node"] * node["hardware"]["nodes"]
+        assert math.prod(mesh_shape(ParallelConfig(**node["parallel"]), devices).values()) == devices, path.name
 
 
 def test_rules_overrides_and_specs():
@@ -73,8 +81,10 @@ def test_single_device_mesh_from_the_cpu_hardware_group():
 
     from framework.backends.maxtext.sharding import build_mesh
 
-    hardware = yaml.safe_load((REPO / "conf" / "hardware" / "cpu.yaml").read_text())
-    mesh = build_mesh(hardware["mesh"], devices=jax.devices()[:1])
+    from framework.core.parallel import ParallelConfig
+
+    node = yaml.safe_load((REPO / "conf" / "hardware" / "cpu.yaml").read_text())
+    mesh = build_mesh(ParallelConfig(**node["parallel"]), devices=jax.devices()[:1])
     assert dict(mesh.shape) == {"data": 1, "fsdp": 1, "expert": 1, "tensor": 1}
 
 
@@ -121,9 +131,11 @@ def _sharded_checks(model_dir: str) -> dict:
     from framework.backends.maxtext.sampler import Sampler, SamplingParams
     from framework.backends.maxtext.sharding import build_mesh, logical_axis_rules
 
+    from framework.core.parallel import ParallelConfig
+
     tpu = yaml.safe_load((REPO / "conf" / "hardware" / "tpu_v5p.yaml").read_text())
     config = ModelConfig.from_pretrained(model_dir)
-    mesh, rules = build_mesh(SHARDED_MESH), logical_axis_rules()
+    mesh, rules = build_mesh(ParallelConfig(**SHARDED_LAYOUT)), logical_axis_rules()
     sharded = load_hf_params(model_dir, config, mesh, rules)
     unsharded = load_hf_params(model_dir, config)
     flat_sharded = {"/".join(k.key for k in path): leaf
@@ -156,7 +168,7 @@ def _sharded_checks(model_dir: str) -> dict:
     completion_mask = np.asarray(sampled.completion_mask).astype(bool)
     return {
         "devices": len(jax.devices()),
-        "tpu_v5p_mesh": dict(build_mesh(tpu["mesh"]).shape),
+        "tpu_v5p_mesh": dict(build_mesh(ParallelConfig(**tpu["parallel"])).shape),
         "specs": {name: list(leaf.sharding.spec) + [None] * (leaf.ndim - len(leaf.sharding.spec))
                   for name, leaf in flat_sharded.items()},
         "shard_shapes": {name: list(leaf.addressable_shards[0].data.shape) for name, leaf in flat_sharded.items()},

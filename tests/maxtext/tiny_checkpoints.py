@@ -6,9 +6,10 @@ from pathlib import Path
 
 import yaml
 
+from framework.core.paths import CONF_DIR
 from framework.models.tiny import build_tiny_model
 
-CONF_MODEL = Path(__file__).resolve().parents[2] / "conf" / "model"
+CONF_MODEL = CONF_DIR / "model"
 
 
 def model_cfg(name: str) -> dict:

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import yaml
 
+from sims.hardware import read_hardware_file
+
 REPO = Path(__file__).resolve().parents[2]
 MODELS = (
     "qwen3_30b_a3b",
@@ -21,4 +23,4 @@ def model_config(name: str) -> dict:
 
 
 def hardware(name: str, **overrides) -> dict:
-    return {**yaml.safe_load((REPO / f"conf/hardware/{name}.yaml").read_text()), **overrides}
+    return {**read_hardware_file(REPO / f"conf/hardware/{name}.yaml"), **overrides}

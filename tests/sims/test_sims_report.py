@@ -28,13 +28,13 @@ def sweep_rows():
         summary = simulate(
             cfg, hw, {"tp": tp, "ep": ep}, {"mode": "decode", "batch": 64, "context_len": 32768}
         ).summary()
-        rows.append({"sim.tp": str(tp), "sim.ep": str(ep), "sim.pp": "1", **{k: str(v) for k, v in summary.items()}})
+        rows.append({"parallel.tp": str(tp), "parallel.ep": str(ep), "parallel.pp": "1", **{k: str(v) for k, v in summary.items()}})
     return rows
 
 
 def test_plot_sweep_marks_invalid_and_oversized_layouts(tmp_path):
     rows = sweep_rows()
     assert rows[-1]["status"] == "invalid" and rows[0]["fits"] == "False"  # tp=3; tp=1 runs out of memory
-    out = plot_sweep(rows, tmp_path / "sweep.png")
+    out = plot_sweep(rows, tmp_path / "sweep.png", ["parallel.tp", "parallel.ep"])
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000

@@ -9,18 +9,22 @@ import importlib
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from framework.backends.maxtext.config import DataSpec, GRPOConfig, GRPOTask, build, check_grpo_values
+from framework.backends.maxtext.config import GRPOConfig
 from framework.core.adapter import BackendAdapter
+from framework.core.build import build
+from framework.core.distributed import DistEnv, detect
 from framework.core.errors import BackendError, ConfigError
+from framework.core.hardware import require_accelerator
+from framework.core.parallel import ParallelConfig
 from framework.core.plain import to_plain
+from framework.tasks.grpo import GRPOTask, check_grpo_values
 
 log = logging.getLogger(__name__)
 
-REQUIRED_MODULES = {"jax": "jax", "flax": "flax", "optax": "optax", "orbax.checkpoint": "orbax-checkpoint"}
+REQUIRED_MODULES = {"jax": "jax", "flax": "flax", "optax": "optax", "safetensors": "safetensors"}
 # hardware.accelerator -> JAX platform name
 JAX_PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "tpu": "tpu"}  # "gpu": CUDA or ROCm, see gpu_platform()
 
@@ -28,6 +32,7 @@ JAX_PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "tpu": "tpu"}  # "gpu": CUDA or ROC
 class MaxTextAdapter(BackendAdapter):
     name = "maxtext"
     trainers = {"grpo": "framework.backends.maxtext.trainers.grpo:GRPOTrainer"}
+    libraries = ("jax", "jaxlib", "flax", "optax", "safetensors")
     patch_modules = ("framework.backends.maxtext.patches",)
 
     def __init__(self, logical_axis_rules: dict, cache_dir: str):
@@ -42,27 +47,30 @@ class MaxTextAdapter(BackendAdapter):
         if accelerator not in JAX_PLATFORMS:
             raise ConfigError(f"hardware.accelerator: {accelerator!r} has no JAX platform; backend=maxtext runs on "
                               f"{', '.join(JAX_PLATFORMS)}")
+        if not os.environ.get("JAX_PLATFORMS"):  # the user's JAX_PLATFORMS=cpu runs a GPU/TPU recipe on CPU
+            require_accelerator(cfg.hardware)
         platform = JAX_PLATFORMS[accelerator]
         set_jax_platform(gpu_platform() if platform == "gpu" else platform)
-
-    def detect_backend_version(self) -> str:
-        import jax
-
-        return jax.__version__
+        initialize_distributed(detect(), int(cfg.hardware.nodes))
 
     def convert_config(self, cfg: DictConfig) -> GRPOConfig:
+        from framework.backends.maxtext.sharding import check_supported
+        from framework.data import check_data, data_spec
         from framework.models.tiny import resolve_model_dir
 
-        if cfg.task.name != "grpo":
-            raise ConfigError(f"task={cfg.task.name} does not run on backend=maxtext; it runs: grpo")
-        task = build(GRPOTask, _container(cfg.grpo), "grpo")
+        task = build(GRPOTask, cfg.grpo, "grpo")
         check_grpo_values(task)
-        data = _data_spec(cfg)
-        model = _container(cfg.model)
+        parallel = build(ParallelConfig, cfg.parallel, "parallel")
+        check_supported(parallel)
+        data = data_spec(cfg.data, "grpo")
+        if data.source != "hub":
+            check_data(data)  # files: before any model is built or downloaded
+        model_source = resolve_model_dir(to_plain(cfg.model), Path(self.cache_dir) / "models")
+        if data.source == "hub":
+            check_data(data)  # after the model: offline, the model's one line names every way out first
         return GRPOConfig(
-            task=task, data=data, model_name=cfg.model.name,
-            model_source=resolve_model_dir(model, Path(self.cache_dir) / "models"),
-            hardware=_container(cfg.hardware), mesh=_container(cfg.hardware.mesh),
+            task=task, data=data, model_name=cfg.model.name, model_source=model_source,
+            hardware=to_plain(cfg.hardware), parallel=parallel,
             logical_axis_rules=self.logical_axis_rules, cache_dir=self.cache_dir, seed=int(cfg.seed))
 
 
@@ -88,17 +96,15 @@ def set_jax_platform(platform: str) -> None:
     jax.config.update("jax_platforms", platform)  # jax read the variable at import, maybe before we set it
 
 
-def _data_spec(cfg: DictConfig) -> DataSpec:
-    data = _container(cfg.data)
-    if data.get("name") == "none" or "source" not in data:
-        raise ConfigError(f"data={data.get('name')}: task=grpo needs a data set; choose data=gsm8k, gsm8k_local, "
-                          f"gsm8k_sample or arithmetic")
-    spec = build(DataSpec, data, "data")
-    if spec.source in ("hub", "local") and not spec.path:
-        raise ConfigError(f"data.path: source={spec.source} needs a path (a hub dataset id or a local folder)")
-    if (spec.source == "synthetic") != (spec.arithmetic is not None):
-        raise ConfigError("data.arithmetic: set it (a mapping) exactly when data.source=synthetic, else null")
-    return spec
+def initialize_distributed(env: DistEnv, nodes: int) -> None:
+    """One JAX process per rank: the coordinator, world size and rank come from the launcher's
+    environment; a multi-host TPU slice without one (nodes > 1) lets JAX find its own coordinates."""
+    import jax
+
+    if env.is_distributed:
+        jax.distributed.initialize(env.coordinator, env.world_size, env.rank)
+    elif nodes > 1:
+        jax.distributed.initialize()
 
 
 def _importable(module: str) -> bool:
@@ -107,9 +113,3 @@ def _importable(module: str) -> bool:
     except ImportError:
         return False
     return True
-
-
-def _container(node: Any) -> Any:
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
-
-

@@ -21,7 +21,7 @@ import numpy as np
 from flax import linen as nn
 from jax.sharding import Mesh
 
-from framework.backends.maxtext.models.config import DTYPES, ModelConfig
+from framework.backends.maxtext.models.config import ModelConfig
 from framework.backends.maxtext.models.transformer import Transformer, abstract_params
 from framework.backends.maxtext.sharding import DEFAULT_RULES, LogicalRules, named_sharding
 from framework.core.errors import CheckpointError, ConfigError, DataError
@@ -123,7 +123,7 @@ def save_hf_checkpoint(params: dict[str, Any], config: ModelConfig, tokenizer_di
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    dtype = DTYPES.get(dtype or config.param_dtype, dtype)
+    dtype = dtype or config.param_dtype
     target_dtype = _numpy_dtype(dtype)
     boxed = abstract_params(Transformer(config))
     tensors: dict[str, np.ndarray] = {}
@@ -158,9 +158,9 @@ def _save_tokenizer(tokenizer_dir_or_obj: Any, out_dir: Path) -> None:
 
 
 def _numpy_dtype(name: str) -> np.dtype:
-    if DTYPES.get(name) not in _NUMPY_DTYPES:
-        raise ConfigError(f"checkpoint dtype: {name!r} is not one of {sorted(DTYPES)}")
-    return _NUMPY_DTYPES[DTYPES[name]]
+    if name not in _NUMPY_DTYPES:
+        raise ConfigError(f"checkpoint dtype: {name!r} is not one of {', '.join(_NUMPY_DTYPES)}")
+    return _NUMPY_DTYPES[name]
 
 
 def _map_with_path(fn, boxed: Any) -> Any:

@@ -56,16 +56,13 @@ class SampleOutput:
 
     prompt_ids/prompt_mask: [N, P] left-padded prompts (P = bucketed prompt length).
     completion_ids: [N, max_new_tokens], pad after EOS. completion_mask: 1 up to and including EOS.
-    log_probs: [N, max_new_tokens] float32 log-probability of each sampled token under
-    softmax(logits / temperature) (plain softmax when greedy), before top-k/top-p filtering, i.e.
-    the quantity token_log_probs(temperature=...) recomputes; 0 where completion_mask is 0.
+    (No log-probs: the update recomputes them under the training program, where they are needed.)
     """
 
     prompt_ids: Array
     prompt_mask: Array
     completion_ids: Array
     completion_mask: Array
-    log_probs: Array
 
 
 class Sampler:
@@ -142,11 +139,10 @@ def _generate(model: Transformer, params: Any, prompt_ids: Array, prompt_mask: A
     last_logits = jnp.repeat(last_logits, n, axis=0)
     next_position = jnp.repeat(positions[:, -1] + 1, n)
     rng, step_rng = jax.random.split(rng)
-    first_token, first_log_prob = _sample(last_logits, step_rng, sampling)
+    first_token = _sample(last_logits, step_rng, sampling)
 
     rows = batch * n
     tokens = jnp.full((rows, max_new), pad, jnp.int32).at[:, 0].set(first_token)
-    log_probs = jnp.zeros((rows, max_new), jnp.float32).at[:, 0].set(first_log_prob)
     done = jnp.isin(first_token, eos)
     one = jnp.ones((rows, 1), jnp.int32)
 
@@ -155,24 +151,22 @@ def _generate(model: Transformer, params: Any, prompt_ids: Array, prompt_mask: A
         return (step < max_new) & ~jnp.all(done)
 
     def decode_step(state: tuple) -> tuple:
-        step, token, done, position, cache, tokens, log_probs, rng = state
+        step, token, done, position, cache, tokens, rng = state
         logits, cache = model.apply(variables, token[:, None], position[:, None], one, cache)
         rng, step_rng = jax.random.split(rng)
-        token, log_prob = _sample(logits[:, 0], step_rng, sampling)
+        token = _sample(logits[:, 0], step_rng, sampling)
         token = jnp.where(done, pad, token)
         tokens = jax.lax.dynamic_update_slice(tokens, token[:, None], (0, step))
-        log_probs = jax.lax.dynamic_update_slice(log_probs, jnp.where(done, 0.0, log_prob)[:, None], (0, step))
         done = done | jnp.isin(token, eos)
-        return step + 1, token, done, position + 1, cache, tokens, log_probs, rng
+        return step + 1, token, done, position + 1, cache, tokens, rng
 
-    state = (jnp.int32(1), first_token, done, next_position, cache, tokens, log_probs, rng)
-    _, _, _, _, _, tokens, log_probs, _ = jax.lax.while_loop(not_finished, decode_step, state)
+    state = (jnp.int32(1), first_token, done, next_position, cache, tokens, rng)
+    _, _, _, _, _, tokens, _ = jax.lax.while_loop(not_finished, decode_step, state)
 
     completion_mask = _through_first_eos(tokens, eos)
     return SampleOutput(
         prompt_ids=jnp.repeat(prompt_ids, n, axis=0), prompt_mask=jnp.repeat(prompt_mask, n, axis=0),
-        completion_ids=tokens, completion_mask=completion_mask,
-        log_probs=jnp.where(completion_mask.astype(bool), log_probs, 0.0))
+        completion_ids=tokens, completion_mask=completion_mask)
 
 
 def _through_first_eos(tokens: Array, eos: Array) -> Array:
@@ -182,16 +176,14 @@ def _through_first_eos(tokens: Array, eos: Array) -> Array:
     return (eos_before == 0).astype(jnp.int32)
 
 
-def _sample(logits: Array, rng: Array, sampling: SamplingParams) -> tuple[Array, Array]:
-    """Next token per row and its log-probability (see SampleOutput.log_probs)."""
+def _sample(logits: Array, rng: Array, sampling: SamplingParams) -> Array:
+    """Next token per row: greedy, or from softmax(logits / temperature) after top-k/top-p filtering."""
     logits = logits.astype(jnp.float32)
     if sampling.temperature == 0.0:
-        token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-        return token, _log_prob_of(logits, token)
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
     scaled = logits / sampling.temperature
     if sampling.top_k == 0 and sampling.top_p >= 1.0:
-        token = jax.random.categorical(rng, scaled, axis=-1).astype(jnp.int32)
-        return token, _log_prob_of(scaled, token)
+        return jax.random.categorical(rng, scaled, axis=-1).astype(jnp.int32)
     # Filter in sorted space: top_k (or a full sort for top_p alone), then the nucleus.
     k = sampling.top_k or scaled.shape[-1]
     top_values, top_indices = jax.lax.top_k(scaled, min(k, scaled.shape[-1]))
@@ -200,10 +192,4 @@ def _sample(logits: Array, rng: Array, sampling: SamplingParams) -> tuple[Array,
         mass_before = jnp.cumsum(probs, axis=-1) - probs
         top_values = jnp.where(mass_before < sampling.top_p, top_values, -jnp.inf)
     choice = jax.random.categorical(rng, top_values, axis=-1)
-    token = jnp.take_along_axis(top_indices, choice[:, None], axis=-1)[:, 0].astype(jnp.int32)
-    return token, _log_prob_of(scaled, token)
-
-
-def _log_prob_of(logits: Array, token: Array) -> Array:
-    picked = jnp.take_along_axis(logits, token[:, None], axis=-1)[:, 0]
-    return picked - jax.nn.logsumexp(logits, axis=-1)
+    return jnp.take_along_axis(top_indices, choice[:, None], axis=-1)[:, 0].astype(jnp.int32)

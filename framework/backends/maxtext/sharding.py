@@ -1,8 +1,8 @@
 """Device mesh and logical axis rules, MaxText style.
 
 Every parameter and the main activations carry logical axis names ("embed", "heads", "batch", ...).
-Rules map each logical name to mesh axes ("data", "fsdp", "expert", "tensor"); the hardware group's
-`mesh` entry gives the mesh shape. A dimension that a mesh axis does not divide evenly is
+Rules map each logical name to mesh axes ("data", "fsdp", "expert", "tensor"); the run's `parallel`
+node gives the mesh shape (dp -> data, fsdp -> fsdp, tp -> tensor, ep -> expert; no pp or cp). A dimension that a mesh axis does not divide evenly is
 replicated along that axis instead (e.g. 2 KV heads on tensor=4), so every model fits every mesh.
 """
 
@@ -18,6 +18,7 @@ from flax import linen as nn
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from framework.core.errors import ConfigError
+from framework.core.parallel import ParallelConfig
 
 log = logging.getLogger(__name__)
 
@@ -53,34 +54,34 @@ DEFAULT_RULES: LogicalRules = (
 )
 
 
-def resolve_mesh_shape(mesh_cfg: Mapping[str, Any], num_devices: int) -> dict[str, int]:
-    """Axis sizes from the hardware group's `mesh` entry; one axis may be -1 (the remaining devices)."""
-    unknown = sorted(set(mesh_cfg) - set(MESH_AXES))
-    if unknown:
-        raise ConfigError(f"hardware.mesh: unknown axes {unknown}; valid axes are {list(MESH_AXES)}")
-    sizes = {axis: mesh_cfg.get(axis, 1) for axis in MESH_AXES}
-    for axis, size in sizes.items():
-        if not isinstance(size, int) or isinstance(size, bool) or (size < 1 and size != -1):
-            raise ConfigError(f"hardware.mesh.{axis}: {size!r} is not a positive integer or -1")
-    remaining = [axis for axis, size in sizes.items() if size == -1]
+def mesh_shape(parallel: ParallelConfig, num_devices: int) -> dict[str, int]:
+    """Mesh axis sizes for the run's `parallel` layout: dp -> data, fsdp -> fsdp, tp -> tensor, and the
+    expert axis carved from fsdp (ep divides the data ranks, as ParallelConfig says)."""
+    sizes = parallel.resolve(num_devices)
+    check_supported(sizes)
+    if sizes.fsdp % sizes.ep:
+        raise ConfigError(f"parallel.ep: {sizes.ep} must divide parallel.fsdp={sizes.fsdp} on backend=maxtext "
+                          "(the expert axis is carved from the fsdp ranks)")
+    return {"data": sizes.dp, "fsdp": sizes.fsdp // sizes.ep, "expert": sizes.ep, "tensor": sizes.tp}
+
+
+def check_supported(parallel: ParallelConfig) -> None:
+    """backend=maxtext has no pipeline or context parallelism; one axis at most takes the remaining devices."""
+    from framework.core.parallel import DEVICE_AXES, REMAINING
+
+    remaining = [axis for axis in DEVICE_AXES if getattr(parallel, axis) == REMAINING]
     if len(remaining) > 1:
-        raise ConfigError(f"hardware.mesh: only one axis may be -1, got {remaining}")
-    fixed = math.prod(size for size in sizes.values() if size != -1)
-    if remaining:
-        if num_devices % fixed:
-            raise ConfigError(f"hardware.mesh: the fixed axes multiply to {fixed}, which does not divide "
-                              f"the {num_devices} devices")
-        sizes[remaining[0]] = num_devices // fixed
-    if math.prod(sizes.values()) != num_devices:
-        raise ConfigError(f"hardware.mesh: {dict(mesh_cfg)} has {math.prod(sizes.values())} devices but "
-                          f"there are {num_devices}; make the product match or set one axis to -1")
-    return sizes
+        raise ConfigError(f"parallel: only one axis may be -1, got {', '.join(remaining)}")
+    for axis in ("pp", "cp"):
+        if getattr(parallel, axis) not in (1,):
+            raise ConfigError(f"parallel.{axis}: {getattr(parallel, axis)}; backend=maxtext has no "
+                              f"{'pipeline' if axis == 'pp' else 'context'} parallelism (use {axis}=1)")
 
 
-def build_mesh(mesh_cfg: Mapping[str, Any], devices: Sequence[jax.Device] | None = None) -> Mesh:
+def build_mesh(parallel: ParallelConfig, devices: Sequence[jax.Device] | None = None) -> Mesh:
     """A `Mesh` with axes MESH_AXES over `devices` (default: all devices), topology-aware on TPU."""
     devices = list(devices) if devices is not None else jax.devices()
-    sizes = resolve_mesh_shape(mesh_cfg, len(devices))
+    sizes = mesh_shape(parallel, len(devices))
     shape = tuple(sizes[axis] for axis in MESH_AXES)
     # Auto axes: shardings propagate from the parameter and constraint annotations (GSPMD).
     return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES), devices=devices)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from framework.backends.sim.config import CalibrateJob, SimJob
 from framework.core.adapter import BackendAdapter
+from framework.core.build import build
+from framework.core.parallel import ParallelConfig
+from framework.core.plain import to_plain
+from framework.tasks.calibrate import CalibrateTask
+from framework.tasks.sim import SimTask
 
 
 class SimAdapter(BackendAdapter):
@@ -15,18 +19,12 @@ class SimAdapter(BackendAdapter):
         "sim": "framework.backends.sim.trainers:SimTrainer",
         "calibrate": "framework.backends.sim.trainers:CalibrateTrainer",
     }
+    libraries = ("crucible",)  # the simulator ships inside Crucible
 
     def convert_config(self, cfg: DictConfig) -> SimJob | CalibrateJob:
-        job = CalibrateJob if cfg.task.name == "calibrate" else SimJob
-        return job(
-            task=instantiate(cfg[cfg.task.name]),
-            model_name=cfg.model.name,
-            hf_config=OmegaConf.to_container(cfg.model.hf_config, resolve=True),
-            hardware=OmegaConf.to_container(cfg.hardware, resolve=True),
-        )
-
-    def detect_backend_version(self) -> str:
-        """The simulator ships inside Crucible, so its version is Crucible's."""
-        from importlib.metadata import version
-
-        return version("crucible")
+        model = {"model_name": cfg.model.name, "hf_config": to_plain(cfg.model.hf_config),
+                 "hardware": to_plain(cfg.hardware)}
+        if cfg.task.name == "calibrate":
+            return CalibrateJob(task=build(CalibrateTask, cfg.calibrate, "calibrate"), **model)
+        return SimJob(task=build(SimTask, cfg.sim, "sim"), parallel=build(ParallelConfig, cfg.parallel, "parallel"),
+                      **model)

@@ -10,11 +10,13 @@ import time
 from pathlib import Path
 
 from framework.backends.sim.config import CalibrateJob, SimJob
+from framework.core.dtypes import SHORT
 from framework.core.errors import BackendError, ConfigError
+from framework.core.paths import REPO_ROOT
 from framework.core.result import TrainingResult
 from framework.core.trainer import BaseTrainer
+from framework.tasks.calibrate import check_calibrate_values
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 INSTALLED_TABLES = REPO_ROOT / "sims" / "calibration" / "tables"
 
 
@@ -22,24 +24,47 @@ class SimTrainer(BaseTrainer):
     config: SimJob
 
     def run_train(self) -> TrainingResult:
-        from sims.api import simulate
         from sims.report import write_breakdown
 
         job = self.config
         start = time.perf_counter()
-        devices = job.hardware["devices_per_node"] * job.hardware["nodes"]
-        result = simulate(job.hf_config, job.hardware, job.task.layout(devices), job.task.workload())
-        summary = result.summary()
+        summary, rows = simulate_job(job)
         self.run.logger.log(summary, step=0)
         artifacts = {}
         if summary["status"] == "ok":
             csv_path, md_path = self.run.path("op_breakdown.csv"), self.run.path("op_breakdown.md")
-            write_breakdown(result.breakdown_rows(), csv_path, md_path)
+            write_breakdown(rows, csv_path, md_path)
             artifacts = {"op_breakdown_csv": str(csv_path), "op_breakdown_md": str(md_path)}
         return TrainingResult(
             success=True, metrics=summary, wall_time_s=time.perf_counter() - start, samples=1,
             artifacts=artifacts, status=summary["status"], error=summary.get("reason") or None,
+            warnings=_fit_warnings(summary),
         )
+
+
+def _fit_warnings(summary: dict) -> list[str]:
+    """A layout that does not fit is still a valid simulation (status ok, a row of a sweep), shown as a warning."""
+    if summary.get("fits") is not False:
+        return []
+    return [f"the layout does not fit: {summary.get('memory_per_device_gb', float('nan')):.3g} GB per device, "
+            f"the device holds {summary.get('memory_capacity_gb', float('nan')):.3g} GB (fits=false)"]
+
+
+def simulate_job(job: SimJob) -> tuple[dict, list[dict]]:
+    """The simulator's summary and per-op rows for the job's layout; a layout that cannot split the hardware's devices
+    is an `invalid` summary (a row of a sweep), like one that cannot run the model."""
+    from dataclasses import asdict
+
+    from sims.api import simulate
+    from sims.workload import layout_from_parallel
+
+    devices = job.hardware["devices_per_node"] * job.hardware["nodes"]
+    try:
+        layout, zero = layout_from_parallel(asdict(job.parallel), devices)
+    except ConfigError as exc:
+        return {"status": "invalid", "reason": str(exc), "fits": None}, []
+    result = simulate(job.hf_config, job.hardware, layout, job.task.workload(layout["dp"], zero))
+    return {**result.summary(), **{f"layout_{axis}": size for axis, size in layout.items()}}, result.breakdown_rows()
 
 
 class CalibrateTrainer(BaseTrainer):
@@ -51,20 +76,7 @@ class CalibrateTrainer(BaseTrainer):
     def setup(self) -> None:
         from sims.calibration.microbench import BENCHMARKS
 
-        task = self.config.task
-        unknown = sorted(set(task.benchmarks) - set(BENCHMARKS))
-        if unknown or not task.benchmarks:
-            raise ConfigError(f"calibrate.benchmarks: {unknown or 'empty'}; valid: {', '.join(BENCHMARKS)}")
-        for key in ("prefill", "decode"):
-            for point in getattr(task, key):
-                if len(point) != 2 or min(point) < 1:
-                    valid = "[batch, length] of integers >= 1"
-                    raise ConfigError(f"calibrate.{key}: {point} is not valid; expected {valid}")
-        if not task.prefill and not task.decode:
-            raise ConfigError("calibrate.prefill and calibrate.decode are both empty; list at least one workload")
-        for key in ("warmup", "repeats", "copy_mb"):
-            if getattr(task, key) < (0 if key == "warmup" else 1):
-                raise ConfigError(f"calibrate.{key}: {getattr(task, key)} is too small")
+        check_calibrate_values(self.config.task, tuple(BENCHMARKS))
         self.device = self._device()
 
     def _device(self) -> str:
@@ -89,7 +101,7 @@ class CalibrateTrainer(BaseTrainer):
         start = time.perf_counter()
         workloads = [{"mode": "prefill", "batch": b, "seq_len": s} for b, s in task.prefill]
         workloads += [{"mode": "decode", "batch": b, "context_len": c} for b, c in task.decode]
-        plan = Plan(tuple(workloads), tuple(task.benchmarks), task.dtype, task.warmup, task.repeats,
+        plan = Plan(tuple(workloads), tuple(task.benchmarks), SHORT[task.dtype], task.warmup, task.repeats,
                     task.cuda_graphs, task.copy_mb)
 
         def progress(items, total, desc):

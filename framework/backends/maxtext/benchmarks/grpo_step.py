@@ -21,12 +21,14 @@ import statistics
 import time
 
 from framework.backends.maxtext.benchmarks.shapes import REPO_ROOT, load_yaml, parse_args, step_report
+from framework.core.parallel import ParallelConfig
 
 def grpo_task(args: argparse.Namespace):
     """The task of conf/task/grpo.yaml with the benchmark's shapes."""
     from omegaconf import OmegaConf
 
-    from framework.backends.maxtext.config import GRPOTask, build
+    from framework.core.build import build
+    from framework.tasks.grpo import GRPOTask
 
     values = OmegaConf.to_container(OmegaConf.load(REPO_ROOT / "conf" / "task" / "grpo.yaml").grpo)
     values |= {"prompts_per_step": args.prompts, "num_generations": args.generations, "max_prompt_tokens":
@@ -48,7 +50,7 @@ def build_components(args: argparse.Namespace):
     task = grpo_task(args)
     config = ModelConfig.from_hf_config(load_yaml("model", args.model)["hf_config"], param_dtype="float32",
                                         dtype=args.dtype)
-    mesh = build_mesh({"data": 1, "fsdp": -1, "tensor": 1, "expert": 1})
+    mesh = build_mesh(ParallelConfig(dp=1, fsdp=-1, tp=1, pp=1, ep=1, cp=1))
     model = Transformer(config, mesh, DEFAULT_RULES)
     boxed = abstract_params(Transformer(config))
     shardings = param_shardings(boxed, mesh, DEFAULT_RULES)
@@ -69,7 +71,7 @@ def run_step(task, sampler, update, params, opt_state, rng, step: int):
     import jax
     import numpy as np
 
-    from framework.backends.maxtext.grpo.advantages import compute_advantages
+    from framework.rl.advantages import compute_advantages
     from framework.backends.maxtext.sampler import SamplingParams
 
     data = np.random.default_rng(step)

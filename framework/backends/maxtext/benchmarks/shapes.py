@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[4]
+from framework.core.dtypes import SHORT
+from framework.core.paths import REPO_ROOT
+
 FULL = {"model": "qwen2_5_0_5b_instruct", "hardware": "h100", "prompts": 16, "generations": 8,
         "prompt_tokens": 256, "new_tokens": 256, "micro_batch": 16, "dtype": "bfloat16", "steps": 5, "warmup": 2}
 TINY = {"model": "tiny_qwen2", "hardware": "cpu", "prompts": 2, "generations": 2, "prompt_tokens": 16,
         "new_tokens": 16, "micro_batch": 4, "dtype": "float32", "steps": 2, "warmup": 1}
-PEAK_KEY = {"bfloat16": "bf16", "float32": "fp32"}
 
 
 def parse_args(description: str, argv: list[str] | None = None,
@@ -41,7 +41,7 @@ def step_report(args: argparse.Namespace, rows: int, step_s: float, rollout_s: f
     FLOPs model (benchmarks/flops.py) and the peak of --hardware at --dtype."""
     from framework.backends.maxtext.benchmarks.flops import grpo_update_flops
 
-    peak = load_yaml("hardware", args.hardware)["peak_tflops"][PEAK_KEY[args.dtype]]
+    peak = load_yaml("hardware", args.hardware)["hardware"]["peak_tflops"][SHORT[args.dtype]]
     flops = grpo_update_flops(load_yaml("model", args.model)["hf_config"], rows, args.prompt_tokens, args.new_tokens)
     return {
         "model": args.model, "dtype": args.dtype, "prompts": args.prompts, "generations": args.generations,

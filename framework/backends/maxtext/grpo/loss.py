@@ -10,10 +10,13 @@ Per token, with ratio r = exp(logp - old_logp) and advantage A:
              optionally times r (`kl_importance_correction`, DeepSeek-V3.2; TRL's default
              `use_bias_correction_kl=True`): the samples come from the old policy, and the ratio
              makes the KL gradient the unbiased reverse-KL gradient even on-policy.
-then reduced over tokens by `normalization`:
-    token    sum(loss * mask) / sum(mask)                    DAPO; TRL loss_type "bnpo" / "dapo"
+then reduced over tokens by `normalization` (docs/grpo.md "Loss normalisation" has the TRL equivalents):
+    token    sum(loss * mask) / tokens of the whole batch    DAPO; TRL loss_type "dapo"
     sequence mean over sequences of each one's token mean    original GRPO; TRL "grpo"
     fixed    sum(loss * mask) / (batch * max_completion_len) Dr.GRPO; TRL "dr_grpo"
+With several micro-batches `token` divides by the token count of the whole batch (num_tokens_in_batch),
+which is TRL "dapo"; TRL "bnpo" divides each micro-batch by its own token count and averages the
+micro-batches, which equals `token` only with one micro-batch.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from framework.core.errors import ConfigError
 NORMALIZATIONS = ("token", "sequence", "fixed")
 STATIC_ARGNAMES = ("normalization", "max_completion_length", "kl_importance_correction")
 # Which of our normalisations reproduces each of TRL's GRPOTrainer loss types.
-TRL_LOSS_TYPE_TO_NORMALIZATION = {"grpo": "sequence", "bnpo": "token", "dapo": "token", "dr_grpo": "fixed"}
+# ("bnpo" matches "token" only with one micro-batch: it normalises each micro-batch by its own tokens.)
+TRL_LOSS_TYPE_TO_NORMALIZATION = {"grpo": "sequence", "dapo": "token", "dr_grpo": "fixed"}
 
 
 def k3_kl(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:

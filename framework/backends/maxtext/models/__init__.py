@@ -7,8 +7,6 @@ from framework.backends.maxtext.models.transformer import (
     abstract_params,
     forward,
     positions_from_mask,
-    token_log_probs,
 )
 
-__all__ = ["KVCache", "ModelConfig", "Transformer", "abstract_params", "forward", "positions_from_mask",
-           "token_log_probs"]
+__all__ = ["KVCache", "ModelConfig", "Transformer", "abstract_params", "forward", "positions_from_mask"]

@@ -12,7 +12,7 @@ from framework.core.plain import to_plain
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 SUPPORTED_ROPE_TYPES = ("default", "llama3")
-DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+TRAINABLE = ("float32", "bfloat16")  # framework.core.dtypes names this backend trains in
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,9 +116,9 @@ class ModelConfig:
 
 
 def _dtype(name: str, key: str) -> str:
-    if name not in DTYPES:
-        raise ConfigError(f"{key}: {name!r} is not one of {sorted(DTYPES)}")
-    return DTYPES[name]
+    if name not in TRAINABLE:
+        raise ConfigError(f"{key}: {name!r} is not one of {', '.join(TRAINABLE)} (backend=maxtext)")
+    return name
 
 
 def _rope(hf: Mapping[str, Any]) -> tuple[float, str, tuple[float, float, float, int] | None]:

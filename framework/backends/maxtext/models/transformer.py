@@ -208,7 +208,7 @@ class Transformer(nn.Module):
     """Causal LM. `__call__` -> (float32 logits [B, T, V], updated cache or None).
 
     `hidden_states` and `logits` are the two halves, for callers that need logits of only a few
-    positions (the sampler's prefill) or chunk the vocabulary projection (token_log_probs).
+    positions (the sampler's prefill) or chunk the vocabulary projection (trainers/update.py:completion_log_probs).
     """
 
     config: ModelConfig
@@ -282,35 +282,3 @@ def forward(model: Transformer, params: Any, input_ids: Array, attention_mask: A
     if positions is None:
         positions = positions_from_mask(attention_mask)
     return model.apply({"params": params}, input_ids, positions, attention_mask, cache)
-
-
-def token_log_probs(model: Transformer, params: Any, input_ids: Array, attention_mask: Array, *,
-                    positions: Array | None = None, temperature: float = 1.0,
-                    chunk_size: int = 128) -> Array:
-    """log p(input_ids[:, t+1] | input_ids[:, :t+1]) as float32 [B, T-1], under softmax(logits / temperature).
-
-    The vocabulary projection runs over `chunk_size` positions at a time and is rematerialised in
-    the backward pass, so at most [B, chunk_size, V] logits are alive at once. Values at padding
-    positions are finite but meaningless: mask them.
-    """
-    if positions is None:
-        positions = positions_from_mask(attention_mask)
-    hidden, _ = model.apply({"params": params}, input_ids, positions, attention_mask,
-                            method=Transformer.hidden_states)
-    hidden, targets = hidden[:, :-1], input_ids[:, 1:]
-    batch, length = targets.shape
-    chunk = max(1, min(chunk_size, length))
-    padded = -(-length // chunk) * chunk
-    hidden = jnp.pad(hidden, ((0, 0), (0, padded - length), (0, 0)))
-    targets = jnp.pad(targets, ((0, 0), (0, padded - length)))
-
-    @jax.checkpoint
-    def chunk_log_probs(hidden_chunk: Array, target_chunk: Array) -> Array:
-        logits = model.apply({"params": params}, hidden_chunk, method=Transformer.logits) / temperature
-        picked = jnp.take_along_axis(logits, target_chunk[..., None], axis=-1)[..., 0]
-        return picked - jax.nn.logsumexp(logits, axis=-1)
-
-    hidden_chunks = hidden.reshape(batch, padded // chunk, chunk, -1).swapaxes(0, 1)
-    target_chunks = targets.reshape(batch, padded // chunk, chunk).swapaxes(0, 1)
-    log_probs = jax.lax.map(lambda args: chunk_log_probs(*args), (hidden_chunks, target_chunks))
-    return log_probs.swapaxes(0, 1).reshape(batch, padded)[:, :length]

@@ -1,9 +1,12 @@
-"""Orbax checkpoints of a GRPO run, in `<run dir>/checkpoints/<step>/`.
+"""GRPO checkpoints on the core CheckpointStore (framework/core/checkpoint.py).
 
-Each checkpoint holds two items: `state` (params and optimizer state, sharded arrays) and `meta`
-(JSON: the step, the data iterator position, the RNG key and a fingerprint of what must not change
-across a resume: the model architecture, dtypes, the batch shape and the data set). Resuming checks
-the fingerprint first, then restores the arrays straight onto their shardings.
+Each checkpoint is `<run dir>/checkpoints/step_<N>/` with `state.safetensors` (params and optimizer
+state, one tensor per tree path) and the store's manifest (SHA-256 of the file; the data iterator
+position, the RNG key and the raw-bit dtypes in its JSON state). safetensors rather than orbax: its
+bytes depend only on the arrays, so a resumed run's final checkpoint can be compared file for file
+with an uninterrupted one (orbax's OCDBT names files randomly and stamps times), and it holds no code.
+Arrays are gathered to the host by every process; the main rank writes; restore places each array
+straight onto the sharding of the freshly initialised state.
 """
 
 from __future__ import annotations
@@ -13,12 +16,14 @@ from typing import Any
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 
+from framework.core.checkpoint import Checkpoint
 from framework.core.errors import CheckpointError
 
-STATE, META = "state", "meta"
-MESSAGE_CHARS = 200  # of a library error quoted in a one-line CheckpointError
+STATE_FILE = "state.safetensors"
+# numpy dtypes safetensors stores as they are; others (bfloat16, float8 from ml_dtypes) go as raw bits
+NATIVE = {"float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8",
+          "bool"}
 
 
 def key_to_json(key: jax.Array) -> list[int]:
@@ -29,64 +34,55 @@ def key_from_json(data: list[int]) -> jax.Array:
     return jax.random.wrap_key_data(np.asarray(data, np.uint32))
 
 
-def abstract_like(tree: Any) -> Any:
-    """Shapes, dtypes and shardings of a tree of arrays: the restore target."""
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
+def tree_names(tree: Any) -> list[tuple[str, Any]]:
+    """(path name, leaf) of every array in a tree, e.g. ('params/layers_0/attention/q/kernel', x)."""
+    return [(jax.tree_util.keystr(path, simple=True, separator="/"), leaf)
+            for path, leaf in jax.tree_util.tree_leaves_with_path(tree)]
 
 
-def first_difference(saved: dict, current: dict, prefix: str = "") -> str | None:
-    """The first key (dotted) whose value differs between two nested dicts, or None."""
-    for key in sorted(set(saved) | set(current)):
-        a, b = saved.get(key), current.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            found = first_difference(a, b, f"{prefix}{key}.")
-            if found:
-                return found
-        elif a != b:
-            return f"{prefix}{key} (saved {a!r}, now {b!r})"
-    return None
+def host_arrays(tree: Any) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The tree as named host arrays ready for safetensors, and {name: dtype} of those kept as raw bits.
+
+    Every process calls it (multi-host arrays are gathered); only the main rank writes the result."""
+    from framework.backends.maxtext.trainers.rollout import to_host
+
+    arrays, raw_dtypes = {}, {}
+    for name, value in tree_names(to_host(tree)):
+        array = np.asarray(value, order="C")  # (ascontiguousarray would make a scalar 1-d)
+        if array.dtype.name not in NATIVE:
+            raw_dtypes[name] = array.dtype.name
+            array = array.view(f"uint{array.dtype.itemsize * 8}")
+        arrays[name] = array
+    return arrays, raw_dtypes
 
 
-class Checkpoints:
-    def __init__(self, directory: Path, keep: int, fingerprint: dict):
-        self.directory = Path(directory).resolve()
-        self.fingerprint = fingerprint
-        options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True)
-        self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=(STATE, META))
+def write_arrays(folder: Path, arrays: dict[str, np.ndarray]) -> None:
+    from safetensors.numpy import save_file
 
-    def latest_step(self) -> int | None:
-        return self.manager.latest_step()
+    save_file(arrays, str(folder / STATE_FILE))
 
-    def save(self, step: int, state: dict, meta: dict) -> Path:
-        """Save asynchronously (training goes on while arrays are written); close() waits."""
-        meta = {**meta, "step": step, "fingerprint": self.fingerprint}
-        self.manager.save(step, args=ocp.args.Composite(**{STATE: ocp.args.StandardSave(state),
-                                                           META: ocp.args.JsonSave(meta)}))
-        return self.directory / str(step)
 
-    def restore(self, step: int, target_state: dict) -> tuple[dict, dict]:
-        """(state, meta) of `step`, arrays placed like `target_state`; CheckpointError when it does not fit."""
-        where = self.directory / str(step)
-        meta = self._restore_item(step, META, ocp.args.JsonRestore(), where)
-        if not isinstance(meta, dict) or meta.get("step") != step or "fingerprint" not in meta:
-            raise CheckpointError(f"{where}: meta item is not a GRPO checkpoint's (no step/fingerprint)")
-        difference = first_difference(meta["fingerprint"], self.fingerprint)
-        if difference:
-            raise CheckpointError(f"{where}: saved by a different run setup: {difference}; resume with the same "
-                                  f"model/data/batch settings or set grpo.checkpoint.resume=false")
-        state = self._restore_item(step, STATE, ocp.args.StandardRestore(abstract_like(target_state)), where)
-        return state, meta
+def read_state(checkpoint: Checkpoint, target: Any) -> Any:
+    """The saved tree, each array placed like its counterpart in `target`; CheckpointError when it does not fit."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
 
-    def _restore_item(self, step: int, item: str, args: Any, where: Path) -> Any:
-        try:
-            return self.manager.restore(step, args=ocp.args.Composite(**{item: args}))[item]
-        except CheckpointError:
-            raise
-        except Exception as error:  # orbax/tensorstore raise many types for missing or damaged files
-            message = " ".join(str(error).split())[:MESSAGE_CHARS]
-            # from None: the CLI would append the whole (very long) tensorstore message to the line
-            raise CheckpointError(f"{where}: cannot restore {item} ({type(error).__name__}: {message})") from None
-
-    def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+    path = checkpoint.file(STATE_FILE)
+    try:
+        arrays = load_file(str(path))
+    except (OSError, SafetensorError) as error:
+        raise CheckpointError(f"{path}: unreadable ({type(error).__name__}: {error})") from None
+    raw_dtypes = checkpoint.state.get("dtypes", {})
+    leaves, treedef = jax.tree_util.tree_flatten(target)
+    placed = []
+    for (name, like), _ in zip(tree_names(target), leaves):
+        if name not in arrays:
+            raise CheckpointError(f"{path}: no array {name} (saved by another model or optimizer)")
+        array = arrays[name]
+        if name in raw_dtypes:
+            array = array.view(jax.numpy.dtype(raw_dtypes[name]))
+        if array.shape != like.shape or array.dtype != like.dtype:
+            raise CheckpointError(f"{path}: {name} is {array.dtype}{list(array.shape)}, this run needs "
+                                  f"{like.dtype}{list(like.shape)}")
+        placed.append(jax.make_array_from_callback(array.shape, like.sharding, lambda index, a=array: a[index]))
+    return jax.tree_util.tree_unflatten(treedef, placed)

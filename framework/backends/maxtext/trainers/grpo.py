@@ -1,9 +1,9 @@
-"""GRPO trainer of the maxtext backend (JAX/Flax/optax/orbax).
+"""GRPO trainer of the maxtext backend (JAX/Flax/optax; checkpoints on the core CheckpointStore).
 
 One step: take prompts_per_step problems -> sample num_generations completions each -> rewards ->
 group advantages -> old/reference log-probs when needed -> ppo_epochs updates, each accumulating
 gradients over micro-batches -> metrics. Params, optimizer state and batches are sharded on the
-mesh built from `hardware.mesh` with the logical axis rules (MaxText style). Checkpoints hold
+mesh built from the `parallel` node with the logical axis rules (MaxText style). Checkpoints hold
 everything a resume needs to continue bit for bit: params, optimizer state, the data iterator
 position and the RNG key.
 """
@@ -24,24 +24,26 @@ from flax import linen as nn
 
 from framework.backends.maxtext.checkpoint_io import load_hf_params, resolve_checkpoint_dir, save_hf_checkpoint
 from framework.backends.maxtext.config import GRPOConfig
-from framework.backends.maxtext.grpo.advantages import compute_advantages
+from framework.rl.advantages import compute_advantages
 from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
 from framework.backends.maxtext.sharding import build_mesh, logical_axis_rules, param_shardings
 from framework.backends.maxtext.trainers import rollout
-from framework.backends.maxtext.trainers.checkpointing import Checkpoints, key_from_json, key_to_json
-from framework.backends.maxtext.trainers.data import load_split, system_prompt, train_examples
+from framework.backends.maxtext.trainers.checkpointing import (host_arrays, key_from_json, key_to_json, read_state,
+                                                               write_arrays)
+from framework.data.math import load_split, system_prompt, train_examples
 from framework.backends.maxtext.trainers.evaluation import evaluate
 from framework.backends.maxtext.trainers.preflight import predict_step
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
-from framework.core.errors import BackendError, CheckpointError, ConfigError, CrucibleError
+from framework.core.checkpoint import CheckpointPolicy
+from framework.core.errors import BackendError, ConfigError, CrucibleError
 from framework.core.records import write_atomic
 from framework.core.result import TrainingResult
 from framework.core.trainer import BaseTrainer
 from framework.data.prompts import ShuffledBatches
 
 log = logging.getLogger(__name__)
-CHECKPOINT_DIR, EXPORT_DIR, SHARDINGS_FILE = "checkpoints", "hf_export", "shardings.json"
+EXPORT_DIR, SHARDINGS_FILE = "hf_export", "shardings.json"
 
 
 class GRPOTrainer(BaseTrainer):
@@ -84,13 +86,10 @@ class GRPOTrainer(BaseTrainer):
         self.batches = ShuffledBatches(self.train_set, task.prompts_per_step, seed=self.config.seed)
         self.rng = jax.random.key(self.config.seed)
         self.start_step = 0
-        self.checkpoints = Checkpoints(self.run.run_dir / CHECKPOINT_DIR, task.checkpoint.keep, self._fingerprint())
-        if task.checkpoint.resume:
-            self._restore_latest()
-        elif self.checkpoints.latest_step() is not None:
-            raise CheckpointError(f"{self.checkpoints.directory} holds checkpoints (latest: step "
-                                  f"{self.checkpoints.latest_step()}) and grpo.checkpoint.resume=false; resume "
-                                  f"them (resume=true) or start in a new run dir")
+        checkpoint = task.checkpoint
+        self.policy = CheckpointPolicy(every=checkpoint.every, keep=checkpoint.keep, resume=checkpoint.resume)
+        self.store = self.run.checkpoints(self.policy)  # the runtime refused a run dir this run may not resume
+        self._restore_latest()
 
     def run_train(self) -> TrainingResult:
         task = self.config.task
@@ -106,20 +105,15 @@ class GRPOTrainer(BaseTrainer):
                     rows |= self._evaluate()
                 self.run.logger.log(rows, step)
                 bar.set_postfix(reward=f"{rows['reward_mean']:.3f}", acc=f"{rows['accuracy']:.2f}")
-                if self._due(step, task.checkpoint.every):
+                if self.policy.due(step, task.steps):
                     self._save(step)
-        self.checkpoints.close()  # waits for the last asynchronous save
         artifacts = self._artifacts()
         summary |= {k: v for k, v in rows.items() if isinstance(v, (int, float))}
         summary |= {"steps_completed": task.steps, "resumed_from_step": self.start_step,
                     "measured_step_s": _steady_state(step_times)}
         return TrainingResult(success=True, metrics=summary, wall_time_s=time.perf_counter() - start,
-                              samples=len(steps) * task.rows_per_step, artifacts=artifacts)
-
-    def cleanup(self) -> None:
-        checkpoints = getattr(self, "checkpoints", None)
-        if checkpoints is not None:
-            checkpoints.close()
+                              samples=len(steps) * task.rows_per_step, artifacts=artifacts,
+                              warnings=_preflight_warnings(summary))
 
     # ---- one step ------------------------------------------------------------------------------
 
@@ -168,34 +162,27 @@ class GRPOTrainer(BaseTrainer):
     # ---- checkpoints ---------------------------------------------------------------------------
 
     def _save(self, step: int) -> None:
-        meta = {"data_iterator": self.batches.state_dict(), "rng": key_to_json(self.rng)}
-        self.checkpoints.save(step, {"params": self.params, "opt_state": self.opt_state}, meta)
+        """Synchronous: the store checksums and publishes the folder once the arrays are written."""
+        arrays, raw_dtypes = host_arrays({"params": self.params, "opt_state": self.opt_state})  # every rank gathers
+        state = {"data_iterator": self.batches.state_dict(), "rng": key_to_json(self.rng), "dtypes": raw_dtypes}
+        self.store.save(step, lambda folder: write_arrays(folder, arrays), state)
 
     def _restore_latest(self) -> None:
-        step = self.checkpoints.latest_step()
-        if step is None:
-            log.info("grpo: no checkpoint in %s; starting at step 0", self.checkpoints.directory)
+        """Continue from the newest checkpoint whose checksums verify (a damaged one falls back, with a warning)."""
+        checkpoint = self.store.resume_point()
+        if checkpoint is None:
             return
-        state, meta = self.checkpoints.restore(step, {"params": self.params, "opt_state": self.opt_state})
+        state = read_state(checkpoint, {"params": self.params, "opt_state": self.opt_state})
         self.params, self.opt_state = state["params"], state["opt_state"]
-        self.batches.load_state_dict(meta["data_iterator"])
-        self.rng = key_from_json(meta["rng"])
-        self.start_step = step
-        self.run.logger.rewind(step)
-        log.info("grpo: resumed from %s/%d", self.checkpoints.directory, step)
-
-    def _fingerprint(self) -> dict:
-        """What a checkpoint must have been saved with to be resumable by this run."""
-        task = self.config.task
-        return {"model": self.model_config.hf_config, "param_dtype": task.param_dtype,
-                "prompts_per_step": task.prompts_per_step, "num_generations": task.num_generations,
-                "data": self.config.data.name, "train_examples": len(self.train_set), "seed": self.config.seed}
+        self.batches.load_state_dict(checkpoint.state["data_iterator"])
+        self.rng = key_from_json(checkpoint.state["rng"])
+        self.start_step = checkpoint.step
+        self.run.logger.rewind(checkpoint.step)
+        log.info("grpo: resumed from %s", checkpoint.path)
 
     # ---- helpers -------------------------------------------------------------------------------
 
     def _build_mesh(self):
-        if self.config.hardware["nodes"] > 1:  # one process per host; coordinates from the TPU/SLURM environment
-            jax.distributed.initialize()
         try:
             devices = jax.devices()
         except RuntimeError as error:
@@ -205,7 +192,7 @@ class GRPOTrainer(BaseTrainer):
         if devices[0].platform != expected:
             log.warning("hardware=%s expects %s devices; running on %d %s device(s)",
                         self.config.hardware["name"], expected, len(devices), devices[0].platform)
-        mesh = build_mesh(self.config.mesh, devices)
+        mesh = build_mesh(self.config.parallel, devices)
         log.info("grpo: mesh %s over %d %s device(s)", dict(mesh.shape), len(devices), devices[0].platform)
         return mesh
 
@@ -229,9 +216,9 @@ class GRPOTrainer(BaseTrainer):
         return every > 0 and (step % every == 0 or step == self.config.task.steps)
 
     def _preflight(self) -> dict[str, Any]:
-        shape = dict(self.mesh.shape)
         try:
-            prediction = predict_step(self.model_config.hf_config, self.config.hardware, shape, self.config.task)
+            prediction = predict_step(self.model_config.hf_config, self.config.hardware, self.config.parallel,
+                                      self.mesh.size, self.config.task)
         except CrucibleError as error:  # advisory: a model the simulator cannot handle still trains
             log.warning("preflight: %s", error)
             return {"preflight_error": str(error)}
@@ -250,23 +237,30 @@ class GRPOTrainer(BaseTrainer):
         specs = {jax.tree_util.keystr(key, simple=True, separator="/"): spec(array)
                  for key, array in jax.tree_util.tree_leaves_with_path(self.params)}
         path = self.run.path(SHARDINGS_FILE)
-        if jax.process_index() == 0:
+        if self.run.is_main:
             record = {"mesh": dict(self.mesh.shape), "devices": self.mesh.size, "params": specs}
             write_atomic(path, json.dumps(record, indent=2) + "\n")
         return path
 
     def _artifacts(self) -> dict[str, str]:
         artifacts = {"shardings": str(self._write_shardings())}
-        last = self.checkpoints.latest_step()
-        if last is not None:
-            artifacts["last_checkpoint"] = str(self.checkpoints.directory / str(last))
+        steps = self.store.steps()
+        if steps:
+            artifacts["last_checkpoint"] = str(self.store.root / f"step_{steps[-1]}")
         if self.config.task.export_hf:
             params = rollout.to_host(self.params)  # every process takes part in gathering; one writes
             out = self.run.path(EXPORT_DIR)
-            if jax.process_index() == 0:
+            if self.run.is_main:
                 save_hf_checkpoint(params, self.model_config, self.model_dir, out)
             artifacts["hf_export"] = str(out)
         return artifacts
+
+
+def _preflight_warnings(summary: dict) -> list[str]:
+    if summary.get("preflight_fits") is not False:
+        return []
+    return [f"the simulator predicts {summary['preflight_memory_per_device_gb']:.3g} GB per device, more than the "
+            f"device holds (preflight_fits=false)"]
 
 
 def _steady_state(step_times: list[float]) -> float | None:

@@ -3,25 +3,27 @@
 A GRPO step is simulated as its phases: the prompts' prefill, max_new_tokens decode steps of the
 whole group batch (at the average context), the extra forward passes (old log-probs when
 ppo_epochs > 1, reference log-probs when beta > 0) and ppo_epochs x (batch / micro-batch)
-training micro-steps. The mesh maps onto the simulator's layout as tp = tensor,
-dp = data x fsdp (fsdp shards the optimizer state: zero=true), ep = expert.
+training micro-steps. The simulator reads the run's own `parallel` node (sims.workload.layout_from_parallel:
+dp x fsdp replicas, fsdp shards the optimizer state), so the prediction is of the very layout that runs.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import asdict
 from typing import Any, Mapping
 
-from framework.backends.maxtext.config import GRPOTask
+from framework.core.dtypes import SHORT
 from framework.core.errors import CrucibleError
+from framework.core.parallel import ParallelConfig
+from framework.tasks.grpo import GRPOTask
 
 log = logging.getLogger(__name__)
-SIM_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
 
 
-def grpo_phases(task: GRPOTask, dp: int) -> list[tuple[str, dict, int]]:
+def grpo_phases(task: GRPOTask, zero: bool) -> list[tuple[str, dict, int]]:
     """(name, simulator workload, how many times it runs per step) for one GRPO step."""
-    dtype = SIM_DTYPES[task.compute_dtype]
+    dtype = SHORT[task.compute_dtype]
     prompt, new, rows = task.max_prompt_tokens, task.max_new_tokens, task.rows_per_step
     sequence = prompt + new
     micro_steps = rows // task.micro_batch_size
@@ -30,7 +32,7 @@ def grpo_phases(task: GRPOTask, dp: int) -> list[tuple[str, dict, int]]:
         ("prefill", {"mode": "prefill", "batch": task.prompts_per_step, "seq_len": prompt, "dtype": dtype}, 1),
         ("decode", {"mode": "decode", "batch": rows, "context_len": prompt + new // 2, "dtype": dtype}, new),
         ("train", {"mode": "train", "batch": task.micro_batch_size, "seq_len": sequence, "dtype": dtype,
-                   "zero": dp > 1}, task.ppo_epochs * micro_steps),
+                   "zero": zero}, task.ppo_epochs * micro_steps),
     ]
     if extra_forwards:
         phases.append(("forward", {"mode": "prefill", "batch": task.micro_batch_size, "seq_len": sequence,
@@ -38,22 +40,22 @@ def grpo_phases(task: GRPOTask, dp: int) -> list[tuple[str, dict, int]]:
     return phases
 
 
-def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], mesh_shape: Mapping[str, int],
-                 task: GRPOTask) -> dict[str, Any]:
+def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], parallel: ParallelConfig,
+                 devices: int, task: GRPOTask) -> dict[str, Any]:
     """Predicted seconds per GRPO step (and per phase) and the peak memory per device of its phases.
 
     Returns {} when the simulator is not installed; raises CrucibleError when it cannot model the run.
     """
     try:
         from sims.api import simulate
+        from sims.workload import layout_from_parallel
     except ImportError:
         log.warning("preflight: the simulator (sims) is not importable; no prediction")
         return {}
-    dp = mesh_shape["data"] * mesh_shape["fsdp"]
-    layout = {"tp": mesh_shape["tensor"], "dp": dp, "ep": mesh_shape["expert"], "pp": 1}
+    layout, zero = layout_from_parallel(asdict(parallel), devices)
     prediction: dict[str, Any] = {"preflight_predicted_step_s": 0.0}
     memory, fits = 0.0, True
-    for name, workload, repeats in grpo_phases(task, dp):
+    for name, workload, repeats in grpo_phases(task, zero):
         summary = simulate(hf_config, hardware, layout, workload).summary()
         if summary["status"] != "ok":
             raise CrucibleError(f"preflight: the simulator cannot model the {name} phase: {summary['reason']}")

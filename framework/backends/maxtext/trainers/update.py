@@ -16,7 +16,8 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from framework.backends.maxtext.config import GRPOTask, OptimizerConfig
+from framework.tasks.common import OptimizerConfig
+from framework.tasks.grpo import GRPOTask
 from framework.backends.maxtext.grpo.loss import grpo_loss, masked_mean
 from framework.backends.maxtext.models.transformer import Transformer, positions_from_mask
 from framework.backends.maxtext.sharding import LogicalRules, put
@@ -32,8 +33,8 @@ def completion_log_probs(model: Transformer, params: Any, input_ids: Array, atte
 
     `input_ids` is [B, P + T]: prompts, then completions. Only the T completion positions go
     through the vocabulary projection, `chunk_size` positions at a time and rematerialised in the
-    backward pass, so at most [B, chunk_size, V] logits are alive. Same values as
-    models.token_log_probs(...)[:, P - 1:].
+    backward pass, so at most [B, chunk_size, V] logits are alive. With completion_length = L - 1 it is
+    the log-prob of every next token of the sequence.
     """
     positions = positions_from_mask(attention_mask)
     hidden, _ = model.apply({"params": params}, input_ids, positions, attention_mask,

@@ -1,4 +1,4 @@
-"""Patches of the maxtext backend, applied by the runtime (see framework/core/patches.py).
+"""Device and compiler patches of the maxtext backend.
 
 All of them run at `setup`, before the trainer touches a device: XLA flags and JAX device
 settings only take effect before JAX initialises its backends.
@@ -6,11 +6,8 @@ settings only take effect before JAX initialises its backends.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
-import sys
-import traceback
 from pathlib import Path
 
 from framework.core.patches import PatchContext, Phase, register_patch
@@ -33,9 +30,10 @@ def add_xla_flags(flags: tuple[str, ...]) -> list[str]:
 
 
 def mesh_device_count(ctx: PatchContext) -> int:
-    """Devices the hardware mesh asks for at least: the product of its fixed (not -1) axes."""
-    mesh = ctx.config.hardware.mesh
-    return math.prod(size for size in mesh.values() if size != -1)
+    """Devices the `parallel` layout asks for at least: the product of its fixed (not -1) device axes."""
+    from framework.core.parallel import DEVICE_AXES
+
+    return math.prod(size for axis in DEVICE_AXES if (size := ctx.config.parallel[axis]) != -1)
 
 
 def mesh_needs_several_devices(ctx: PatchContext) -> bool:
@@ -50,7 +48,7 @@ def gpu_xla_flags(ctx: PatchContext) -> None:
 
 @register_patch("maxtext.cpu_host_devices", backend="maxtext", phase=Phase.SETUP, hardware=["cpu"],
                 condition=mesh_needs_several_devices,
-                description="on CPU, split the host into as many devices as hardware.mesh asks for")
+                description="on CPU, split the host into as many devices as the parallel layout asks for")
 def cpu_host_devices(ctx: PatchContext) -> None:
     import jax
 
@@ -63,39 +61,7 @@ def cpu_host_devices(ctx: PatchContext) -> None:
 def compilation_cache(ctx: PatchContext) -> None:
     import jax
 
-    cache = Path(ctx.extra["backend_config"].cache_dir) / "jax"
+    cache = Path(ctx.backend_config.cache_dir) / "jax"
     cache.mkdir(parents=True, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", str(cache.resolve()))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", COMPILE_CACHE_MIN_SECONDS)
-
-
-def is_closed_loop_noise(unraisable) -> bool:
-    """An error of a tensorstore read that orbax left in flight: 'Event loop is closed', or any
-    exception raised inside orbax's checkpoint code (reported as 'Exception ignored in ...')."""
-    error = unraisable.exc_value
-    if isinstance(error, RuntimeError) and str(error) == "Event loop is closed":
-        return True
-    frames = traceback.extract_tb(error.__traceback__) if error is not None else []
-    return any("/orbax/checkpoint/" in frame.filename for frame in frames)
-
-
-def is_in_flight_read_noise(record: logging.LogRecord) -> bool:
-    """asyncio's report of a tensorstore read that failed after the restore had already failed."""
-    message = record.getMessage()
-    return message.startswith("Future exception was never retrieved") and (
-        "OCDBT database" in message or "TensorStore" in message)
-
-
-@register_patch("maxtext.orbax_closed_loop_noise", backend="maxtext", phase=Phase.SETUP,
-                description="after a failed orbax restore, tensorstore reads still in flight report 'Event loop "
-                            "is closed' or an unretrieved read error once each (dozens of tracebacks); drop "
-                            "exactly those")
-def orbax_closed_loop_noise(ctx: PatchContext) -> None:
-    previous = sys.unraisablehook
-
-    def hook(unraisable) -> None:
-        if not is_closed_loop_noise(unraisable):
-            previous(unraisable)
-
-    sys.unraisablehook = hook
-    logging.getLogger("asyncio").addFilter(lambda record: not is_in_flight_read_noise(record))

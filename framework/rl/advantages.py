@@ -1,4 +1,7 @@
-"""Advantage estimators for group-sampled RL (GRPO and friends), on the host in numpy.
+"""Advantage estimators for group-sampled RL (GRPO and friends): pure numpy, backend-neutral.
+
+Add one with `@register_advantage("name")` (as verl's core_algos.py does); a task selects it by
+name (`grpo.advantage_estimator`), and an unknown name is a ConfigError listing the registered ones.
 
 Rewards come in shape [num_prompts * num_generations], grouped contiguously by prompt: the
 `num_generations` completions of prompt 0 first, then those of prompt 1, and so on. Each
@@ -37,7 +40,29 @@ def group_rewards(rewards, num_generations: int, min_group_size: int = 1) -> np.
     return rewards.reshape(-1, num_generations)
 
 
+ADVANTAGE_ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {}
+
+
+def register_advantage(name: str) -> Callable[[Callable[..., np.ndarray]], Callable[..., np.ndarray]]:
+    """Register `fn(rewards [P*n], num_generations, **options) -> advantages [P*n] float32` as `name`."""
+
+    def register(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+        if name in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is registered twice")
+        ADVANTAGE_ESTIMATORS[name] = fn
+        return fn
+
+    return register
+
+
+def check_estimator(name: str, key: str) -> None:
+    if name not in ADVANTAGE_ESTIMATORS:
+        raise ConfigError(f"{key}: unknown advantage estimator {name!r}; valid: {', '.join(sorted(ADVANTAGE_ESTIMATORS))}")
+
+
+@register_advantage("grpo")
 def grpo_advantages(rewards, num_generations: int, scale_by_std: bool = True, eps: float = DEFAULT_EPS) -> np.ndarray:
+    """rewards [P*n] -> (r - group mean) / (group std + eps) [P*n]; scale_by_std=False: Dr.GRPO's r - mean."""
     grouped = group_rewards(rewards, num_generations, min_group_size=2)
     advantages = grouped - grouped.mean(axis=1, keepdims=True)
     if scale_by_std:
@@ -45,13 +70,17 @@ def grpo_advantages(rewards, num_generations: int, scale_by_std: bool = True, ep
     return advantages.reshape(-1).astype(np.float32)
 
 
+@register_advantage("rloo")
 def rloo_advantages(rewards, num_generations: int) -> np.ndarray:
+    """rewards [P*n] -> r_i - mean of the other n-1 rewards of its group [P*n]."""
     grouped = group_rewards(rewards, num_generations, min_group_size=2)
     others_mean = (grouped.sum(axis=1, keepdims=True) - grouped) / (num_generations - 1)
     return (grouped - others_mean).reshape(-1).astype(np.float32)
 
 
+@register_advantage("reinforce")
 def reinforce_advantages(rewards, num_generations: int, baseline: str = "batch") -> np.ndarray:
+    """rewards [P*n] -> r - mean baseline (of the batch or of the group) [P*n], no std scaling."""
     grouped = group_rewards(rewards, num_generations)
     if baseline not in REINFORCE_BASELINES:
         raise ConfigError(f"reinforce baseline='{baseline}' is unknown; valid: {list(REINFORCE_BASELINES)}")
@@ -59,17 +88,11 @@ def reinforce_advantages(rewards, num_generations: int, baseline: str = "batch")
     return (grouped - baseline_value).reshape(-1).astype(np.float32)
 
 
-ADVANTAGE_ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {
-    "grpo": grpo_advantages,
-    "rloo": rloo_advantages,
-    "reinforce": reinforce_advantages,
-}
 
 
 def compute_advantages(rewards, num_generations: int, estimator: str = "grpo", **options) -> np.ndarray:
     """Advantages [P * n] from rewards [P * n] with the named estimator and its options."""
-    if estimator not in ADVANTAGE_ESTIMATORS:
-        raise ConfigError(f"advantage estimator '{estimator}' is unknown; valid: {sorted(ADVANTAGE_ESTIMATORS)}")
+    check_estimator(estimator, "advantage_estimator")
     function = ADVANTAGE_ESTIMATORS[estimator]
     valid_options = list(inspect.signature(function).parameters)[2:]
     unknown = [name for name in options if name not in valid_options]

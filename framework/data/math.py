@@ -1,0 +1,68 @@
+"""Math word problems (GSM8K and synthetic arithmetic) for RL tasks such as GRPO: the `data` group of
+format `math` and its loaders. Backend-neutral: any backend's GRPO reads problems from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+from framework.core.errors import ConfigError
+from framework.data.arithmetic import generate_arithmetic
+from framework.data.gsm8k import MathExample, load_gsm8k
+from framework.data.prompts import SYSTEM_PROMPT
+
+DEFAULT_SYSTEM_PROMPT = "default"
+_TEST_SEED_OFFSET = 1  # the synthetic test split is drawn with seed + 1
+
+
+@dataclass
+class ArithmeticSpec:
+    """Settings of framework.data.arithmetic.generate_arithmetic (train and test drawn apart)."""
+
+    num_train: int
+    num_test: int
+    num_operands: int
+    max_value: int
+    ops: list[str]
+    seed: int
+
+
+@dataclass
+class MathSpec:
+    """A `data` group of format math: where the problems come from."""
+
+    name: str
+    format: Literal["math"]
+    source: Literal["hub", "local", "sample", "synthetic"]
+    path: Optional[str]  # hub: dataset id; local: a folder with train.jsonl/test.jsonl; else null
+    train_limit: Optional[int]  # use only the first train_limit training problems; null = all
+    system_prompt: Optional[str]  # "default" = framework.data.prompts.SYSTEM_PROMPT; null = none
+    arithmetic: Optional[ArithmeticSpec]  # source=synthetic only
+
+    def check(self) -> None:
+        if self.source in ("hub", "local") and not self.path:
+            raise ConfigError(f"data.path: source={self.source} needs a path (a hub dataset id or a local folder)")
+        if (self.source == "synthetic") != (self.arithmetic is not None):
+            raise ConfigError("data.arithmetic: set it (a mapping) exactly when data.source=synthetic, else null")
+
+
+def load_split(spec: MathSpec, split: str, limit: int | None = None) -> list[MathExample]:
+    """The `train` or `test` problems of the data set (the first `limit` of them)."""
+    if spec.source == "synthetic":
+        settings = spec.arithmetic
+        count = settings.num_train if split == "train" else settings.num_test
+        seed = settings.seed if split == "train" else settings.seed + _TEST_SEED_OFFSET
+        examples = generate_arithmetic(count, seed=seed, num_operands=settings.num_operands,
+                                       max_value=settings.max_value, ops=tuple(settings.ops))
+        return examples[:limit]
+    source = "sample" if spec.source == "sample" else spec.path
+    return load_gsm8k(source, split, limit)
+
+
+def train_examples(spec: MathSpec) -> list[MathExample]:
+    return load_split(spec, "train", spec.train_limit)
+
+
+def system_prompt(spec: MathSpec) -> str | None:
+    return SYSTEM_PROMPT if spec.system_prompt == DEFAULT_SYSTEM_PROMPT else spec.system_prompt

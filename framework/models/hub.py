@@ -1,0 +1,28 @@
+"""A model's hub id as a local directory: the Hugging Face cache, else a download; offline, one line.
+
+Every backend loads models through `resolve_model_dir` (framework/models/tiny.py), which calls this
+when `model.path` is null and `model.random_init` false, so none of them meets the hub unprepared.
+"""
+
+from __future__ import annotations
+
+from framework.core.errors import ConfigError
+
+
+def hub_snapshot(hub_id: str) -> str:
+    """The local snapshot directory of `hub_id` (HF_HOME / HF_HUB_CACHE honoured); downloads it when
+    it is not cached and the hub is reachable. Offline and uncached: ConfigError naming the ways out."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
+
+    try:
+        return snapshot_download(hub_id, local_files_only=True)
+    except LocalEntryNotFoundError:
+        pass  # not cached yet
+    try:
+        return snapshot_download(hub_id)
+    except (LocalEntryNotFoundError, RepositoryNotFoundError, HfHubHTTPError, OSError) as error:
+        raise ConfigError(f"model.hub_id={hub_id}: not in the local Hugging Face cache and the hub cannot be "
+                          f"reached ({type(error).__name__}); use model.path=DIR (a local HF model directory) or "
+                          f"model.random_init=true (random weights, offline), and data=gsm8k_sample for shipped "
+                          f"data") from None

@@ -1,0 +1,91 @@
+"""GRPO (group relative policy optimisation) on math word problems: the `grpo:` node of conf/task/grpo.yaml.
+
+Types only, no defaults: the YAML holds every value. Any backend that runs GRPO builds this with
+`framework.core.build.build(GRPOTask, cfg.grpo, "grpo")` and checks it with `check_grpo_values`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from framework.core.checkpoint import CheckpointPolicy
+from framework.core.dtypes import TrainDtype
+from framework.core.errors import ConfigError
+from framework.tasks.common import OptimizerConfig, check_optimizer, check_positive
+
+
+@dataclass
+class GRPOEvalConfig:
+    """Greedy decoding on the test split; accuracy = share of exactly correct answers."""
+
+    every: int  # evaluate every this many steps and after the last one; 0 = never
+    num_examples: int  # the first num_examples test problems
+    max_new_tokens: int
+
+
+@dataclass
+class GRPOTask:
+    steps: int
+    prompts_per_step: int
+    num_generations: int  # completions sampled per prompt (the group)
+    max_prompt_tokens: int  # longer prompts keep their last max_prompt_tokens tokens
+    max_new_tokens: int
+    temperature: float
+    top_k: int  # 0 = off
+    top_p: float  # 1.0 = off
+    advantage_estimator: str  # a name registered in framework.rl.advantages (grpo | rloo | reinforce)
+    scale_rewards: bool  # grpo only: divide by the group std (false = Dr.GRPO)
+    clip_low: float  # ratio clipped to [1 - clip_low, 1 + clip_high]
+    clip_high: float
+    beta: float  # KL weight; 0 = no reference model and no reference forward pass
+    kl_importance_correction: bool
+    loss_normalization: Literal["token", "sequence", "fixed"]  # docs/grpo.md: TRL dapo | grpo | dr_grpo
+    ppo_epochs: int  # optimizer updates per batch of rollouts
+    micro_batch_size: int  # sequences per forward/backward; gradients accumulate over the batch
+    logprob_chunk_size: int  # completion positions per chunk of the vocabulary projection
+    rewards: dict[str, float]  # reward function name -> weight (framework.rl.rewards)
+    optimizer: OptimizerConfig
+    eval: GRPOEvalConfig
+    checkpoint: CheckpointPolicy
+    export_hf: bool  # write the final policy as an HF directory (safetensors, config, tokenizer)
+    param_dtype: TrainDtype
+    compute_dtype: TrainDtype
+    preflight: bool  # predict step time and memory with the simulator before training
+
+    @property
+    def rows_per_step(self) -> int:
+        return self.prompts_per_step * self.num_generations
+
+
+def check_grpo_values(task: GRPOTask, key: str = "grpo") -> None:
+    """Ranges, divisibility and registry names the types cannot express; ConfigError names the key."""
+    from framework.rl.advantages import check_estimator
+    from framework.rl.rewards import check_reward_weights
+
+    check_positive({"steps": task.steps, "prompts_per_step": task.prompts_per_step,
+                    "max_prompt_tokens": task.max_prompt_tokens, "max_new_tokens": task.max_new_tokens,
+                    "ppo_epochs": task.ppo_epochs, "micro_batch_size": task.micro_batch_size,
+                    "logprob_chunk_size": task.logprob_chunk_size,
+                    "eval.max_new_tokens": task.eval.max_new_tokens}, key)
+    if task.temperature <= 0:
+        raise ConfigError(f"{key}.temperature: {task.temperature} must be > 0 (GRPO compares sampled completions)")
+    non_negative = {"top_k": task.top_k, "clip_low": task.clip_low, "clip_high": task.clip_high,
+                    "beta": task.beta, "eval.every": task.eval.every, "eval.num_examples": task.eval.num_examples}
+    for name, value in non_negative.items():
+        if value < 0:
+            raise ConfigError(f"{key}.{name}: {value} must be >= 0")
+    check_estimator(task.advantage_estimator, f"{key}.advantage_estimator")
+    if task.num_generations < 2 and task.advantage_estimator in ("grpo", "rloo"):
+        raise ConfigError(f"{key}.num_generations: {task.num_generations} must be >= 2 for advantage_estimator="
+                          f"{task.advantage_estimator} (a group needs two completions to compare)")
+    if not 0.0 < task.top_p <= 1.0:
+        raise ConfigError(f"{key}.top_p: {task.top_p} must be in (0, 1] (1 = off)")
+    if task.clip_low >= 1.0:
+        raise ConfigError(f"{key}.clip_low: {task.clip_low} must be < 1 (the ratio is clipped at 1 - clip_low)")
+    if task.rows_per_step % task.micro_batch_size:
+        raise ConfigError(f"{key}.micro_batch_size: {task.micro_batch_size} must divide prompts_per_step x "
+                          f"num_generations = {task.rows_per_step}")
+    check_optimizer(task.optimizer, f"{key}.optimizer")
+    task.checkpoint.check(f"{key}.checkpoint")
+    check_reward_weights(task.rewards, f"{key}.rewards")

@@ -1,0 +1,32 @@
+"""The simulator's task: predict time and memory per device of one step (the `sim:` node of conf/task/sim.yaml).
+
+The parallel layout is not here: the simulator reads the run's top-level `parallel` node, like every
+backend, so a sweep over `parallel.tp=1,2,4,8` predicts the layouts the real runs would use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from framework.core.dtypes import SHORT
+from framework.core.errors import ConfigError
+
+
+@dataclass
+class SimTask:
+    mode: Literal["prefill", "decode", "train"]
+    batch: int  # sequences per step of each data-parallel replica (dp x fsdp of them)
+    seq_len: int  # prompt length (prefill), sequence length (train)
+    context_len: int  # tokens already in the KV cache (decode)
+    microbatches: int  # pipeline micro-batches per replica (train)
+    recompute: bool  # activation recompute (train)
+    dtype: Literal["bfloat16", "float8", "float32"]  # framework.core.dtypes
+
+    def workload(self, replicas: int, zero: bool) -> dict:
+        """The simulator's workload for `replicas` data-parallel replicas (its batch counts them all)."""
+        if self.batch < 1:
+            raise ConfigError(f"sim.batch: {self.batch} must be >= 1 (sequences per data-parallel replica)")
+        return {"mode": self.mode, "batch": self.batch * replicas, "seq_len": self.seq_len,
+                "context_len": self.context_len, "microbatches": self.microbatches, "recompute": self.recompute,
+                "dtype": SHORT[self.dtype], "zero": zero and self.mode == "train"}
