@@ -17,17 +17,17 @@ from framework.core.adapter import BackendAdapter
 from framework.core.build import build
 from framework.core.errors import BackendError, ConfigError
 from framework.core.plain import to_plain
+from framework.data import data_spec
 from framework.data.records import RecordSpec, load_records
 from framework.tasks.dpo import DPOTask, check_dpo
 from framework.tasks.sft import SFTTask, check_sft
 
-TASKS = {"sft": (SFTTask, check_sft, "chat"), "dpo": (DPOTask, check_dpo, "preference")}
-DATA_CHOICES = {"chat": "chat_sample", "preference": "preference_sample"}
+TASKS = {"sft": (SFTTask, check_sft), "dpo": (DPOTask, check_dpo)}
 
 
 @dataclass
 class MLXRunConfig:
-    """What an mlx trainer needs: the task node, the data spec, the model directory, the device."""
+    """What an mlx trainer needs: the task node, the data, the model directory (prepare_backend set the device)."""
 
     task_name: str
     task: Union[SFTTask, DPOTask]
@@ -36,7 +36,6 @@ class MLXRunConfig:
     eval_records: list  # the first task.eval.num_examples of the test split (none when eval.every=0)
     model_name: str
     model_source: str  # a local HF directory (or a hub id mlx-lm fetches)
-    device: str  # "cpu" or "gpu" (Metal on Apple silicon, CUDA with mlx[cuda])
     seed: int
 
 
@@ -44,6 +43,7 @@ class MLXAdapter(BackendAdapter):
     name = "mlx"
     trainers = {"sft": "framework.backends.mlx.trainers.sft:SFTTrainer",
                 "dpo": "framework.backends.mlx.trainers.dpo:DPOTrainer"}
+    libraries = ("mlx-lm", "mlx", "transformers")  # mlx-lm first: the library patches are about
     patch_modules = ("framework.backends.mlx.patches",)
 
     def __init__(self, cache_dir: str):
@@ -58,29 +58,21 @@ class MLXAdapter(BackendAdapter):
 
         mx.set_default_device(mx.cpu if _device_type(cfg.hardware) == "cpu" else mx.gpu)
 
-    def detect_backend_version(self) -> str:
-        from importlib.metadata import version
-
-        return version("mlx-lm")  # patches filter on mlx-lm, the library whose behaviour they change
-
     def convert_config(self, cfg: DictConfig) -> MLXRunConfig:
         from framework.models.tiny import resolve_model_dir
 
-        task_name = cfg.task.name
-        if task_name not in TASKS:
-            raise ConfigError(f"task={task_name} does not run on backend=mlx; it runs: {', '.join(TASKS)}")
-        cls, check, data_format = TASKS[task_name]
+        task_name = cfg.task.name  # validate() checked that this backend runs it
+        cls, check = TASKS[task_name]
         task = build(cls, cfg[task_name], task_name)
         check(task, task_name)
         _check_mlx_support(task, task_name)
-        data = _record_spec(cfg, task_name, data_format)
+        data = data_spec(cfg.data, task_name)  # the format the task reads, or one line naming the options
         train = load_records(data, "train")
         evaluate = task.eval.every > 0 and task.eval.num_examples > 0
         held_out = load_records(data, "test", limit=task.eval.num_examples) if evaluate else []
         model_source = resolve_model_dir(to_plain(cfg.model), Path(self.cache_dir) / "models")
         return MLXRunConfig(task_name=task_name, task=task, data=data, train_records=train, eval_records=held_out,
-                            model_name=cfg.model.name, model_source=model_source,
-                            device=_device_type(cfg.hardware), seed=int(cfg.seed))
+                            model_name=cfg.model.name, model_source=model_source, seed=int(cfg.seed))
 
 
 def _device_type(hardware) -> str:
@@ -115,11 +107,3 @@ def _check_mlx_support(task, key: str) -> None:
     if getattr(task, "packing", False):
         raise ConfigError(f"{key}.packing: backend=mlx does not pack sequences yet; set {key}.packing=false or use "
                           f"backend=torch")
-
-
-def _record_spec(cfg: DictConfig, task_name: str, data_format: str) -> RecordSpec:
-    data = to_plain(cfg.data)
-    if data.get("format") != data_format:
-        raise ConfigError(f"data={data.get('name')}: task={task_name} needs a {data_format} data set "
-                          f"(format: {data_format}); e.g. data={DATA_CHOICES[data_format]}")
-    return build(RecordSpec, data, "data")

@@ -85,7 +85,7 @@ def time_mlx(args, path: Path) -> dict:
     install()
     run_dir = Path(tempfile.mkdtemp(prefix="mlx_dpo_bench_"))
     config = MLXRunConfig("dpo", build(DPOTask, task_node(args), "dpo"), RecordSpec("p", "preference", "sample",
-                          "preference", None), pairs(args), [], args.model, str(path), "cpu", 0)
+                          "preference", None), pairs(args), [], args.model, str(path), 0)
     context = RunContext(run_dir, OmegaConf.create({"progress": False}), MetricLogger(run_dir, enabled=False), 0)
     trainer = DPOTrainer(config, context)
     trainer.setup()

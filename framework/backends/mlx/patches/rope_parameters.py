@@ -43,8 +43,8 @@ def install() -> None:
     utils.load_config = load_config
 
 
-@register_patch(PATCH_ID, backend="mlx", phase=Phase.SETUP, backend_versions=">=0.20,<0.33",
+@register_patch(PATCH_ID, backend="mlx", phase=Phase.SETUP, requires={"mlx-lm": ">=0.20,<0.33", "transformers": ">=5"},
                 description="mlx-lm reads rope_theta from transformers-5 `rope_parameters` (else it assumes "
-                            "its default, 1e6 for qwen2); for configs written by transformers >=5")
+                            "its default, 1e6 for qwen2)")
 def rope_parameters(ctx: PatchContext) -> None:
     install()
