@@ -91,3 +91,19 @@ def test_the_three_references_agree_when_the_reference_is_the_base_model(tmp_pat
         assert [r.keys() for r in rows[name]] == [r.keys() for r in rows["base"]]
         for row, base in zip(rows[name], rows["base"]):
             assert all(abs(row[k] - base[k]) <= 1e-5 * (1 + abs(base[k])) for k in base), (name, row, base)
+
+
+@pytest.mark.slow
+def test_export_is_a_starting_point_for_backend_torch(tmp_path, mlx_cache):
+    """Runs once backend torch is on the branch (recipes/sft_torch_cpu.yaml); skips before."""
+    from tests.conftest import REPO_ROOT
+
+    if not (REPO_ROOT / "recipes" / "sft_torch_cpu.yaml").is_file():
+        pytest.skip("backend torch (recipe sft_torch_cpu) is not on this branch")
+    run_recipe("dpo", tmp_path / "dpo", mlx_cache)
+    export = tmp_path / "dpo" / "hf_export"
+    proc = run_cli(["recipe=sft_torch_cpu", "sft.steps=1", "sft.eval.every=0", "sft.checkpoint.every=0",
+                    f"model.path={export}", "model.random_init=false", "progress=false",
+                    f"hydra.run.dir={tmp_path / 'torch'}"], env={"CRUCIBLE_CACHE": str(mlx_cache)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((tmp_path / "torch" / "summary.json").read_text())["status"] == "ok"
