@@ -21,6 +21,7 @@ from mlx.utils import tree_map
 from framework.backends.mlx import checkpointing, lora, model_io, optim
 from framework.backends.mlx.batching import DataCursor
 from framework.core.dtypes import mlx_dtype
+from framework.core.errors import ConfigError
 from framework.core.result import TrainingResult
 from framework.core.trainer import BaseTrainer
 
@@ -34,6 +35,9 @@ class MLXTrainer(BaseTrainer):
 
     def setup(self) -> None:
         self.task = self.config.task
+        if self.run.world_size > 1:  # mlx.distributed is not wired: every rank would train alone
+            raise ConfigError(f"backend=mlx runs one process; this job has {self.run.world_size} ranks (launch one "
+                              f"task, or use backend=torch for data parallelism)")
 
     def init(self) -> None:
         self.model_dir = model_io.local_model_dir(self.config.model_source)

@@ -11,12 +11,13 @@ from framework.backends.mlx.trainers.base import MLXTrainer, as_arrays
 
 class SFTTrainer(MLXTrainer):
     key = "sft"
+    step_tokens = 0  # tokens (padding excluded) of the current step's micro-batches, for tokens_per_s
 
     def encode(self, messages: list[dict]) -> dict:
         return encode_chat(self.tokenizer, messages, self.task.max_seq_length, self.task.completion_only_loss)
 
     def micro_batch(self, examples: list[dict]) -> tuple:
-        self.step_tokens = getattr(self, "step_tokens", 0) + sum(len(e["ids"]) for e in examples)
+        self.step_tokens += sum(len(e["ids"]) for e in examples)
         return as_arrays(*collate_chats(examples, self.pad_id))
 
     def loss_fn(self, ids, mask):
