@@ -23,8 +23,11 @@ def test_help_lists_every_group_and_option_and_the_backends_tasks():
         expected = (["auto"] if group == "hardware" else []) + options(group)
         assert line.split(None, 1)[1].split(", ") == expected
     assert "hydra/launcher=basic, submitit_local, submitit_slurm" in proc.stdout
-    backends = lines[lines.index("backends and the tasks they run:") + 1:]
-    assert backends[0].split() == ["maxtext", "task=grpo"] and backends[1].split() == ["sim", "task=calibrate|sim"]
+    start = lines.index("backends and the tasks they run:") + 1
+    rows = [line.split() for line in lines[start:]]
+    backends = dict(row for row in rows[:next(i for i, row in enumerate(rows) if len(row) != 2)])
+    assert backends["maxtext"] == "task=grpo" and backends["sim"] == "task=calibrate|sim"
+    assert backends["mlx"] == "task=dpo|sft"
     assert elapsed < 3  # the interpreter's start included; no heavy library is imported
 
 
