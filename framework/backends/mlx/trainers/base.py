@@ -78,8 +78,7 @@ class MLXTrainer(BaseTrainer):
             grads = micro_grads if grads is None else tree_map(mx.add, grads, micro_grads)
             totals = sums if totals is None else tuple(a + b for a, b in zip(totals, sums))
             mx.eval(grads, totals)
-        weight = totals[1]
-        norm = self.update(grads, 1.0 / weight)
+        norm = self.update(grads, 1.0 / mx.maximum(totals[1], 1.0))  # a batch cut to no loss tokens: no step
         mx.eval(self.model.parameters(), self.optimizer.state, norm)
         metrics = self.metrics([float(v) for v in totals])
         metrics.update(grad_norm=float(norm), learning_rate=float(self.optimizer.learning_rate))

@@ -25,7 +25,7 @@ class SFTTrainer(MLXTrainer):
 
     def metrics(self, totals: list[float]) -> dict:
         loss_sum, tokens = totals
-        return {"loss": loss_sum / tokens, "loss_tokens": tokens}
+        return {"loss": loss_sum / max(tokens, 1.0), "loss_tokens": tokens}
 
     def throughput(self, step_time_s: float) -> dict:
         tokens, self.step_tokens = self.step_tokens, 0
