@@ -12,13 +12,16 @@ status="invalid" and a reason, so sweeps can report it as a row.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from sims.builders import build_graph, graph_and_counts
-from sims.calculator import OP_CLASS, Context, estimate_step, op_cost
+from sims.calculator import OP_CLASS, Context, op_cost
 from sims.hardware import hardware_spec
 from sims.memory import estimate_memory
+from sims.step import estimate_step
+from sims.stacks import DEFAULT_STACK
 from framework.core.errors import ConfigError
 from sims.workload import Layout, Workload, layout_problem, parse_layout, parse_workload
 
@@ -38,7 +41,14 @@ class SimResult:
     mfu: float | None = None
     memory_breakdown_gb: dict[str, float] = field(default_factory=dict)
     memory_capacity_gb: float | None = None
-    rows: list[dict] = field(default_factory=list)
+    row_source: Callable[[], list[dict]] | None = None  # builds `rows` when first asked
+    stack: str = DEFAULT_STACK
+    efficiency_source: str = ""
+    warnings: list[str] = field(default_factory=list)  # what a caller should surface to the user
+
+    @cached_property
+    def rows(self) -> list[dict]:
+        return self.row_source() if self.row_source else []
 
     @property
     def memory_per_device_gb(self) -> float | None:
@@ -64,6 +74,8 @@ class SimResult:
             "model_type": self.model_type,
             "hardware": self.hardware,
             "mode": self.workload.mode,
+            "stack": self.stack,
+            "efficiency_table": self.efficiency_source,
             "devices": self.layout.devices,
             "params_total": self.params_total,
             "params_active": self.params_active,
@@ -75,6 +87,7 @@ class SimResult:
             "memory_capacity_gb": self.memory_capacity_gb,
             "fits": self.fits,
             "memory_over_gb": self.memory_over_gb,
+            "warning": "; ".join(self.warnings),
             "time_by_bound_s": time_by_bound,
         }
 
@@ -84,17 +97,21 @@ class SimResult:
         return [dict(row) for row in self.rows]
 
 
-def simulate(hf_config: Mapping, hardware: Mapping, layout: Mapping, workload: Mapping) -> SimResult:
+def simulate(
+    hf_config: Mapping, hardware: Mapping, layout: Mapping, workload: Mapping, stack: str = DEFAULT_STACK
+) -> SimResult:
     """Estimate one step of `workload` for the model `hf_config` (an HF config.json dict) on the
-    devices `hardware` (a conf/hardware/*.yaml dict) split by `layout` = {tp, dp, ep, pp}.
+    devices `hardware` (a conf/hardware/*.yaml dict) split by `layout` = {tp, dp, ep, pp}, running
+    the kernels of software `stack` (sims/stacks.yaml; `sims.stacks.stack_for_backend` names a
+    backend's) timed with that stack's efficiency table.
 
     workload: mode (prefill | decode | train), batch (sequences over all dp replicas), seq_len
     (prompt or training sequence), context_len (decode: tokens in the KV cache), microbatches,
     recompute, dtype (bf16 | fp8 | fp32), zero (shard optimizer states over dp)."""
     parsed_layout = parse_layout(layout)
     parsed_workload = parse_workload(workload)
-    hw = hardware_spec(hardware)
-    graph, counts = graph_and_counts(hf_config, parsed_workload.mode)
+    hw = hardware_spec(hardware, stack)
+    graph, counts = graph_and_counts(hf_config, parsed_workload.mode, stack)
     result = SimResult(
         status="ok",
         reason="",
@@ -104,27 +121,38 @@ def simulate(hf_config: Mapping, hardware: Mapping, layout: Mapping, workload: M
         workload=parsed_workload,
         params_total=counts["total"],
         params_active=counts["active"],
+        stack=stack,
+        efficiency_source=hw.efficiency.source,
     )
     problem = layout_problem(graph.meta, hw, parsed_layout, parsed_workload)
     if problem:
         result.status, result.reason = "invalid", problem
         return result
-    step = estimate_step(graph, hw, parsed_layout, parsed_workload)
-    memory = estimate_memory(graph, hw, parsed_layout, parsed_workload)
+    ctx = Context.for_step(graph, hw, parsed_layout, parsed_workload)
+    step = estimate_step(graph, hw, parsed_layout, parsed_workload, ctx)
+    memory = estimate_memory(graph, hw, parsed_layout, parsed_workload, ctx)
     new_tokens = parsed_workload.batch * parsed_workload.query_len
     result.latency_s = step.latency_s
     result.tokens_per_s_per_device = new_tokens / step.latency_s / parsed_layout.devices
     result.mfu = step.model_flops / (step.latency_s * parsed_layout.devices * hw.peak_flops(parsed_workload.dtype))
     result.memory_breakdown_gb = memory.breakdown_gb
     result.memory_capacity_gb = hw.memory_gb
-    result.rows = step.rows
+    result.row_source = step.rows
     if not result.fits:
         result.reason = f"needs {result.memory_per_device_gb:.1f} GB per device, {hw.memory_gb:g} GB available"
+        result.warnings.append(f"does not fit: {result.reason}")
+    if hw.efficiency.source.startswith("built-in defaults ("):
+        result.warnings.append(f"no {stack} efficiency table for {hw.name}: uncalibrated built-in factors")
     return result
 
 
 def predict_op(
-    hf_config: Mapping, hardware: Mapping, workload: Mapping, op: str, layout: Mapping | None = None
+    hf_config: Mapping,
+    hardware: Mapping,
+    workload: Mapping,
+    op: str,
+    layout: Mapping | None = None,
+    stack: str = DEFAULT_STACK,
 ) -> dict | None:
     """One forward execution of the IR node named `op` on one device: {op, op_class, flops, bytes,
     time_s, bound}, with the same accounting `simulate` sums; None for a collective that does not
@@ -132,8 +160,8 @@ def predict_op(
     accuracy benchmark compares single kernels against it."""
     parsed_layout = parse_layout(layout or {})
     parsed_workload = parse_workload(workload)
-    hw = hardware_spec(hardware)
-    graph = build_graph(hf_config, parsed_workload.mode)
+    hw = hardware_spec(hardware, stack)
+    graph = build_graph(hf_config, parsed_workload.mode, stack)
     names = [node.name for node in graph.nodes]
     if op not in names:
         where = f"the {graph.meta['model_type']} {parsed_workload.mode} graph"

@@ -1,26 +1,25 @@
-"""Time of one step: per-op roofline with efficiency factors and a kernel floor, collectives,
-pipeline schedule, data-parallel gradient sync and the optimizer update.
+"""Per-op cost on one device: roofline with efficiency factors and a kernel floor, measured curves
+where the efficiency table has them, and collectives (the step is summed in sims/step.py).
 
 Per op and device:  time = max(flops / (peak * eff_compute), bytes / (bandwidth * eff_memory)) + floor
 (a GEMM with measured shapes in the efficiency table uses the interpolated measurement instead).
-Collectives over n devices with per-direction link bandwidth bw (ring algorithms):
-  all-reduce   2 (n-1)/n * bytes / (bw * eff) + latency
-  all-gather   (n-1)/n * bytes / (bw * eff) + latency       (bytes: the gathered tensor)
-  all-to-all   (n-1)/n * bytes / (bw * eff) + latency       (bytes: what one device sends)
-Pipeline with per-micro-batch stage times t_i and m micro-batches:
-  step = sum_i t_i + (m - 1) * max_i t_i     (= (m + pp - 1) * t for equal stages; bubble (pp-1)/(m+pp-1))
-Nothing overlaps: compute, collectives and the gradient sync add up (an upper bound on time).
+Collectives over n devices: latency + bus_factor(n) * bytes / bus bandwidth (sims/comm.py; fitted
+to NCCL measurements when the efficiency table has them, else from the link bandwidth):
+  all-reduce   bus factor 2 (n-1)/n
+  all-gather   (n-1)/n                                       (bytes: the gathered tensor)
+  all-to-all   (n-1)/n                                       (bytes: what one device sends)
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from sims.calibration.table import GemmInterpolator, OpInterpolator
+from sims.calibration.interpolate import GemmInterpolator, OpInterpolator
+from sims.comm import collective_s
 from sims.hardware import HardwareSpec
-from sims.cache import GraphCache
 from sims.ir import ComputationalGraph, OpNode
-from sims.partition import expert_data_parallel, local_params, numel, stage_counts, tp_split, weight_numel
+from sims.partition import numel, tp_split, weight_numel
 from sims.workload import Layout, Workload
 
 OP_CLASS = {
@@ -75,7 +74,7 @@ class OpCost:
 class StepEstimate:
     latency_s: float
     model_flops: float  # whole-model FLOPs of one step (no recompute), for MFU
-    rows: list[dict]
+    rows: Callable[[], list[dict]]  # built on demand: a sweep mostly wants the headline numbers
     stage: int  # the slowest pipeline stage, whose ops `rows` lists
 
 
@@ -207,7 +206,7 @@ def norm_work(node: OpNode, ctx: Context) -> tuple[float, float]:
 def elementwise_work(node: OpNode, ctx: Context) -> tuple[float, float]:
     # MoE token shuffles run on the whole replica's tokens, split over tp only under expert parallelism.
     split = ctx.tp if node.attrs.get("sequence_parallel_with_ep") and ctx.ep > 1 else tp_split(node, ctx.tp)
-    inp = numel(node.inputs[0], ctx.dims) / split
+    inp = sum(numel(shape, ctx.dims) for shape in node.inputs) / split  # a residual add reads two
     out = numel(node.outputs[0], ctx.dims) / split
     return node.attrs.get("flops_per_element", 1) * out, (inp + out) * ctx.precision.act_bytes
 
@@ -250,6 +249,8 @@ def _measured_op_s(node: OpNode, ctx: Context, flops: float, nbytes: float, floo
     dtype = ctx.precision.dtype
     if dtype == "fp8" and node.op_type != "moe_gemm":
         dtype = "bf16"
+    if node.op_type == "attention" and ctx.workload.mode == "decode":  # its batch x KV surface, if measured
+        return ctx.op_interpolator.time_s(node.name, dtype, flops, nbytes, floor_s, ctx.dims["batch"], ctx.dims["kv_len"])
     return ctx.op_interpolator.time_s(node.name, dtype, flops, nbytes, floor_s)
 
 
@@ -259,34 +260,24 @@ def _measured_op_s(node: OpNode, ctx: Context, flops: float, nbytes: float, floo
 def all_reduce_s(nbytes: float, group: int, hw: HardwareSpec, span: int | None = None) -> float:
     """`span`: how many consecutive ranks the group's members are spread over (a dp group strides
     over its tp ranks); it decides intra- vs inter-node. Defaults to the group size."""
-    return _ring_s(2.0 * (group - 1) / group * nbytes, group, span or group, hw)
+    return collective_s("all_reduce", nbytes, group, span or group, hw)
 
 
 def all_gather_s(gathered_bytes: float, group: int, hw: HardwareSpec, span: int | None = None) -> float:
-    return _ring_s((group - 1) / group * gathered_bytes, group, span or group, hw)
+    return collective_s("all_gather", gathered_bytes, group, span or group, hw)
 
 
 def reduce_scatter_s(full_bytes: float, group: int, hw: HardwareSpec, span: int | None = None) -> float:
-    return _ring_s((group - 1) / group * full_bytes, group, span or group, hw)
+    return collective_s("reduce_scatter", full_bytes, group, span or group, hw)
 
 
 def all_to_all_s(sent_bytes: float, group: int, hw: HardwareSpec) -> float:
-    return _ring_s((group - 1) / group * sent_bytes, group, group, hw)
+    return collective_s("all_to_all", sent_bytes, group, group, hw)
 
 
 def send_recv_s(nbytes: float, span: int, hw: HardwareSpec) -> float:
     """Point-to-point between pipeline stages; `span` ranks decide intra- or inter-node."""
-    kind, bandwidth = hw.link(span)
-    link = hw.efficiency.links[kind]
-    return nbytes / (bandwidth * link.bandwidth) + link.latency_us * 1e-6
-
-
-def _ring_s(wire_bytes: float, group: int, span: int, hw: HardwareSpec) -> float:
-    if group <= 1:
-        return 0.0
-    kind, bandwidth = hw.link(span)
-    link = hw.efficiency.links[kind]
-    return wire_bytes / (bandwidth * link.bandwidth) + link.latency_us * 1e-6
+    return collective_s("send_recv", nbytes, 2, span, hw)
 
 
 def comm_cost(node: OpNode, ctx: Context) -> OpCost | None:
@@ -305,130 +296,6 @@ def comm_cost(node: OpNode, ctx: Context) -> OpCost | None:
         nbytes /= ctx.tp
         time_s = all_to_all_s(nbytes, group, ctx.hw)
     return OpCost(0.0, nbytes, time_s, "comm")
-
-
-# --- one step -----------------------------------------------------------------------------------
-
-
-def passes(node: OpNode, workload: Workload, num_layers: int) -> tuple[float, float]:
-    """(time/FLOP multiplier per forward execution, model-FLOP multiplier): forward only for
-    inference; forward + 2x backward for training (collectives repeat once in backward), plus a
-    second forward of every decoder-layer op under activation recompute."""
-    if workload.mode != "train":
-        return 1.0, 1.0
-    model = 1.0 + TRAIN_BACKWARD_FACTOR
-    backward = 1.0 if node.is_comm else TRAIN_BACKWARD_FACTOR
-    in_layer = 0 <= node.layers[0] < num_layers
-    recompute = 1.0 if workload.recompute and in_layer else 0.0
-    return 1.0 + backward + recompute, model
-
-
-def estimate_step(graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload) -> StepEstimate:
-    ctx = Context.for_step(graph, hw, layout, workload)
-    num_layers = graph.meta["num_layers"]
-    costs = [op_cost(node, ctx) for node in graph.nodes]
-    multipliers = [passes(node, workload, num_layers)[0] for node in graph.nodes]
-    counts = stage_counts(graph, layout.pp)
-    p2p_s = _pipeline_p2p_s(graph, ctx)
-    stage_s = [
-        sum(c.time_s * mult * n for c, mult, n in zip(costs, multipliers, stage) if c is not None and n) + p2p_s
-        for stage in counts
-    ]
-    m = workload.microbatches
-    slowest = max(range(layout.pp), key=stage_s.__getitem__)
-    pipeline_s = pipeline_time_s(stage_s, m)
-
-    rows = []
-    for node, cost, mult, n in zip(graph.nodes, costs, multipliers, counts[slowest]):
-        if cost is None or not n:
-            continue
-        scale = n * m * mult
-        rows.append(
-            _row(
-                node.name, node.op_type, n * m, cost.flops * scale, cost.bytes * scale, cost.time_s * scale, cost.bound
-            )
-        )
-    if layout.pp > 1:
-        rows.append(_row("pp_send_recv", "send_recv", m, 0.0, 0.0, p2p_s * m, "comm"))
-        rows.append(_row("pipeline_bubble", "idle", 0, 0.0, 0.0, pipeline_s - m * stage_s[slowest], "idle"))
-    latency = pipeline_s
-    if workload.mode == "train":
-        for row in _training_update_rows(graph, ctx, slowest):
-            rows.append(row)
-            latency += row["time_s"]
-    return StepEstimate(latency, model_flops(graph, workload), rows, slowest)
-
-
-def pipeline_time_s(stage_s: list[float], microbatches: int) -> float:
-    """GPipe/1F1B step time: the first micro-batch crosses every stage, the other m-1 follow at
-    the pace of the slowest. Equal stages t: (m + pp - 1) * t, a bubble of (pp-1)/(m+pp-1)."""
-    return sum(stage_s) + (microbatches - 1) * max(stage_s)
-
-
-def model_flops(graph: ComputationalGraph, workload: Workload) -> float:
-    """FLOPs of one step of the whole model on the whole batch (layout-independent; replicated
-    ops counted once; no recompute). The numerator of MFU."""
-    return _MODEL_FLOPS.get(graph, workload, lambda: _count_model_flops(graph, workload))
-
-
-_MODEL_FLOPS = GraphCache(maxsize=4096)
-
-
-def _count_model_flops(graph: ComputationalGraph, workload: Workload) -> float:
-    whole = Workload(**{**workload.__dict__, "microbatches": 1})
-    bytes_unused = Precision(workload.dtype, 2, 2, 2, 1.0, 1.0)
-    ctx = Context(bind_dims(graph, Layout(), whole), tp=1, ep=1, precision=bytes_unused)
-    total = 0.0
-    for node in graph.nodes:
-        if node.is_comm:
-            continue
-        flops, _ = OP_WORK[node.op_type](node, ctx)
-        total += flops * node.repeat * passes(node, whole, graph.meta["num_layers"])[1]
-    return total
-
-
-def _pipeline_p2p_s(graph: ComputationalGraph, ctx: Context) -> float:
-    if ctx.layout.pp == 1:
-        return 0.0
-    nbytes = ctx.dims["tokens"] * graph.meta["hidden_size"] * ctx.precision.act_bytes
-    directions = 2 if ctx.workload.mode == "train" else 1  # activations forward, gradients back
-    return directions * send_recv_s(nbytes, ctx.layout.devices, ctx.hw)
-
-
-def _training_update_rows(graph: ComputationalGraph, ctx: Context, stage: int) -> list[dict]:
-    """Data-parallel gradient sync and the Adam update of the parameters this device holds."""
-    layout, workload, hw = ctx.layout, ctx.workload, ctx.hw
-    dense, expert = local_params(graph, layout, stage)
-    expert_dp = expert_data_parallel(layout)
-    span = layout.tp * layout.dp  # replicas of a weight shard sit tp ranks apart
-    sync_s = 0.0
-    for params, group in ((dense, layout.dp), (expert, expert_dp)):
-        grads = params * GRAD_BYTES
-        if workload.zero:  # reduce-scatter grads, all-gather updated weights
-            weights = params * ctx.precision.act_bytes
-            sync_s += reduce_scatter_s(grads, group, hw, span) + all_gather_s(weights, group, hw, span)
-        else:
-            sync_s += all_reduce_s(grads, group, hw, span)
-    updated = dense / layout.dp + expert / expert_dp if workload.zero else dense + expert
-    optimizer = hw.efficiency.op_classes["optimizer"]
-    opt_bytes = updated * ADAM_BYTES_PER_PARAM[workload.dtype]
-    opt_s = opt_bytes / (hw.memory_bytes_per_s * optimizer.memory) + optimizer.floor_us * 1e-6
-    rows = [_row("optimizer_step", "optimizer", 1, 10.0 * updated, opt_bytes, opt_s, "memory")]
-    if sync_s:
-        rows.insert(0, _row("dp_grad_sync", "all_reduce", 1, 0.0, (dense + expert) * GRAD_BYTES, sync_s, "comm"))
-    return rows
-
-
-def _row(name: str, op_type: str, count: float, flops: float, nbytes: float, time_s: float, bound: str) -> dict:
-    return {
-        "name": name,
-        "op_type": op_type,
-        "count": count,
-        "flops": flops,
-        "bytes": nbytes,
-        "time_s": time_s,
-        "bound": bound,
-    }
 
 
 _INTERPOLATORS: dict[int, tuple[HardwareSpec, GemmInterpolator]] = {}

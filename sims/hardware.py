@@ -11,6 +11,7 @@ from pathlib import Path
 from framework.core.errors import ConfigError
 from sims.calibration.table import DTYPES, EfficiencyTable, load_table
 from sims.plain import json_key
+from sims.stacks import DEFAULT_STACK, stack
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = ("name", "devices_per_node", "nodes", "memory_gb", "peak_tflops", "hbm_tb_s")
@@ -57,13 +58,16 @@ def read_hardware_file(path: str | Path) -> dict:
     return yaml.safe_load(Path(path).read_text())["hardware"]
 
 
-def hardware_spec(hardware: Mapping) -> HardwareSpec:
-    """Parse (and cache) a hardware dict."""
-    return _parse(json_key(hardware, "hardware"))
+def hardware_spec(hardware: Mapping, stack: str = DEFAULT_STACK) -> HardwareSpec:
+    """Parse (and cache) a hardware dict, with the efficiency table of software `stack`.
+
+    hardware.efficiency_table: null (built-in factors), a path (used when the table's `stack` is
+    `stack` or unset; a table of another stack is ignored), or a mapping {stack: path or null}."""
+    return _parse(json_key(hardware, "hardware"), stack)
 
 
 @lru_cache(maxsize=64)
-def _parse(key: str) -> HardwareSpec:
+def _parse(key: str, stack: str) -> HardwareSpec:
     hw = json.loads(key)
     missing = [k for k in REQUIRED if hw.get(k) is None]
     if missing:
@@ -88,13 +92,22 @@ def _parse(key: str) -> HardwareSpec:
         hbm_tb_s=float(hw["hbm_tb_s"]),
         intra_node_gb_s=hw.get("intra_node_gb_s"),
         inter_node_gb_s=hw.get("inter_node_gb_s"),
-        efficiency=_efficiency_table(hw.get("efficiency_table")),
+        efficiency=_efficiency_table(hw.get("efficiency_table"), stack),
     )
 
 
-def _efficiency_table(path: str | None) -> EfficiencyTable:
+def _efficiency_table(setting, stack_name: str) -> EfficiencyTable:
+    stack(stack_name)  # a known stack, else ConfigError
+    path = setting.get(stack_name) if isinstance(setting, Mapping) else setting
     if path is None:
         return EfficiencyTable()
+    table = _load(path)
+    if table.stack not in (None, stack_name):
+        return EfficiencyTable(source=f"built-in defaults (the table {path} describes stack {table.stack})")
+    return table
+
+
+def _load(path: str) -> EfficiencyTable:
     candidate = Path(path)
     if not candidate.is_absolute() and not candidate.exists():
         candidate = REPO_ROOT / candidate  # paths in conf/ are relative to the repository root

@@ -37,28 +37,34 @@ class MemoryEstimate:
     stage: int
 
 
-def estimate_memory(graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload) -> MemoryEstimate:
-    ctx = Context.for_step(graph, hw, layout, workload)
-    io = [_io_elements(node, ctx) for node in graph.nodes]
-    per_stage = [_stage_breakdown(graph, ctx, stage, io) for stage in range(layout.pp)]
+def estimate_memory(
+    graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload, ctx: Context | None = None
+) -> MemoryEstimate:
+    ctx = ctx or Context.for_step(graph, hw, layout, workload)
+    io_key = (layout.tp, *ctx.dims.values(), workload.mode, workload.dtype)
+    io = _MEMO.get(graph, ("io", io_key), lambda: [_io_elements(node, ctx) for node in graph.nodes])
+    per_stage = [_stage_breakdown(graph, ctx, stage, io, io_key) for stage in range(layout.pp)]
     stage = max(range(layout.pp), key=lambda s: sum(per_stage[s].values()))
     return MemoryEstimate({k: v / GB for k, v in per_stage[stage].items()}, stage)
 
 
-def _stage_breakdown(graph: ComputationalGraph, ctx: Context, stage: int, io: list) -> dict[str, float]:
+# Parts shared across a sweep (weights per layout split, activations per bound dims): keyed by what
+# they depend on, so layouts and batches that agree on it reuse them.
+_MEMO = GraphCache(maxsize=16384)
+
+
+def _stage_breakdown(graph: ComputationalGraph, ctx: Context, stage: int, io: list, io_key: tuple) -> dict[str, float]:
     """Bytes per component on one device of `stage`; io: (input, output) elements per node."""
     layout, workload, p = ctx.layout, ctx.workload, ctx.precision
     counts = stage_counts(graph, layout.pp)[stage]
-    weights = 0.0
-    for node, count in zip(graph.nodes, counts):
-        if count and node.weights and not shared_with_embedding(node, layout):
-            per_param = p.gemm_weight_bytes if node.op_type in ("gemm", "moe_gemm") else p.other_weight_bytes
-            weights += count * node_params_per_device(node, layout) * per_param
+    weight_key = ("weights", layout.tp, layout.ep, layout.pp, stage, p.gemm_weight_bytes, p.other_weight_bytes)
+    weights = _MEMO.get(graph, weight_key, lambda: _weight_bytes(graph, ctx, counts))
     if workload.mode != "train":
+        largest_key = ("largest", io_key, layout.pp, stage)
         return {
             "weights": weights,
             "kv_cache": _kv_cache_bytes(graph, ctx, counts),
-            "activations": _inference_activation_bytes(graph, ctx, counts, io),
+            "activations": _MEMO.get(graph, largest_key, lambda: _inference_activation_bytes(graph, ctx, counts, io)),
         }
     dense, expert = local_params(graph, layout, stage)
     expert_dp = expert_data_parallel(layout)
@@ -67,8 +73,18 @@ def _stage_breakdown(graph: ComputationalGraph, ctx: Context, stage: int, io: li
         "weights": weights,
         "gradients": (dense + expert) * GRAD_BYTES_PER_PARAM,
         "optimizer": optimizer_params * OPTIMIZER_BYTES_PER_PARAM[workload.dtype],
-        "activations": _training_activation_bytes(graph, ctx, stage, counts, io),
+        "activations": _MEMO.get(graph, ("train", io_key, layout.pp, stage, workload.microbatches, workload.recompute),
+                                 lambda: _training_activation_bytes(graph, ctx, stage, counts, io)),
     }
+
+
+def _weight_bytes(graph: ComputationalGraph, ctx: Context, counts: list[int]) -> float:
+    p, layout, weights = ctx.precision, ctx.layout, 0.0
+    for node, count in zip(graph.nodes, counts):
+        if count and node.weights and not shared_with_embedding(node, layout):
+            per_param = p.gemm_weight_bytes if node.op_type in ("gemm", "moe_gemm") else p.other_weight_bytes
+            weights += count * node_params_per_device(node, layout) * per_param
+    return weights
 
 
 def _kv_cache_bytes(graph: ComputationalGraph, ctx: Context, counts: list[int]) -> float:

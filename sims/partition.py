@@ -29,10 +29,16 @@ def weight_numel(weights: tuple) -> int:
     return sum(prod(w) for w in weights)
 
 
-def tp_split(node: OpNode, tp: int) -> int:
-    """How many ways tp splits this op (kv heads stop splitting at num_key_value_heads)."""
+def tp_split(node: OpNode, tp: int) -> float:
+    """How many ways tp splits this op (kv heads stop splitting at num_key_value_heads). A fused
+    QKV GEMM splits its q part tp ways and its k/v part (`limited_width` of its output) at most
+    `limited_split` ways: the result is its whole width over the width one device computes."""
     if node.parallel.tp_mode == "replicated":
         return 1
+    limited = node.attrs.get("limited_width")
+    if limited:
+        width = node.weights[0][-1]
+        return width / ((width - limited) / tp + limited / min(tp, node.attrs["limited_split"]))
     return min(tp, node.attrs.get("max_split", tp))
 
 
@@ -75,6 +81,14 @@ def node_params_per_device(node: OpNode, layout: Layout) -> float:
 
 def local_params(graph: ComputationalGraph, layout: Layout, stage: int) -> tuple[float, float]:
     """(non-expert, expert) parameters one device of `stage` holds."""
+    key = ("local_params", layout.tp, layout.ep, layout.pp, stage)
+    return _LOCAL_PARAMS.get(graph, key, lambda: _count_local_params(graph, layout, stage))
+
+
+_LOCAL_PARAMS = GraphCache(maxsize=4096)
+
+
+def _count_local_params(graph: ComputationalGraph, layout: Layout, stage: int) -> tuple[float, float]:
     dense = expert = 0.0
     for node, count in zip(graph.nodes, stage_counts(graph, layout.pp)[stage]):
         if not count or not node.weights or shared_with_embedding(node, layout):

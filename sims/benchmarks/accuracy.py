@@ -416,7 +416,8 @@ def hardware_for(device: str, name: str | None) -> dict:
                 raise SystemExit(f"no conf/hardware file for {card!r}; pass --hardware NAME")
         else:
             name = "cpu"
-    return read_hardware_file(REPO / f"conf/hardware/{name}.yaml")
+    record = read_hardware_file(REPO / f"conf/hardware/{name}.yaml")
+    return {**record, "efficiency_table": None}  # "built-in": the factors without any table
 
 
 def environment(device: str) -> dict:
@@ -494,7 +495,8 @@ def main() -> None:
         hardware = hardware_for(device, args.hardware)
         plan = microbench.Plan(s["workloads"], dtype=dtype, repeats=args.repeats or (5 if args.tiny else 10),
                                warmup=1 if args.tiny else 3, copy_mb=16 if args.tiny else 512,
-                               count_kernels=args.profile)
+                               count_kernels=args.profile,
+                               attention_grid=microbench.QUICK_ATTENTION_GRID if args.tiny else microbench.ATTENTION_GRID)
         env = environment(device)
         print(json.dumps(env), flush=True)
         measurements = calibrate(s["models"], hardware, plan, device)
@@ -503,7 +505,7 @@ def main() -> None:
     table_path = out / f"{hardware['name']}.json"
     source = (f"sims.benchmarks.accuracy on {env['device']}, torch {env['torch']}, transformers "
               f"{env['transformers']}, {env['date']} (kernels as transformers runs them, CUDA-graph timed)")
-    save_table(fit_table(measurements, hardware, source=source), table_path)
+    save_table(fit_table(measurements, hardware, source=source, stack="transformers"), table_path)
     mark_held_out(cases, measurements)
     predict(cases, s, hardware, str(table_path.resolve()))
     summary = summarise(cases)

@@ -16,24 +16,25 @@ from sims.builders import deepseek_v3, dense, qwen3_moe  # noqa: F401  (register
 from sims.builders.registry import MODES, builder_for, infer_model_type, register_config_builder, supported_model_types
 from sims.ir import ComputationalGraph
 from sims.plain import json_key
+from sims.stacks import DEFAULT_STACK, apply_stack
 
 __all__ = ["build_graph", "param_counts", "register_config_builder", "supported_model_types", "infer_model_type"]
 
 
-def build_graph(hf_config: Mapping, mode: str = "prefill") -> ComputationalGraph:
-    """The forward graph of a model for `mode` (prefill | decode | train). Cached per config and mode;
-    treat the returned graph as read-only."""
+def build_graph(hf_config: Mapping, mode: str = "prefill", stack: str = DEFAULT_STACK) -> ComputationalGraph:
+    """The forward graph of a model for `mode` (prefill | decode | train) as the kernels of software
+    `stack` (sims/stacks.yaml). Cached per config, mode and stack; treat it as read-only."""
     if mode not in MODES:
         raise ConfigError(f"mode is {mode!r}; valid: {', '.join(MODES)}")
-    return _cached_graph(_config_key(hf_config), mode)
+    return _cached_stack_graph(_config_key(hf_config), mode, stack)
 
 
-def graph_and_counts(hf_config: Mapping, mode: str) -> tuple[ComputationalGraph, dict[str, int]]:
+def graph_and_counts(hf_config: Mapping, mode: str, stack: str = DEFAULT_STACK) -> tuple[ComputationalGraph, dict[str, int]]:
     """build_graph and param_counts with one serialisation of the config (the per-call cost)."""
     if mode not in MODES:
         raise ConfigError(f"mode is {mode!r}; valid: {', '.join(MODES)}")
     key = _config_key(hf_config)
-    return _cached_graph(key, mode), dict(_cached_counts(key))
+    return _cached_stack_graph(key, mode, stack), dict(_cached_counts(key))
 
 
 def param_counts(hf_config: Mapping) -> dict[str, int]:
@@ -64,6 +65,11 @@ def _cached_counts(config_key: str) -> tuple[tuple[str, int], ...]:
 
 def _config_key(hf_config: Mapping) -> str:
     return json_key(hf_config, "hf_config")
+
+
+@lru_cache(maxsize=256)
+def _cached_stack_graph(config_key: str, mode: str, stack: str) -> ComputationalGraph:
+    return apply_stack(_cached_graph(config_key, mode), stack)
 
 
 @lru_cache(maxsize=256)

@@ -4,8 +4,9 @@ A measurement is a dict, one of:
   kernel:     {"op_class": "gemm", "dtype": "bf16", "flops": F, "bytes": B, "time_us": T,
                "m": .., "n": .., "k": ..,     # m, n, k only for 2-D GEMMs (kept as gemm_measurements)
                "op": "q_proj"}                # optional: the IR node it times (fits an `ops` entry)
-  collective: {"collective": "all_reduce" | "all_gather" | "all_to_all", "group": n,
-               "bytes": B, "time_us": T}      # bytes as the calculator counts them
+  collective: {"collective": "all_reduce" | "all_gather" | "reduce_scatter" | "all_to_all" | "send_recv",
+               "group": n, "bytes": B, "time_us": T, "link": "intra_node"}  # nccl-tests' bytes (sims/comm.py);
+               # link optional: by group size against devices_per_node
 
 Per op class (kernel model: time = max(F / (peak * compute), B / (bw * memory)) + floor):
   floor_us  the shortest measured time of the class when that kernel's roofline time is under 10%
@@ -16,9 +17,11 @@ Per op class (kernel model: time = max(F / (peak * compute), B / (bw * memory)) 
 Per op (measurements naming an IR node `op`, except GEMMs, which interpolate by shape): the same
 fit over that op's measurements, falling back to its class's fitted values where it has none; the
 measurements themselves are kept as op_measurements, whose curve the calculator follows.
-Per link kind (time = wire_bytes / (bw * bandwidth) + latency): a least-squares line through
-(wire bytes, time); latency = intercept, bandwidth = 1 / (slope * bw).
-A class or link without usable measurements keeps its default.
+Per collective, group size and link kind (time = latency + bus_factor(n) * bytes / bus_bandwidth):
+the line through (bus bytes, time) that minimises the squared relative error (small messages count
+as much as large ones), latency >= 0; kept in the table's `collectives` section.
+A class without usable measurements keeps its default; links keep theirs (the model of collectives
+that were not measured).
 """
 
 from __future__ import annotations
@@ -31,25 +34,22 @@ from framework.core.errors import ConfigError
 from sims.calibration.table import (
     OP_CLASSES,
     ClassEfficiency,
+    CollectiveFit,
     EfficiencyTable,
     GemmMeasurement,
-    LinkEfficiency,
     OpMeasurement,
 )
+from sims.comm import BUS_FACTOR
 from sims.hardware import HardwareSpec, hardware_spec
 
 LAUNCH_DOMINATED = 0.1
 ABOVE_FLOOR = 3.0
-WIRE_FACTOR = {
-    "all_reduce": lambda n: 2.0 * (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-}
 
 
 def fit_table(
-    measurements: Sequence[Mapping], hardware: Mapping, source: str = "sims.calibration.fit"
+    measurements: Sequence[Mapping], hardware: Mapping, source: str = "sims.calibration.fit", stack: str | None = None
 ) -> EfficiencyTable:
+    """The table for `hardware` from kernel (and collective) measurements of software `stack`."""
     hw = hardware_spec({**hardware, "efficiency_table": None})
     defaults = EfficiencyTable()
     kernels = [m for m in measurements if "op_class" in m]
@@ -69,18 +69,14 @@ def fit_table(
         if len(classes) > 1:
             raise ConfigError(f"measurements of op {name!r} name several op classes ({', '.join(sorted(classes))})")
         ops[name] = _fit_class(mine, hw, op_classes[classes.pop()])
-    links = dict(defaults.links)
-    for kind in links:
-        mine = [m for m in collectives if _link_kind(m, hw) == kind]
-        if len({_wire_bytes(m) for m in mine}) >= 2:
-            links[kind] = _fit_link(mine, hw, kind)
+    collective_fits = fit_collectives(collectives, hw)
     gemms = tuple(
         GemmMeasurement(int(m["m"]), int(m["n"]), int(m["k"]), m["dtype"], float(m["time_us"]))
         for m in kernels
         if m["op_class"] == "gemm" and {"m", "n", "k"} <= set(m)
     )
     op_times = tuple(
-        OpMeasurement(m["op"], m["dtype"], float(m["flops"]), float(m["bytes"]), float(m["time_us"]))
+        OpMeasurement(m["op"], m["dtype"], float(m["flops"]), float(m["bytes"]), float(m["time_us"]), **_surface_point(m))
         for m in kernels
         if m.get("op") and m["op_class"] != "gemm"
     )
@@ -89,11 +85,19 @@ def fit_table(
         op_classes=op_classes,
         ops=ops,
         op_measurements=op_times,
-        links=links,
+        collectives=collective_fits,
         gemm_measurements=gemms,
         device_name=hw.name,
         source=source,
+        stack=stack,
     )
+
+
+def _surface_point(m: Mapping) -> dict:
+    """Decode attention keeps its batch and KV length: its time is a surface over both."""
+    if m["op_class"] == "attention" and m.get("mode") == "decode" and "batch" in m and "kv_len" in m:
+        return {"batch": int(m["batch"]), "kv_len": int(m["kv_len"])}
+    return {}
 
 
 def _fit_class(measurements: Sequence[Mapping], hw: HardwareSpec, default: ClassEfficiency) -> ClassEfficiency:
@@ -118,26 +122,37 @@ def _fit_class(measurements: Sequence[Mapping], hw: HardwareSpec, default: Class
     )
 
 
-def _fit_link(measurements: Sequence[Mapping], hw: HardwareSpec, kind: str) -> LinkEfficiency:
-    xs = [_wire_bytes(m) for m in measurements]
-    ys = [m["time_us"] * 1e-6 for m in measurements]
-    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
-    intercept = mean_y - slope * mean_x
-    _, bandwidth = hw.link(hw.devices_per_node if kind == "intra_node" else hw.devices_per_node + 1)
-    return LinkEfficiency(
-        bandwidth=_fraction(1.0 / (slope * bandwidth)) if slope > 0 else 1.0, latency_us=max(0.0, intercept) * 1e6
-    )
+def fit_collectives(measurements: Sequence[Mapping], hw: HardwareSpec) -> tuple[CollectiveFit, ...]:
+    """One (latency, bus bandwidth) per collective, group size and link kind with two or more sizes.
+    Repeated sizes are reduced to their median time first."""
+    groups: dict[tuple[str, int, str], dict[float, list[float]]] = {}
+    for m in measurements:
+        if m["collective"] not in BUS_FACTOR:
+            raise ConfigError(f"collective {m['collective']!r} is not valid; valid: {', '.join(BUS_FACTOR)}")
+        link = m.get("link") or ("intra_node" if m["group"] <= hw.devices_per_node else "inter_node")
+        groups.setdefault((m["collective"], int(m["group"]), link), {}).setdefault(float(m["bytes"]), []).append(
+            m["time_us"] * 1e-6)
+    fits = []
+    for (kind, group, link), sizes in sorted(groups.items()):
+        if len(sizes) < 2:
+            continue
+        points = [(BUS_FACTOR[kind](group) * size, median(times)) for size, times in sizes.items()]
+        latency, seconds_per_byte = _relative_line(points)
+        fits.append(CollectiveFit(kind, group, link, latency * 1e6, 1e-9 / seconds_per_byte))
+    return tuple(fits)
 
 
-def _wire_bytes(m: Mapping) -> float:
-    return WIRE_FACTOR[m["collective"]](m["group"]) * m["bytes"]
-
-
-def _link_kind(m: Mapping, hw: HardwareSpec) -> str:
-    if m["collective"] not in WIRE_FACTOR:
-        raise ConfigError(f"collective {m['collective']!r} is not valid; valid: {', '.join(WIRE_FACTOR)}")
-    return "intra_node" if m["group"] <= hw.devices_per_node else "inter_node"
+def _relative_line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(a >= 0, b > 0) minimising sum(((a + b x - t) / t)^2): weighted least squares, weights 1/t^2."""
+    w = [1.0 / t**2 for _, t in points]
+    sw, sx, sxx = sum(w), sum(wi * x for wi, (x, _) in zip(w, points)), sum(wi * x * x for wi, (x, _) in zip(w, points))
+    st, sxt = sum(wi * t for wi, (_, t) in zip(w, points)), sum(wi * x * t for wi, (x, t) in zip(w, points))
+    det = sw * sxx - sx * sx
+    a = (sxx * st - sx * sxt) / det if det else 0.0
+    b = (sw * sxt - sx * st) / det if det else 0.0
+    if a < 0 or b <= 0:  # refit through the origin: t = b x
+        a, b = 0.0, sxt / sxx
+    return a, b
 
 
 def _fraction(value: float) -> float:

@@ -18,7 +18,8 @@ executes them, on tensors of those shapes:
     experts_act                  the experts module's gate on the routed copies
     embed_tokens, lm_head        the embedding lookup; F.linear on each sequence's last token
 
-`moe_block` times the experts module whole; what it takes beyond its two grouped GEMMs and the
+`FusedTorchKernels` times the `torch_fused` stack's graph (single F.rms_norm kernels, one QKV
+and one gate/up GEMM, a separate residual add). `moe_block` times the experts module whole; what it takes beyond its two grouped GEMMs and the
 activation is the permutation into expert order and the weighted un-permutation (the IR's
 moe_permute and moe_unpermute). Nodes with no entry here (MLA's absorbed per-head GEMMs,
 collectives) return None. torch and transformers are imported here, inside the class.
@@ -73,6 +74,9 @@ def _is_moe(config) -> bool:
 
 
 class HFKernels:
+    SPLIT_GEMMS = ("kv_proj",)  # GEMMs transformers runs as two F.linear
+    SPLIT_GATE_UP = True
+
     def __init__(self, hf_config: Mapping, device: str, dtype: str):
         import torch
 
@@ -101,6 +105,9 @@ class HFKernels:
             return self._embedding(b, s)
         if kind == "norm":
             return self._qk_norm(b, s) if name == "qk_norm" else self._norm(node, b, s)
+        if name.endswith("_residual_add"):
+            width = node.outputs[0][-1]
+            return Bench(lambda x, residual: residual + x, lambda: (self.randn(b, s, width), self.randn(b, s, width)))
         if kind == "gemm" and len(node.weights[0]) == 2:
             rows = (b, 1) if name == "lm_head" else (b, s)
             return self._linear(node, rows)
@@ -150,7 +157,8 @@ class HFKernels:
 
         k, n = node.weights[0]
         has_bias = len(node.weights) > 1
-        parts = 2 if node.name == "kv_proj" or node.name.endswith("gate_up_proj") else 1
+        split = node.name in self.SPLIT_GEMMS or (node.name.endswith("gate_up_proj") and self.SPLIT_GATE_UP)
+        parts = 2 if split else 1
 
         def make_args():
             weights = [self.randn(n // parts, k) for _ in range(parts)]
@@ -256,6 +264,25 @@ class HFKernels:
 
         return Bench(self.experts, make_args)
 
+    def fp8_linear(self, m: int, n: int, k: int) -> tuple[Bench, int]:
+        """(bench, m used): y = x @ W^T with x, W in float8_e4m3fn and per-tensor scales, bf16 out
+        (torch._scaled_mm, what fp8 inference runs). m is rounded up to a multiple of 16 where the
+        kernel requires it."""
+        torch = self.torch
+        scale = torch.ones((), device=self.device, dtype=torch.float32)
+
+        def mm(a, b):
+            return torch._scaled_mm(a, b.t(), scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16)
+
+        def args_for(rows):
+            return lambda: (self.randn(rows, k).to(torch.float8_e4m3fn), self.randn(n, k).to(torch.float8_e4m3fn))
+
+        try:
+            mm(*args_for(m)())
+        except RuntimeError:  # shape constraint of the fp8 kernel
+            m = -(-m // 16) * 16
+        return Bench(mm, args_for(m)), m
+
     # --- the device itself ----------------------------------------------------------------------
 
     def copy(self, nbytes: int) -> Bench:
@@ -275,6 +302,44 @@ class HFKernels:
             x.add_(1), x.mul_(0.5), x.sub_(0.25), x.div_(2), x.clamp_(-4, 4), x.neg_(), x.abs_(), x.sqrt_()
 
         return Bench(mixed, lambda: (self.randn(1),))
+
+
+class FusedTorchKernels(HFKernels):
+    """The `torch_fused` stack (sims/stacks.yaml): plain PyTorch as Megatron's local spec runs it.
+    One F.rms_norm kernel per norm (the residual add is its own node), q/k/v as one GEMM and gate/up
+    as one GEMM; rotary and the cache write are not in its graph. Attention and the MoE kernels are
+    the same torch kernels transformers uses."""
+
+    SPLIT_GEMMS = ()
+    SPLIT_GATE_UP = False
+
+    def _norm(self, node: OpNode, b: int, s: int) -> Bench:
+        import torch.nn.functional as F
+
+        width = node.inputs[0][-1]
+        weight = self.randn(width)
+        return Bench(lambda x: F.rms_norm(x, (width,), weight, 1e-6), lambda: (self.randn(b, s, width),))
+
+    def _qk_norm(self, b: int, s: int) -> Bench:
+        import torch.nn.functional as F
+
+        heads, kv_heads, head_dim = _heads(self.attn)
+        weight = self.randn(head_dim)
+
+        def qk_norm(q, k):
+            return F.rms_norm(q, (head_dim,), weight, 1e-6), F.rms_norm(k, (head_dim,), weight, 1e-6)
+
+        return Bench(qk_norm, lambda: (self.randn(b, s, heads, head_dim), self.randn(b, s, kv_heads, head_dim)))
+
+
+KERNELS_BY_STACK = {"transformers": HFKernels, "torch_fused": FusedTorchKernels}
+
+
+def kernels_for(stack: str, hf_config: Mapping, device: str, dtype: str) -> HFKernels:
+    """The kernel set that times `stack`'s nodes (the xla stack is not measurable from torch)."""
+    if stack not in KERNELS_BY_STACK:
+        raise ConfigError(f"stack {stack!r} cannot be calibrated with torch kernels; valid: {', '.join(KERNELS_BY_STACK)}")
+    return KERNELS_BY_STACK[stack](hf_config, device, dtype)
 
 
 def _heads(attention) -> tuple[int, int, int]:

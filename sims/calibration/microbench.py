@@ -2,6 +2,8 @@
 
     python -m sims.calibration.microbench --hardware conf/hardware/h100.yaml \
         --model conf/model/qwen3_8b.yaml conf/model/qwen3_30b_a3b.yaml --out h100.json
+    python -m sims.calibration.microbench --stack torch_fused --hardware conf/hardware/h100.yaml \
+        --model conf/model/qwen3_8b.yaml --out h100_torch_fused.json
     python -m sims.calibration.microbench --hardware conf/hardware/cpu.yaml --model conf/model/tiny_qwen3.yaml \
         --device cpu --dtype fp32 --quick --out cpu.json
 
@@ -28,7 +30,7 @@ from sims.hardware import read_hardware_file
 from sims.builders import build_graph
 from sims.calculator import OP_CLASS, bind_dims
 from sims.calibration.fit import fit_table
-from sims.calibration.kernels import Bench, HFKernels
+from sims.calibration.kernels import KERNELS_BY_STACK, Bench, HFKernels, kernels_for
 from sims.calibration.table import save_table
 from sims.calibration.timing import rotations, time_call
 from sims.workload import Layout, parse_workload
@@ -46,6 +48,10 @@ WORKLOADS = (
     {"mode": "decode", "batch": 8, "context_len": 4096},
     {"mode": "decode", "batch": 64, "context_len": 1024},
 )
+# Decode attention on a full batch x KV-length grid: its time is a surface over both (kept off the
+# accuracy benchmark's held-out points: batch 1, 4, 16, 32 at 512, 2048, 8192).
+ATTENTION_GRID = tuple((b, kv) for b in (1, 3, 12, 48) for kv in (768, 3072, 12288, 32768))
+QUICK_ATTENTION_GRID = tuple((b, kv) for b in (1, 2) for kv in (16, 48))
 QUICK_WORKLOADS = (
     {"mode": "prefill", "batch": 1, "seq_len": 16},
     {"mode": "prefill", "batch": 2, "seq_len": 64},
@@ -63,6 +69,9 @@ class Plan:
     graphs: bool = True  # CUDA graphs on CUDA (GPU time without host overhead)
     copy_mb: int = 256
     count_kernels: bool = False  # record the GPU kernels one call launches (torch.profiler)
+    stack: str = "transformers"  # the software stack whose kernels are timed (sims/stacks.yaml)
+    attention_grid: tuple[tuple[int, int], ...] = ATTENTION_GRID  # decode (batch, kv_len) points
+    fp8_gemms: bool = False  # also time each 2-D GEMM in fp8 (torch._scaled_mm): the table's fp8 GEMMs
 
 
 @dataclass
@@ -84,7 +93,7 @@ def measure(
 ) -> list[dict]:
     """Time the model's kernels for every workload of the plan; returns the measurements
     (the input of fit_table), the moe_permute/moe_unpermute ones derived from moe_block."""
-    kernels = HFKernels(hf_config, device, plan.dtype)
+    kernels = kernels_for(plan.stack, hf_config, device, plan.dtype)
     items = _items(kernels, hf_config, hardware, plan)
     progress = progress or (lambda iterable, total, desc: iterable)
     results = []
@@ -104,16 +113,18 @@ def measure(
 def _items(kernels: HFKernels, hf_config: Mapping, hardware: Mapping, plan: Plan) -> list[Item]:
     wanted = set(plan.benchmarks)
     items, seen = [], set()
-    for raw in plan.workloads:
-        workload = {**raw, "dtype": plan.dtype}
+    grid = [{"mode": "decode", "batch": b, "context_len": kv, "only": "attention"} for b, kv in plan.attention_grid]
+    for raw in (*plan.workloads, *(grid if "attention" in wanted else ())):
+        only = raw.get("only")
+        workload = {**{k: v for k, v in raw.items() if k != "only"}, "dtype": plan.dtype}
         parsed = parse_workload(workload)
-        graph = build_graph(hf_config, parsed.mode)
+        graph = build_graph(hf_config, parsed.mode, plan.stack)
         dims = bind_dims(graph, Layout(), parsed)
         point = {"mode": parsed.mode, "batch": parsed.batch, "seq_len": parsed.query_len, "kv_len": parsed.kv_len}
         for node in graph.nodes:
-            if node.is_comm or OP_CLASS[node.op_type] not in wanted:
+            if node.is_comm or OP_CLASS[node.op_type] not in wanted or only and node.op_type != only:
                 continue
-            work = predict_op(hf_config, hardware, workload, node.name)
+            work = predict_op(hf_config, hardware, workload, node.name, stack=plan.stack)
             key = (node.name, work["flops"], work["bytes"])
             bench = None if key in seen else kernels.bench(node, dims)
             if bench is None:
@@ -124,12 +135,15 @@ def _items(kernels: HFKernels, hf_config: Mapping, hardware: Mapping, plan: Plan
             if node.op_type == "gemm" and len(node.weights[0]) == 2:
                 rows = dims["logit_tokens"] if node.name == "lm_head" else dims["tokens"]
                 record.update(m=int(rows), n=node.weights[0][1], k=node.weights[0][0])
+                if plan.fp8_gemms:
+                    items.append(_fp8_item(kernels, record, hf_config, hardware, workload, node.name, plan.stack))
             items.append(Item(bench, record, work["bytes"]))
-        if "moe" in wanted and ("moe_block", dims["tokens"]) not in seen:
+        if "moe" in wanted and not only and ("moe_block", dims["tokens"]) not in seen:
             block = kernels.moe_block(int(dims["tokens"]))
             if block is not None:
                 seen.add(("moe_block", dims["tokens"]))
-                parts = {op: predict_op(hf_config, hardware, workload, op) for op in MOE_BLOCK_OPS + DERIVED_OPS}
+                parts = {op: predict_op(hf_config, hardware, workload, op, stack=plan.stack)
+                         for op in MOE_BLOCK_OPS + DERIVED_OPS}
                 record = {"benchmark": "moe_block", "dtype": plan.dtype, **point, "tokens": int(dims["tokens"]),
                           "parts": {op: {"flops": w["flops"], "bytes": w["bytes"]} for op, w in parts.items()}}
                 items.append(Item(block, record, sum(w["bytes"] for w in parts.values())))
@@ -144,6 +158,16 @@ def _items(kernels: HFKernels, hf_config: Mapping, hardware: Mapping, plan: Plan
         mixed = {"benchmark": "launch_mixed", "dtype": plan.dtype, "kernels_per_call": MIXED_LAUNCH_KERNELS}
         items.append(Item(kernels.launch_mixed(), mixed))  # no op_class: reported, not fitted
     return items
+
+
+def _fp8_item(kernels, record: dict, hf_config, hardware, workload, op: str, stack: str) -> Item:
+    """The GEMM of `record` in fp8, with the FLOPs and bytes the simulator counts for it in fp8."""
+    bench, m = kernels.fp8_linear(record["m"], record["n"], record["k"])
+    scale = m / record["m"]  # rows rounded up for the fp8 kernel
+    work = predict_op(hf_config, hardware, {**workload, "dtype": "fp8"}, op, stack=stack)
+    fp8 = {**record, "benchmark": f"{op}_fp8", "dtype": "fp8", "m": m, "flops": work["flops"] * scale,
+           "bytes": work["bytes"]}
+    return Item(bench, fp8, work["bytes"])
 
 
 def count_kernels(fn: Callable, args: tuple) -> int:
@@ -195,21 +219,30 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="efficiency table JSON to write")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
+    parser.add_argument("--stack", default="transformers", choices=tuple(KERNELS_BY_STACK),
+                        help="the software stack whose kernels to time (sims/stacks.yaml)")
     parser.add_argument("--quick", action="store_true", help="a few small workloads (smoke test)")
+    parser.add_argument("--fp8", action="store_true", help="also time every GEMM in fp8 (torch._scaled_mm)")
+    parser.add_argument("--benchmarks", nargs="+", choices=BENCHMARKS, default=BENCHMARKS,
+                        help="kernel kinds to time (default: all)")
     parser.add_argument("--no-graphs", action="store_true", help="time eager calls instead of CUDA graph replays")
     parser.add_argument("--measurements", help="also write the raw measurements to this JSON file")
     args = parser.parse_args()
     hardware = read_hardware_file(args.hardware)
+    if args.fp8 and not (hardware.get("peak_tflops") or {}).get("fp8"):
+        raise SystemExit(f"--fp8: {args.hardware} has no fp8 peak (peak_tflops.fp8)")
     device = args.device or default_device()
-    plan = Plan(QUICK_WORKLOADS if args.quick else WORKLOADS, dtype=args.dtype, graphs=not args.no_graphs,
-                copy_mb=16 if args.quick else 256)
+    plan = Plan(QUICK_WORKLOADS if args.quick else WORKLOADS, tuple(args.benchmarks), dtype=args.dtype,
+                graphs=not args.no_graphs, copy_mb=16 if args.quick else 256, stack=args.stack,
+                attention_grid=QUICK_ATTENTION_GRID if args.quick else ATTENTION_GRID, fp8_gemms=args.fp8)
     measurements = []
     for model_file in args.model:
         hf_config = yaml.safe_load(Path(model_file).read_text())["hf_config"]
         measurements += measure(hf_config, hardware, plan, device)
     if args.measurements:
         Path(args.measurements).write_text(json.dumps(measurements, indent=1))
-    table = fit_table(measurements, hardware, source=f"sims.calibration.microbench on {device} ({args.dtype})")
+    source = f"sims.calibration.microbench on {device} ({args.dtype}, {args.stack} kernels)"
+    table = fit_table(measurements, hardware, source=source, stack=args.stack)
     save_table(table, args.out)
     for name, eff in {**table.op_classes, **table.ops}.items():
         print(f"{name:<28} compute {eff.compute:.3f}  memory {eff.memory:.3f}  floor {eff.floor_us:.1f} us")

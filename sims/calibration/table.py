@@ -5,6 +5,8 @@ File format (JSON), every section optional; what is left out keeps the built-in 
     {
       "format": "crucible-efficiency-table/1",
       "device_name": "NVIDIA H100 SXM5 80GB",          # informational
+      "stack": "transformers",                          # the software stack measured (sims/stacks.yaml);
+                                                        # absent: figures that hold for any stack
       "source": "how and when it was measured",         # informational
       "op_classes": {                                   # per op class, see OP_CLASSES
         "gemm": {"compute": 0.72, "memory": 0.80, "floor_us": 4.0},
@@ -24,6 +26,8 @@ File format (JSON), every section optional; what is left out keeps the built-in 
       ],
       "op_measurements": [                              # optional timings of other ops, by IR node name
         {"op": "rotary", "dtype": "bf16", "flops": 1.6e8, "bytes": 2.1e8, "time_us": 132.0},
+        {"op": "attention", "dtype": "bf16", "flops": 2.7e8, "bytes": 5.4e8, "time_us": 190.0,
+         "batch": 16, "kv_len": 8192},                  # decode: a point of the batch x KV surface
         ...
       ]
     }
@@ -35,22 +39,26 @@ the measured software runs as several unfused kernels (transformers' RMSNorm: ei
 higher floor and a lower memory efficiency; `ops` entries hold such per-op figures by IR node name
 (`graph.table()` lists the names) and take precedence over the op's class.
 bandwidth: achieved bus bandwidth over the link's per-direction peak;
-latency_us: fixed cost of one collective. gemm_measurements: y = x @ W with x (m, k), W (k, n);
-GEMMs of other shapes are interpolated between them (GemmInterpolator). op_measurements: an op's
-time at the FLOPs and bytes the simulator counts for it; other sizes of the same op are
-interpolated along its measured curve (OpInterpolator).
+latency_us: fixed cost of one collective (links: the built-in collective model, used for any
+collective without a `collectives` fit). collectives: [{"collective": "all_reduce", "group": 2,
+"link": "intra_node", "latency_us": 14.0, "bus_gb_s": 362.0}, ...], fitted to NCCL measurements
+(sims/calibration/collectives.py; the model is in sims/comm.py). gemm_measurements: y = x @ W with x (m, k), W (k, n);
+GEMMs of other shapes are interpolated between them (sims.calibration.interpolate). op_measurements:
+an op's time at the FLOPs and bytes the simulator counts for it (decode attention also with its
+batch and kv_len); other sizes of the same op are interpolated along its measured curve or surface.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from framework.core.dtypes import SHORT
 from framework.core.errors import ConfigError
+from sims.stacks import stacks
 
 FORMAT = "crucible-efficiency-table/1"
 OP_CLASSES = ("gemm", "moe", "attention", "norm", "elementwise", "embedding", "router", "optimizer")
@@ -78,6 +86,19 @@ class OpMeasurement:
     flops: float
     bytes: float
     time_us: float
+    batch: int | None = None  # decode attention: sequences and cached tokens (its batch x KV surface)
+    kv_len: int | None = None
+
+
+@dataclass(frozen=True)
+class CollectiveFit:
+    """time = latency_us + bus_factor(group) * bytes / bus_gb_s (sims/comm.py), fitted to NCCL timings."""
+
+    collective: str
+    group: int
+    link: str  # intra_node | inter_node
+    latency_us: float
+    bus_gb_s: float
 
 
 @dataclass(frozen=True)
@@ -118,6 +139,16 @@ class EfficiencyTable:
     source: str = "built-in defaults"
     ops: dict[str, ClassEfficiency] = field(default_factory=dict)
     op_measurements: tuple[OpMeasurement, ...] = ()
+    stack: str | None = None  # the software stack it was measured on; None: any stack
+    collectives: tuple[CollectiveFit, ...] = ()
+
+    @cached_property
+    def collective_fits(self) -> dict[tuple[str, str], list[CollectiveFit]]:
+        """The fits by (collective, link kind)."""
+        grouped: dict[tuple[str, str], list[CollectiveFit]] = {}
+        for fit in self.collectives:
+            grouped.setdefault((fit.collective, fit.link), []).append(fit)
+        return grouped
 
     def for_op(self, op_name: str, op_class: str) -> ClassEfficiency:
         """The op's own measured efficiency when the table has one, else its class's."""
@@ -126,8 +157,8 @@ class EfficiencyTable:
     @classmethod
     def from_dict(cls, record: Mapping, origin: str = "efficiency table") -> "EfficiencyTable":
         """Validate a table; sections and classes it leaves out keep the defaults."""
-        known = {"format", "device_name", "source", "op_classes", "ops", "links", "gemm_measurements",
-                 "op_measurements"}
+        known = {"format", "device_name", "source", "stack", "op_classes", "ops", "links", "collectives",
+                 "gemm_measurements", "op_measurements"}
         _no_unknown(record, known, origin)
         if record.get("format", FORMAT) != FORMAT:
             raise ConfigError(f"{origin}: format is {record.get('format')!r}; valid: {FORMAT}")
@@ -170,18 +201,27 @@ class EfficiencyTable:
             _op_measurement(entry, f"{origin}: op_measurements[{i}]")
             for i, entry in enumerate(record.get("op_measurements") or ())
         )
-        return cls(op_classes, links, gemms, record.get("device_name"), record.get("source", origin), ops, op_times)
+        stack = record.get("stack")
+        if stack is not None:
+            _check_member(f"{origin}: stack", stack, tuple(stacks()))
+        collectives = tuple(
+            _collective(entry, f"{origin}: collectives[{i}]") for i, entry in enumerate(record.get("collectives") or ())
+        )
+        return cls(op_classes, links, gemms, record.get("device_name"), record.get("source", origin), ops, op_times,
+                   stack, collectives)
 
     def to_dict(self) -> dict:
         return {
             "format": FORMAT,
             "device_name": self.device_name,
+            "stack": self.stack,
             "source": self.source,
             "op_classes": {name: asdict(value) for name, value in self.op_classes.items()},
             "ops": {name: asdict(value) for name, value in sorted(self.ops.items())},
             "links": {name: asdict(value) for name, value in self.links.items()},
+            "collectives": [asdict(c) for c in self.collectives],
             "gemm_measurements": [asdict(g) for g in self.gemm_measurements],
-            "op_measurements": [asdict(m) for m in self.op_measurements],
+            "op_measurements": [{k: v for k, v in asdict(m).items() if v is not None} for m in self.op_measurements],
         }
 
 
@@ -204,114 +244,9 @@ def save_table(table: EfficiencyTable, path: str | Path) -> None:
     Path(path).write_text(json.dumps(table.to_dict(), indent=2) + "\n")
 
 
-class GemmInterpolator:
-    """GEMM time from measured shapes. Each measurement gives the fraction of its roofline time it
-    achieved above the launch floor; a query takes the inverse-distance-weighted fraction of the
-    nearest measurements of the same dtype in log2(m, n, k) space and returns the floor plus its
-    own roofline time divided by that fraction (exact at measured shapes). The fraction varies
-    slowly with shape, so this interpolates far better than time; leaving the floor out of it
-    keeps launch-bound shapes near the floor instead of scaling them with the roofline."""
-
-    NEIGHBOURS = 4
-
-    def __init__(
-        self,
-        measurements: tuple[GemmMeasurement, ...],
-        roofline_s: Callable[[int, int, int, str], float],
-        floor_s: float = 0.0,
-    ):
-        self._roofline_s = roofline_s
-        times: dict[str, list[float]] = {}
-        for g in measurements:
-            times.setdefault(g.dtype, []).append(g.time_us * 1e-6)
-        self._floors = {dtype: floor_below(floor_s, dtype_times) for dtype, dtype_times in times.items()}
-        self._points: dict[str, list[tuple[tuple[float, float, float], float]]] = {}
-        for g in measurements:
-            fraction = roofline_s(g.m, g.n, g.k, g.dtype) / (g.time_us * 1e-6 - self._floors[g.dtype])
-            self._points.setdefault(g.dtype, []).append(((math.log2(g.m), math.log2(g.n), math.log2(g.k)), fraction))
-        self._cache: dict[tuple, float | None] = {}
-
-    def time_s(self, m: float, n: float, k: float, dtype: str) -> float | None:
-        """Interpolated time, or None when no measurement of this dtype exists."""
-        key = (m, n, k, dtype)
-        if key not in self._cache:
-            self._cache[key] = self._interpolate(m, n, k, dtype)
-        return self._cache[key]
-
-    def _interpolate(self, m: float, n: float, k: float, dtype: str) -> float | None:
-        points = self._points.get(dtype)
-        if not points:
-            return None
-        query = (math.log2(max(m, 1)), math.log2(max(n, 1)), math.log2(max(k, 1)))
-        nearest = sorted((sum((a - b) ** 2 for a, b in zip(query, p)), f) for p, f in points)[: self.NEIGHBOURS]
-        if nearest[0][0] == 0.0:
-            fraction = nearest[0][1]
-        else:
-            weights = [1.0 / d for d, _ in nearest]
-            fraction = sum(w * f for w, (_, f) in zip(weights, nearest)) / sum(weights)
-        return self._floors[dtype] + self._roofline_s(m, n, k, dtype) / fraction
-
-
-class OpInterpolator:
-    """An op's time from its measured curve. Points of one op and dtype are ordered by their
-    roofline time r (FLOPs or bytes at peak, whichever is larger), separately for compute- and
-    memory-bound sizes (attention in prefill and in decode). A query between two points takes
-    their above-floor times interpolated as a power law in r (exact at the points); beyond the
-    ends the nearest end's above-floor time scales with r (its efficiency is kept), so sizes
-    below the smallest measured fall towards the floor."""
-
-    def __init__(
-        self,
-        measurements: tuple[OpMeasurement, ...],
-        roofline_s: Callable[[str, str, float, float], tuple[float, str]],
-    ):
-        self._roofline_s = roofline_s
-        self._curves: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
-        for m in measurements:
-            r, bound = roofline_s(m.op, m.dtype, m.flops, m.bytes)
-            if r > 0:
-                self._curves.setdefault((m.op, m.dtype, bound), []).append((r, m.time_us * 1e-6))
-        for points in self._curves.values():
-            points.sort()
-        self._cache: dict[tuple, float | None] = {}
-
-    def time_s(self, op: str, dtype: str, flops: float, nbytes: float, floor_s: float) -> float | None:
-        """Interpolated time, or None when the op has no measurements of this dtype."""
-        key = (op, dtype, flops, nbytes, floor_s)
-        if key not in self._cache:
-            self._cache[key] = self._interpolate(op, dtype, flops, nbytes, floor_s)
-        return self._cache[key]
-
-    def _interpolate(self, op: str, dtype: str, flops: float, nbytes: float, floor_s: float) -> float | None:
-        r, bound = self._roofline_s(op, dtype, flops, nbytes)
-        points = self._curves.get((op, dtype, bound)) or self._curves.get(
-            (op, dtype, "memory" if bound == "compute" else "compute")
-        )
-        if not points:
-            return None
-        floor_s = floor_below(floor_s, [pt for _, pt in points])
-        above = [(pr, pt - floor_s) for pr, pt in points]
-        if r <= above[0][0]:
-            return floor_s + above[0][1] * r / above[0][0]
-        if r >= above[-1][0]:
-            return floor_s + above[-1][1] * r / above[-1][0]
-        upper = next(i for i, (pr, _) in enumerate(above) if pr >= r)
-        (r0, t0), (r1, t1) = above[upper - 1], above[upper]
-        if r1 == r0:
-            return floor_s + t1
-        share = math.log(r / r0) / math.log(r1 / r0)
-        return floor_s + math.exp(math.log(t0) + share * (math.log(t1) - math.log(t0)))
-
-
-def floor_below(floor_s: float, times_s: list[float]) -> float:
-    """The floor an interpolator works with: the table's, but 5% under the fastest measurement, so
-    that every measurement keeps a positive time above the floor and is reproduced exactly."""
-    return min(floor_s, 0.95 * min(times_s))
-
-
 def _op_measurement(entry: Mapping, origin: str) -> OpMeasurement:
     _check_mapping(origin, entry)
-    _no_unknown(entry, {"op", "dtype", "flops", "bytes", "time_us"}, origin)
+    _no_unknown(entry, {"op", "dtype", "flops", "bytes", "time_us", "batch", "kv_len"}, origin)
     missing = [key for key in ("op", "dtype", "flops", "bytes", "time_us") if key not in entry]
     if missing:
         needed = "op, dtype, flops, bytes, time_us"
@@ -323,7 +258,31 @@ def _op_measurement(entry: Mapping, origin: str) -> OpMeasurement:
         raise ConfigError(f"{origin}: time_us is {entry['time_us']!r}; expected a positive number")
     _check_member(f"{origin}: dtype", entry["dtype"], DTYPES)
     numbers = (float(entry[key]) for key in ("flops", "bytes", "time_us"))
-    return OpMeasurement(str(entry["op"]), entry["dtype"], *numbers)
+    point = {key: entry[key] for key in ("batch", "kv_len") if key in entry}
+    for key, value in point.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{origin}: {key} is {value!r}; expected an integer >= 1")
+    return OpMeasurement(str(entry["op"]), entry["dtype"], *numbers, **point)
+
+
+def _collective(entry: Mapping, origin: str) -> CollectiveFit:
+    from sims.comm import COLLECTIVES  # sims.comm reads tables through the hardware spec
+
+    keys = ("collective", "group", "link", "latency_us", "bus_gb_s")
+    _check_mapping(origin, entry)
+    _no_unknown(entry, set(keys), origin)
+    missing = [key for key in keys if key not in entry]
+    if missing:
+        raise ConfigError(f"{origin}: missing {', '.join(missing)}; each collective fit needs {', '.join(keys)}")
+    _check_member(f"{origin}: collective", entry["collective"], COLLECTIVES)
+    _check_member(f"{origin}: link", entry["link"], LINKS)
+    if isinstance(entry["group"], bool) or not isinstance(entry["group"], int) or entry["group"] < 2:
+        raise ConfigError(f"{origin}: group is {entry['group']!r}; expected an integer >= 2")
+    _check_non_negative(f"{origin}: latency_us", entry["latency_us"])
+    if not isinstance(entry["bus_gb_s"], (int, float)) or entry["bus_gb_s"] <= 0:
+        raise ConfigError(f"{origin}: bus_gb_s is {entry['bus_gb_s']!r}; expected a positive number")
+    return CollectiveFit(entry["collective"], entry["group"], entry["link"], float(entry["latency_us"]),
+                         float(entry["bus_gb_s"]))
 
 
 def _gemm(entry: Mapping, origin: str) -> GemmMeasurement:

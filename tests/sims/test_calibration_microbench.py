@@ -12,7 +12,7 @@ from sims_helpers import REPO, hardware, model_config
 from sims import build_graph, predict_op, simulate
 from sims.calculator import bind_dims
 from sims.calibration.fit import fit_table
-from sims.calibration.microbench import QUICK_WORKLOADS, Plan, derive_moe_shuffles, measure
+from sims.calibration.microbench import QUICK_ATTENTION_GRID, QUICK_WORKLOADS, Plan, derive_moe_shuffles, measure
 from sims.calibration.table import save_table
 from sims.calibration.timing import rotations, time_call
 from sims.workload import Layout, parse_workload
@@ -26,7 +26,7 @@ TINY_MOE = {
     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
     "vocab_size": 512, "norm_topk_prob": True, "tie_word_embeddings": False,
 }
-PLAN = Plan(QUICK_WORKLOADS, dtype="fp32", warmup=0, repeats=1, copy_mb=1)
+PLAN = Plan(QUICK_WORKLOADS, dtype="fp32", warmup=0, repeats=1, copy_mb=1, attention_grid=QUICK_ATTENTION_GRID)
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +50,21 @@ def test_every_compute_node_of_a_dense_model_is_timed(dense_measurements):
     assert {m["op"] for m in dense_measurements if m.get("op")} == nodes
     assert {"copy", "launch", "launch_mixed"} <= {m["benchmark"] for m in dense_measurements}
     assert all(m["time_us"] > 0 and m["timing"] == "cpu" for m in dense_measurements)
+
+
+def test_the_torch_fused_stack_times_its_own_kernels_and_tags_its_table():
+    cfg = model_config("tiny_qwen3")
+    plan = Plan(QUICK_WORKLOADS[:1], dtype="fp32", warmup=0, repeats=1, copy_mb=1, stack="torch_fused",
+                benchmarks=("gemm", "norm", "elementwise", "attention"))
+    measured = measure(cfg, hardware("cpu"), plan, "cpu")
+    nodes = {n.name for n in build_graph(cfg, "prefill", "torch_fused").nodes if not n.is_comm}
+    assert {m["op"] for m in measured if m.get("op")} == nodes - {"embed_tokens"}
+    qkv = next(m for m in measured if m.get("op") == "qkv_proj")
+    assert (qkv["m"], qkv["n"], qkv["k"]) == (16, (4 + 2 * 2) * 16, 64)
+    add = next(m for m in measured if m.get("op") == "input_layernorm_residual_add")
+    work = predict_op(cfg, hardware("cpu"), workload_of(add), add["op"], stack="torch_fused")
+    assert (add["flops"], add["bytes"]) == (work["flops"], work["bytes"])
+    assert fit_table(measured, hardware("cpu"), stack="torch_fused").stack == "torch_fused"
 
 
 def test_measurements_carry_the_simulators_flops_and_bytes(dense_measurements):
@@ -134,6 +149,38 @@ def test_the_fitted_table_changes_the_simulators_answers(dense_measurements, tmp
     rotary = next(m for m in dense_measurements if m.get("op") == "rotary" and m["mode"] == "decode")
     assert next(r for r in calibrated.breakdown_rows() if r["name"] == "rotary")["time_s"] == pytest.approx(
         2 * max(rotary["time_us"], table.ops["rotary"].floor_us) * 1e-6)
+
+
+def test_decode_attention_is_measured_on_a_grid_and_fitted_as_a_surface(dense_measurements, tmp_path):
+    decode = {(m["batch"], m["kv_len"]) for m in dense_measurements if m.get("op") == "attention" and m["mode"] == "decode"}
+    assert set(QUICK_ATTENTION_GRID) <= decode
+    table = fit_table(dense_measurements, hardware("cpu"))
+    on_surface = {(m.batch, m.kv_len) for m in table.op_measurements if m.op == "attention" and m.batch}
+    assert on_surface == decode
+    save_table(table, tmp_path / "cpu.json")
+    calibrated = {**hardware("cpu"), "efficiency_table": str(tmp_path / "cpu.json")}
+    grid = [m for m in dense_measurements
+            if m.get("op") == "attention" and m["mode"] == "decode" and (m["batch"], m["kv_len"]) in QUICK_ATTENTION_GRID]
+    corner = next(m for m in grid if (m["batch"], m["kv_len"]) == (2, 48))
+    got = predict_op(model_config("tiny_qwen3"), calibrated, workload_of(corner), "attention")
+    slowest = max(m["time_us"] for m in grid)  # the largest point, lifted to any slower smaller one
+    assert got["time_s"] == pytest.approx(max(slowest, table.op_classes["attention"].floor_us) * 1e-6)
+
+
+def test_fp8_gemms_are_timed_and_serve_fp8_workloads(tmp_path):
+    cfg, h100 = model_config("tiny_qwen3"), hardware("h100")  # a card with an fp8 peak; timed on this CPU
+    plan = Plan(QUICK_WORKLOADS[:1], dtype="fp32", warmup=0, repeats=1, benchmarks=("gemm",), fp8_gemms=True)
+    measured = measure(cfg, h100, plan, "cpu")
+    fp8 = {m["op"]: m for m in measured if m["dtype"] == "fp8"}
+    assert set(fp8) == {"q_proj", "kv_proj", "o_proj", "mlp_gate_up_proj", "mlp_down_proj", "lm_head"}
+    workload = {"mode": "prefill", "batch": 1, "seq_len": 16, "dtype": "fp8"}
+    assert fp8["q_proj"]["bytes"] == predict_op(cfg, h100, workload, "q_proj")["bytes"]
+    table = fit_table([fp8["q_proj"]], h100)  # one fp8 shape: the query at that shape is exact
+    assert {g.dtype for g in fit_table(measured, h100).gemm_measurements} == {"fp32", "fp8"}
+    save_table(table, tmp_path / "t.json")
+    calibrated = {**h100, "efficiency_table": str(tmp_path / "t.json")}
+    got = predict_op(cfg, calibrated, workload, "q_proj")["time_s"]
+    assert got == pytest.approx(max(fp8["q_proj"]["time_us"], table.op_classes["gemm"].floor_us) * 1e-6)
 
 
 def test_cpu_timing_and_rotation():

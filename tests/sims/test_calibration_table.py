@@ -7,11 +7,11 @@ from sims_helpers import hardware, model_config
 from framework.core.errors import ConfigError
 from sims import predict_op, simulate
 from sims.calibration.fit import fit_table
+from sims.calibration.interpolate import OpInterpolator
 from sims.calibration.table import (
     DEFAULT_OP_CLASSES,
     ClassEfficiency,
     EfficiencyTable,
-    OpInterpolator,
     OpMeasurement,
     load_table,
     save_table,
@@ -86,8 +86,8 @@ def test_fit_recovers_the_efficiencies_that_generated_the_data():
     kernels += [synthetic("attention", f, 1e6, 0.6, 0.7, 5.0) for f in (1e12, 4e12, 1.6e13)]  # compute-bound
     kernels += [synthetic("attention", 1e6, b, 0.6, 0.7, 5.0) for b in (1e9, 4e9)]  # memory-bound
     links = [
-        {"collective": "all_reduce", "group": 8, "bytes": b, "time_us": (2 * 7 / 8 * b / (450e9 * 0.8) + 12e-6) * 1e6}
-        for b in (1e6, 1e8, 1e9)
+        {"collective": "all_reduce", "group": 8, "bytes": b, "time_us": (2 * 7 / 8 * b / 360e9 + 12e-6) * 1e6}
+        for b in (1e3, 1e6, 1e8, 1e9)
     ]
     table = fit_table(kernels + links, hardware("h100"))
     fitted = table.op_classes["attention"]
@@ -95,8 +95,9 @@ def test_fit_recovers_the_efficiencies_that_generated_the_data():
     assert fitted.compute == pytest.approx(0.6, rel=1e-3)
     assert fitted.memory == pytest.approx(0.7, rel=1e-3)
     assert table.op_classes["gemm"] == DEFAULT_OP_CLASSES["gemm"]  # not measured: default kept
-    assert table.links["intra_node"].bandwidth == pytest.approx(0.8, rel=1e-6)
-    assert table.links["intra_node"].latency_us == pytest.approx(12.0, rel=1e-6)
+    (fit,) = table.collectives
+    assert (fit.collective, fit.group, fit.link) == ("all_reduce", 8, "intra_node")
+    assert fit.bus_gb_s == pytest.approx(360.0, rel=1e-6) and fit.latency_us == pytest.approx(12.0, rel=1e-6)
     assert EfficiencyTable.from_dict(table.to_dict()) == table
 
 

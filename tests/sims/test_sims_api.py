@@ -17,6 +17,9 @@ SUMMARY_KEYS = {
     "memory_breakdown_gb",
     "fits",
     "memory_over_gb",
+    "warning",
+    "stack",
+    "efficiency_table",
 }
 ROW_KEYS = {"name", "op_type", "count", "flops", "bytes", "time_s", "bound"}
 
@@ -134,3 +137,16 @@ def test_omegaconf_containers_are_accepted_as_composed_by_hydra():
 def test_non_data_config_values_are_a_config_error():
     with pytest.raises(ConfigError, match="hf_config must hold only"):
         simulate({**model_config("qwen3_8b"), "rope_theta": object()}, hardware("h100"), {}, DECODE)
+
+
+def test_a_layout_that_does_not_fit_says_so_in_a_warning():
+    big = simulate(model_config("qwen3_235b_a22b"), hardware("h100"), {"tp": 2}, DECODE).summary()
+    assert big["status"] == "ok" and big["fits"] is False and big["memory_over_gb"] > 0
+    assert big["warning"].startswith("does not fit: needs ") and "80 GB available" in big["warning"]
+    small = simulate(model_config("qwen3_8b"), hardware("h100"), {}, DECODE).summary()
+    assert small["fits"] is True and small["warning"] == ""
+
+
+def test_a_stack_without_its_table_warns_that_it_is_uncalibrated():
+    summary = simulate(model_config("qwen3_8b"), hardware("h100"), {}, DECODE, stack="torch_fused").summary()
+    assert summary["warning"] == "no torch_fused efficiency table for h100: uncalibrated built-in factors"

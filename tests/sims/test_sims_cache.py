@@ -20,3 +20,43 @@ def test_computes_once_per_graph_and_key_and_evicts_the_oldest():
     assert cache.get(first, 2, compute("c")) == "c"  # evicts (first, 1)
     assert cache.get(first, 1, compute("d")) == "d"
     assert calls == ["a", "b", "c", "d"]
+
+
+def test_a_dict_changed_in_place_is_simulated_anew():
+    """Config keys of unchanged dicts are reused across calls; a dict edited in place is not stale."""
+    from sims_helpers import hardware, model_config
+
+    from sims import simulate
+
+    cfg, hw = model_config("qwen3_8b"), hardware("h100", efficiency_table=None)
+    decode = {"mode": "decode", "batch": 8, "context_len": 1024}
+    first = simulate(cfg, hw, {}, decode).latency_s
+    hw["hbm_tb_s"] = hw["hbm_tb_s"] / 2
+    assert simulate(cfg, hw, {}, decode).latency_s > first
+    cfg["num_hidden_layers"] = 72
+    assert simulate(cfg, hw, {}, decode).summary()["params_total"] > 8_190_735_360
+
+
+def test_costed_ops_are_shared_but_never_across_layouts_that_bind_them_differently():
+    from sims_helpers import hardware, model_config
+
+    from sims import simulate
+
+    cfg, hw = model_config("qwen3_30b_a3b"), hardware("h100")
+    decode = {"mode": "decode", "batch": 16, "context_len": 2048}
+    order_a = [simulate(cfg, hw, layout, decode).latency_s for layout in ({"tp": 2}, {"dp": 2}, {"tp": 2, "pp": 2})]
+    fresh = [simulate(dict(cfg), dict(hw), layout, decode).latency_s for layout in ({"tp": 2, "pp": 2}, {"dp": 2})]
+    assert order_a[2] == fresh[0] and order_a[1] == fresh[1]
+    assert len(set(order_a)) == 3
+
+
+def test_shared_memory_parts_follow_the_dtype():
+    from sims_helpers import hardware, model_config
+
+    from sims import simulate
+
+    cfg, hw = model_config("qwen3_8b"), hardware("h100")
+    for mode in ({"mode": "decode", "context_len": 1024}, {"mode": "train", "seq_len": 1024}):
+        bf16 = simulate(cfg, hw, {}, {**mode, "batch": 4}).memory_breakdown_gb["activations"]
+        fp32 = simulate(cfg, hw, {}, {**mode, "batch": 4, "dtype": "fp32"}).memory_breakdown_gb["activations"]
+        assert fp32 > bf16

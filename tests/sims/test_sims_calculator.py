@@ -11,12 +11,12 @@ from sims.calculator import (
     all_gather_s,
     all_reduce_s,
     all_to_all_s,
-    estimate_step,
     op_cost,
-    pipeline_time_s,
 )
-from sims.calibration.table import GemmInterpolator, GemmMeasurement
+from sims.calibration.interpolate import GemmInterpolator
+from sims.calibration.table import GemmMeasurement
 from sims.hardware import hardware_spec
+from sims.step import estimate_step, pipeline_time_s
 from sims.partition import stage_layer_bounds
 from sims.workload import parse_layout, parse_workload
 

@@ -1,0 +1,296 @@
+"""Measured times between measured sizes: GEMMs by shape, other ops along their curve, decode
+attention over batch x KV length.
+
+Repeated measurements of one size are reduced to their median first. Every interpolation works on
+the time above the launch floor and is monotone in size: a GEMM's time never falls as m grows
+(for fixed n, k), an op's time never falls as its roofline time grows, decode attention's never as
+batch or KV length grows (measured points that break this, i.e. noise, are lifted to the running
+maximum before interpolating).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections.abc import Callable
+from statistics import median
+
+from sims.calibration.table import GemmMeasurement, OpMeasurement
+
+
+def floor_below(floor_s: float, times_s: list[float]) -> float:
+    """The floor an interpolator works with: the table's, but 5% under the fastest measurement, so
+    that every measurement keeps a positive time above the floor and is reproduced exactly."""
+    return min(floor_s, 0.95 * min(times_s))
+
+
+def _medians(pairs) -> dict:
+    """{key: median of its values} for (key, value) pairs."""
+    grouped: dict = {}
+    for key, value in pairs:
+        grouped.setdefault(key, []).append(value)
+    return {key: median(values) for key, values in grouped.items()}
+
+
+def _power_law(x: float, x0: float, x1: float, y0: float, y1: float) -> float:
+    """y between (x0, y0) and (x1, y1) on a straight line in log-log space (monotone when y1 >= y0)."""
+    if x1 == x0 or y1 == y0:
+        return y1
+    share = math.log(x / x0) / math.log(x1 / x0)
+    return min(max(y0 * (y1 / y0) ** share, min(y0, y1)), max(y0, y1))  # no rounding past the ends
+
+
+def _isotonic(values: list[float]) -> list[float]:
+    """The non-decreasing sequence closest to `values` in log space (pool adjacent violators):
+    where an estimate dips, it and its neighbours are replaced by their geometric mean."""
+    blocks: list[list[float]] = []  # [mean log, count]
+    for value in values:
+        blocks.append([math.log(value), 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (mean_a, n_a), (mean_b, n_b) = blocks.pop(-2), blocks.pop()
+            blocks.append([(mean_a * n_a + mean_b * n_b) / (n_a + n_b), n_a + n_b])
+    return [math.exp(mean) for mean, count in blocks for _ in range(count)]
+
+
+def _running_max(values: list[float]) -> list[float]:
+    out, top = [], 0.0
+    for value in values:
+        top = max(top, value)
+        out.append(top)
+    return out
+
+
+class GemmInterpolator:
+    """GEMM time from measured shapes (median per shape). Each shape gives the fraction of its
+    roofline time it achieved above the launch floor; for a query (m, n, k) the fraction at each
+    measured m (same dtype) is the inverse-distance-weighted fraction of the 4 nearest shapes in
+    log2(m, n, k), giving an above-floor time at each measured m and four points per doubling of m
+    between them, at this (n, k); those times are made non-decreasing in m (isotonic regression in
+    log time: a dip and its neighbours become their geometric mean) and the fraction between them
+    is log-linear in m (beyond the ends the end's fraction is kept). Exact at measured shapes whose
+    time grows with m, and never faster for a larger m."""
+
+    NEIGHBOURS = 4
+    STEPS_PER_DOUBLING = 4
+
+    def __init__(
+        self,
+        measurements: tuple[GemmMeasurement, ...],
+        roofline_s: Callable[[float, float, float, str], float],
+        floor_s: float = 0.0,
+    ):
+        self._roofline_s = roofline_s
+        times = _medians(((g.dtype, g.m, g.n, g.k), g.time_us * 1e-6) for g in measurements)
+        by_dtype: dict[str, list] = {}
+        for (dtype, m, n, k), t in times.items():
+            by_dtype.setdefault(dtype, []).append((m, n, k, t))
+        self._floors = {d: floor_below(floor_s, [t for *_, t in shapes]) for d, shapes in by_dtype.items()}
+        self._points = {
+            d: [((math.log2(m), math.log2(n), math.log2(k)), roofline_s(m, n, k, d) / (t - self._floors[d]))
+                for m, n, k, t in shapes]
+            for d, shapes in by_dtype.items()
+        }
+        self._m_grid = {d: _m_grid([m for m, *_ in shapes]) for d, shapes in by_dtype.items()}
+        self._curves: dict[tuple, list[float]] = {}
+        self._cache: dict[tuple, float | None] = {}
+
+    def time_s(self, m: float, n: float, k: float, dtype: str) -> float | None:
+        """Interpolated time, or None when no measurement of this dtype exists."""
+        key = (m, n, k, dtype)
+        if key not in self._cache:
+            self._cache[key] = self._interpolate(m, n, k, dtype) if dtype in self._points else None
+        return self._cache[key]
+
+    def _fraction(self, m: float, n: float, k: float, dtype: str) -> float:
+        query = (math.log2(max(m, 1)), math.log2(max(n, 1)), math.log2(max(k, 1)))
+        nearest = sorted((sum((a - b) ** 2 for a, b in zip(query, p)), f) for p, f in self._points[dtype])
+        nearest = nearest[: self.NEIGHBOURS]
+        if nearest[0][0] == 0.0:
+            return nearest[0][1]
+        weights = [1.0 / d for d, _ in nearest]
+        return sum(w * f for w, (_, f) in zip(weights, nearest)) / sum(weights)
+
+    def _above_floor_curve(self, n: float, k: float, dtype: str) -> list[float]:
+        key = (n, k, dtype)
+        if key not in self._curves:
+            grid = self._m_grid[dtype]
+            raw = [self._roofline_s(m, n, k, dtype) / self._fraction(m, n, k, dtype) for m in grid]
+            self._curves[key] = _isotonic(raw)
+        return self._curves[key]
+
+    def _interpolate(self, m: float, n: float, k: float, dtype: str) -> float:
+        """Between measured m's the achieved fraction of the roofline is log-linear in m; the time
+        is kept at or above the lower end's (log time is convex in log m there, so this keeps it
+        monotone and below the upper end's)."""
+        grid, curve = self._m_grid[dtype], self._above_floor_curve(n, k, dtype)
+        roofline = self._roofline_s(m, n, k, dtype)
+        i = bisect_left(grid, m)
+        if i < len(grid) and grid[i] == m:
+            above = curve[i]
+        elif i == 0 or i == len(grid):
+            end = 0 if i == 0 else len(grid) - 1  # keep the end's fraction
+            above = curve[end] * roofline / self._roofline_s(grid[end], n, k, dtype)
+        else:
+            f0 = self._roofline_s(grid[i - 1], n, k, dtype) / curve[i - 1]
+            f1 = self._roofline_s(grid[i], n, k, dtype) / curve[i]
+            above = min(max(roofline / _power_law(m, grid[i - 1], grid[i], f0, f1), curve[i - 1]), curve[i])
+        return self._floors[dtype] + above
+
+
+def _m_grid(measured: list[int]) -> list[float]:
+    """The measured m's plus four points per doubling in between: where a GEMM's fraction is read
+    off its nearest measured shapes before being made monotone."""
+    top = max(measured)
+    steps = [2.0 ** (j / GemmInterpolator.STEPS_PER_DOUBLING)
+             for j in range(int(math.log2(top) * GemmInterpolator.STEPS_PER_DOUBLING) + 1)]
+    return sorted({float(m) for m in measured} | {x for x in steps if x < top})
+
+
+class OpInterpolator:
+    """An op's time from its measured curve (median per size). Points of one op and dtype are
+    ordered by their roofline time r (FLOPs or bytes at peak, whichever is larger), separately for
+    compute- and memory-bound sizes (attention in prefill and in decode); their above-floor times,
+    lifted to the running maximum, are interpolated as a power law in r; beyond the ends the
+    nearest end's efficiency is kept, so sizes below the smallest fall towards the floor.
+
+    Decode attention measured on a full grid of batch x KV length (measurements carrying `batch`
+    and `kv_len`) is read from that surface instead: see DecodeSurface."""
+
+    def __init__(
+        self,
+        measurements: tuple[OpMeasurement, ...],
+        roofline_s: Callable[[str, str, float, float], tuple[float, str]],
+    ):
+        self._roofline_s = roofline_s
+        curves = _medians(((m.op, m.dtype, m.flops, m.bytes), m.time_us * 1e-6) for m in measurements)
+        self._curves: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+        for (op, dtype, flops, nbytes), t in curves.items():
+            r, bound = roofline_s(op, dtype, flops, nbytes)
+            if r > 0:
+                self._curves.setdefault((op, dtype, bound), []).append((r, t))
+        for points in self._curves.values():
+            points.sort()
+        self._surfaces = DecodeSurface.build_all(measurements, roofline_s)
+        self._cache: dict[tuple, float | None] = {}
+
+    def time_s(
+        self, op: str, dtype: str, flops: float, nbytes: float, floor_s: float, batch: float | None = None,
+        kv_len: float | None = None,
+    ) -> float | None:
+        """Interpolated time, or None when the op has no measurements of this dtype. batch and
+        kv_len: a decode step's sequences and cached tokens (decode attention's surface)."""
+        key = (op, dtype, flops, nbytes, floor_s, batch, kv_len)
+        if key not in self._cache:
+            surface = DecodeSurface.pick(self._surfaces, op, dtype, nbytes, batch, kv_len)
+            if surface is not None:
+                self._cache[key] = surface.time_s(flops, nbytes, floor_s, batch, kv_len)
+            else:
+                self._cache[key] = self._interpolate(op, dtype, flops, nbytes, floor_s)
+        return self._cache[key]
+
+    def _interpolate(self, op: str, dtype: str, flops: float, nbytes: float, floor_s: float) -> float | None:
+        r, bound = self._roofline_s(op, dtype, flops, nbytes)
+        points = self._curves.get((op, dtype, bound)) or self._curves.get(
+            (op, dtype, "memory" if bound == "compute" else "compute")
+        )
+        if not points:
+            return None
+        floor_s = floor_below(floor_s, [pt for _, pt in points])
+        rs = [pr for pr, _ in points]
+        above = _running_max([pt - floor_s for _, pt in points])
+        if r <= rs[0]:
+            return floor_s + above[0] * r / rs[0]
+        if r >= rs[-1]:
+            return floor_s + above[-1] * r / rs[-1]
+        upper = bisect_left(rs, r)
+        return floor_s + _power_law(r, rs[upper - 1], rs[upper], above[upper - 1], above[upper])
+
+
+class DecodeSurface:
+    """Decode attention's time over batch x KV length, from measurements on a full grid (median per
+    point). Efficiency = roofline time / (time - floor) is interpolated bilinearly in (log batch,
+    log kv_len); outside the grid the nearest edge's efficiency is kept. Measured times are first
+    lifted to their running maximum along both axes. One surface per (op, dtype, KV bytes per
+    cached token rounded to a power of two), so a query takes the surface of the nearest KV width
+    (kv heads x head dim per device: 8B at tp=2 reads like a model with half its kv heads)."""
+
+    def __init__(self, op: str, dtype: str, batches: list, kv_lens: list, times: dict, work: dict, roofline_s):
+        self.op, self.dtype, self.batches, self.kv_lens = op, dtype, batches, kv_lens
+        self._times, self._work, self._roofline_s = times, work, roofline_s
+        self._log_eff: dict[float, list[list[float]]] = {}  # per floor
+
+    @classmethod
+    def build_all(cls, measurements, roofline_s) -> dict[tuple[str, str, int], "DecodeSurface"]:
+        groups: dict[tuple[str, str, int], list[OpMeasurement]] = {}
+        for m in measurements:
+            if m.batch is not None and m.kv_len is not None:
+                groups.setdefault((m.op, m.dtype, _width_class(m.bytes, m.batch, m.kv_len)), []).append(m)
+        surfaces = {}
+        for (op, dtype, width), points in groups.items():
+            times = _full_grid(_medians(((m.batch, m.kv_len), m.time_us * 1e-6) for m in points))
+            batches, kv_lens = sorted({b for b, _ in times}), sorted({kv for _, kv in times})
+            if len(batches) >= 2 and len(kv_lens) >= 2:
+                work = {(m.batch, m.kv_len): (m.flops, m.bytes) for m in points}
+                surfaces[(op, dtype, width)] = cls(op, dtype, batches, kv_lens, times, work, roofline_s)
+        return surfaces  # without a 2 x 2 grid the op's one-axis curve serves it
+
+    @staticmethod
+    def pick(surfaces: dict, op: str, dtype: str, nbytes: float, batch, kv_len) -> "DecodeSurface | None":
+        if batch is None or kv_len is None or not surfaces:
+            return None
+        width = _width_class(nbytes, batch, kv_len)
+        candidates = [(abs(w - width), w) for (o, d, w) in surfaces if o == op and d == dtype]
+        return surfaces[(op, dtype, min(candidates)[1])] if candidates else None
+
+    def time_s(self, flops: float, nbytes: float, floor_s: float, batch: float, kv_len: float) -> float:
+        floor_s = floor_below(floor_s, list(self._times.values()))
+        efficiency = math.exp(self._log_efficiency(floor_s, batch, kv_len))
+        return floor_s + self._roofline_s(self.op, self.dtype, flops, nbytes)[0] / efficiency
+
+    def _grid(self, floor_s: float) -> list[list[float]]:
+        """log efficiency per grid point, from above-floor times lifted to their running maximum
+        along kv_len and then along batch."""
+        if floor_s not in self._log_eff:
+            above = [_running_max([self._times[(b, kv)] - floor_s for kv in self.kv_lens]) for b in self.batches]
+            for j in range(len(self.kv_lens)):
+                for i, value in enumerate(_running_max([row[j] for row in above])):
+                    above[i][j] = value
+            self._log_eff[floor_s] = [
+                [math.log(self._roofline_s(self.op, self.dtype, *self._work[(b, kv)])[0] / above[i][j])
+                 for j, kv in enumerate(self.kv_lens)]
+                for i, b in enumerate(self.batches)
+            ]
+        return self._log_eff[floor_s]
+
+    def _log_efficiency(self, floor_s: float, batch: float, kv_len: float) -> float:
+        e = self._grid(floor_s)
+        i, s = _cell(self.batches, batch)
+        j, t = _cell(self.kv_lens, kv_len)
+        return ((1 - s) * (1 - t) * e[i][j] + s * (1 - t) * e[i + 1][j]
+                + (1 - s) * t * e[i][j + 1] + s * t * e[i + 1][j + 1])
+
+
+def _full_grid(times: dict[tuple, float]) -> dict[tuple, float]:
+    """The largest full batch x kv_len product among the points: the row or column with the fewest
+    points goes until every combination is present (off-grid extras, e.g. a calibration workload)."""
+    while times:
+        batches, kv_lens = {b for b, _ in times}, {kv for _, kv in times}
+        if len(times) == len(batches) * len(kv_lens):
+            return times
+        rows = [(sum(1 for b, _ in times if b == x) / len(kv_lens), 0, x) for x in batches]
+        columns = [(sum(1 for _, kv in times if kv == x) / len(batches), 1, x) for x in kv_lens]
+        _, axis, value = min(rows + columns)
+        times = {key: t for key, t in times.items() if key[axis] != value}
+    return times
+
+
+def _width_class(nbytes: float, batch: float, kv_len: float) -> int:
+    """log2 of the bytes read per cached token, rounded: the KV width a surface describes."""
+    return round(math.log2(max(nbytes / (batch * kv_len), 1.0)))
+
+
+def _cell(grid: list[float], x: float) -> tuple[int, float]:
+    """(lower index, share towards the next) of x in a sorted grid, in log space, clamped to the ends."""
+    x = min(max(x, grid[0]), grid[-1])
+    i = min(max(bisect_left(grid, x) - 1, 0), len(grid) - 2)
+    return i, math.log(x / grid[i]) / math.log(grid[i + 1] / grid[i])

@@ -1,0 +1,76 @@
+"""Refit an efficiency table from saved measurement files, exactly and without a GPU.
+
+    python -m sims.calibration.refit --shipped            # every table in sims/calibration/tables/refit.yaml
+    python -m sims.calibration.refit --hardware conf/hardware/h100.yaml --stack transformers \\
+        --source "H100 80GB, torch 2.11, transformers 5.17, 2026-11-26" \\
+        --out sims/calibration/tables/h100.json \\
+        sims/benchmarks/results/h100_2026-11-26/microbench.json fp8/measurements.json coll/collectives_2.json
+
+Every file is a JSON list of measurements (microbench.json, `microbench --measurements`) or an
+object with a `measurements` list (sims.calibration.collectives). Kernel timings and collective
+timings are told apart by their keys (sims/calibration/fit.py); the same files always give the
+same table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import yaml
+
+from sims.calibration.fit import fit_table
+from sims.calibration.table import EfficiencyTable, save_table
+from sims.hardware import REPO_ROOT, read_hardware_file
+from sims.stacks import stacks
+
+SHIPPED = REPO_ROOT / "sims/calibration/tables/refit.yaml"
+
+
+def read_measurements(files: list[str]) -> list[dict]:
+    measurements = []
+    for name in files:
+        record = json.loads(Path(name).read_text())
+        measurements += record["measurements"] if isinstance(record, dict) else record
+    return measurements
+
+
+def refit(files: list[str], hardware_file: str, stack: str, source: str) -> EfficiencyTable:
+    return fit_table(read_measurements(files), read_hardware_file(hardware_file), source=source, stack=stack)
+
+
+def refit_shipped(out_dir: Path) -> list[Path]:
+    """Every shipped table as refit.yaml describes it, written into out_dir."""
+    written = []
+    for name, spec in yaml.safe_load(SHIPPED.read_text()).items():
+        files = [str(REPO_ROOT / f) for f in spec["files"]]
+        table = refit(files, str(REPO_ROOT / spec["hardware"]), spec["stack"], spec["source"])
+        save_table(table, out_dir / name)
+        written.append(out_dir / name)
+    return written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", help="measurement JSON files")
+    parser.add_argument("--shipped", action="store_true", help=f"refit every table listed in {SHIPPED.name}")
+    parser.add_argument("--hardware", help="conf/hardware/*.yaml of the measured device")
+    parser.add_argument("--stack", choices=tuple(stacks()), help="the software stack measured")
+    parser.add_argument("--source", help="how and when it was measured (kept in the table)")
+    parser.add_argument("--out", help="table to write (with --shipped: a folder; default: the tables' own)")
+    args = parser.parse_args()
+    if args.shipped:
+        for path in refit_shipped(Path(args.out) if args.out else SHIPPED.parent):
+            print(f"wrote {path}")
+        return
+    if not (args.files and args.hardware and args.stack and args.source and args.out):
+        parser.error("give FILES, --hardware, --stack, --source and --out (or --shipped)")
+    table = refit(args.files, args.hardware, args.stack, args.source)
+    save_table(table, args.out)
+    print(f"wrote {args.out}: {len(table.gemm_measurements)} GEMM shapes, {len(table.op_measurements)} op "
+          f"timings, {len(table.collectives)} collective fits")
+
+
+if __name__ == "__main__":
+    main()

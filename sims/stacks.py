@@ -1,0 +1,112 @@
+"""Software stacks: which kernels a model's layers run as, per stack (values in sims/stacks.yaml).
+
+The builders describe a model's math once (sims/builders); `apply_stack` rewrites that graph into
+the kernels one stack launches: GEMMs it runs as one (merge), ops it folds into a neighbouring
+kernel (fused_away), and whether the residual add is its own kernel or counted with the RMSNorm.
+An efficiency table is measured on one (hardware, stack) pair (sims/calibration/table.py).
+
+    stack_for_backend("megatron")   # -> "torch_fused": the stack preflight should simulate
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from framework.core.errors import ConfigError
+from sims.ir import ComputationalGraph, OpNode, ParallelSpec
+
+STACKS_FILE = Path(__file__).with_name("stacks.yaml")
+DEFAULT_STACK = "transformers"
+RESIDUAL_MODES = ("with_norm", "own_kernel")
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str
+    description: str
+    backends: tuple[str, ...]
+    merge: tuple[tuple[str, tuple[str, ...]], ...]
+    fused_away: tuple[str, ...]
+    residual_add: str
+
+
+@lru_cache(maxsize=1)
+def stacks() -> dict[str, Stack]:
+    """Every stack of sims/stacks.yaml by name."""
+    records = yaml.safe_load(STACKS_FILE.read_text())
+    parsed = {}
+    for name, record in records.items():
+        if record["residual_add"] not in RESIDUAL_MODES:
+            raise ConfigError(f"{STACKS_FILE}: {name}.residual_add is {record['residual_add']!r}; valid: with_norm, own_kernel")
+        merge = tuple((new, tuple(parts)) for new, parts in record["merge"].items())
+        parsed[name] = Stack(name, record["description"], tuple(record["backends"]), merge,
+                             tuple(record["fused_away"]), record["residual_add"])
+    return parsed
+
+
+def stack(name: str) -> Stack:
+    known = stacks()
+    if name not in known:
+        raise ConfigError(f"stack is {name!r}; valid: {', '.join(known)}")
+    return known[name]
+
+
+def stack_for_backend(backend: str) -> str:
+    """The stack a Crucible backend runs (maxtext -> xla, megatron -> torch_fused, torch ->
+    transformers), for preflight predictions of that backend's runs."""
+    for candidate in stacks().values():
+        if backend in candidate.backends:
+            return candidate.name
+    served = ", ".join(b for s in stacks().values() for b in s.backends)
+    raise ConfigError(f"backend {backend!r} has no simulator stack; stacks cover: {served}")
+
+
+def apply_stack(graph: ComputationalGraph, name: str) -> ComputationalGraph:
+    """The graph as `name`'s kernels. The builders' graph is the `with_norm`, nothing-merged form."""
+    spec = stack(name)
+    nodes = [n for n in graph.nodes if n.name not in spec.fused_away]
+    for new_name, parts in spec.merge:
+        nodes = _merge_column_gemms(nodes, new_name, parts)
+    if spec.residual_add == "own_kernel":
+        nodes = _split_residual_adds(nodes)
+    return replace(graph, nodes=nodes, meta={**graph.meta, "stack": name})
+
+
+def _merge_column_gemms(nodes: list[OpNode], new_name: str, parts: tuple[str, ...]) -> list[OpNode]:
+    """Column-parallel GEMMs reading one input as one GEMM over their concatenated outputs (a
+    fused QKV projection). A part that splits at most `max_split` ways (kv heads) keeps that
+    limit through `limited_width` / `limited_split` (sims.partition.tp_split)."""
+    members = [n for n in nodes if n.name in parts]
+    if len(members) != len(parts):
+        return nodes  # the model has no such pair (e.g. MLA attention)
+    first = members[0]
+    widths = [m.weights[0][-1] for m in members]
+    k = first.weights[0][-2]
+    limited = [(m.weights[0][-1], m.attrs["max_split"]) for m in members if "max_split" in m.attrs]
+    if len(limited) > 1 or {m.parallel.tp_mode for m in members} != {"column"}:
+        raise ConfigError(f"stack merge {new_name}: {', '.join(parts)} must be column GEMMs with at most one split limit")
+    width = sum(widths)
+    biases = [(width,)] if any(len(m.weights) > 1 for m in members) else []
+    attrs = {"limited_width": limited[0][0], "limited_split": limited[0][1]} if limited else {}
+    merged = replace(first, name=new_name, outputs=(("tokens", width),), weights=((k, width), *biases), attrs=attrs)
+    index = nodes.index(first)
+    rest = [n for n in nodes if n.name not in parts]
+    return rest[:index] + [merged] + rest[index:]
+
+
+def _split_residual_adds(nodes: list[OpNode]) -> list[OpNode]:
+    """A separate add kernel (read two streams, write one) before each norm that took the residual."""
+    result = []
+    for node in nodes:
+        if node.attrs.get("fused_residual"):
+            width = node.inputs[0]
+            result.append(OpNode(f"{node.name}_residual_add", "elementwise", (width, width), (width,),
+                                 dtype=node.dtype, parallel=ParallelSpec(), layers=node.layers,
+                                 attrs={"flops_per_element": 1}))
+            node = replace(node, attrs={k: v for k, v in node.attrs.items() if k != "fused_residual"})
+        result.append(node)
+    return result

@@ -1,0 +1,197 @@
+"""One step from the per-op costs: pipeline stages and schedule, the data-parallel gradient sync and
+the optimizer update, shared across a sweep where layouts bind the ops alike.
+
+Pipeline with per-micro-batch stage times t_i and m micro-batches:
+  step = sum_i t_i + (m - 1) * max_i t_i     (= (m + pp - 1) * t for equal stages; bubble (pp-1)/(m+pp-1))
+Training: backward = 2x forward for every op (collectives once more), recompute adds a forward of
+every decoder-layer op. Nothing overlaps: compute, collectives and the gradient sync add up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sims.cache import GraphCache
+from sims.calculator import (
+    ADAM_BYTES_PER_PARAM,
+    GRAD_BYTES,
+    OP_WORK,
+    TRAIN_BACKWARD_FACTOR,
+    Context,
+    OpCost,
+    Precision,
+    StepEstimate,
+    all_gather_s,
+    all_reduce_s,
+    bind_dims,
+    op_cost,
+    reduce_scatter_s,
+    send_recv_s,
+)
+from sims.hardware import HardwareSpec
+from sims.ir import ComputationalGraph, OpNode
+from sims.partition import expert_data_parallel, local_params, stage_counts
+from sims.workload import Layout, Workload
+
+
+def passes(node: OpNode, workload: Workload, num_layers: int) -> tuple[float, float]:
+    """(time/FLOP multiplier per forward execution, model-FLOP multiplier): forward only for
+    inference; forward + 2x backward for training (collectives repeat once in backward), plus a
+    second forward of every decoder-layer op under activation recompute."""
+    if workload.mode != "train":
+        return 1.0, 1.0
+    model = 1.0 + TRAIN_BACKWARD_FACTOR
+    backward = 1.0 if node.is_comm else TRAIN_BACKWARD_FACTOR
+    in_layer = 0 <= node.layers[0] < num_layers
+    recompute = 1.0 if workload.recompute and in_layer else 0.0
+    return 1.0 + backward + recompute, model
+
+
+def estimate_step(
+    graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload, ctx: Context | None = None
+) -> StepEstimate:
+    ctx = ctx or Context.for_step(graph, hw, layout, workload)
+    ops = _stage_ops(graph, ctx)
+    p2p_s = _pipeline_p2p_s(graph, ctx)
+    stage_s = [s + p2p_s for s in ops.stage_s]
+    m = workload.microbatches
+    pipeline_s = pipeline_time_s(stage_s, m)
+    latency = pipeline_s
+    extra = []
+    if layout.pp > 1:
+        extra.append(_row("pp_send_recv", "send_recv", m, 0.0, 0.0, p2p_s * m, "comm"))
+        extra.append(_row("pipeline_bubble", "idle", 0, 0.0, 0.0, pipeline_s - m * stage_s[ops.slowest], "idle"))
+    if workload.mode == "train":
+        for row in _training_update_rows(graph, ctx, ops.slowest):
+            extra.append(row)
+            latency += row["time_s"]
+
+    def rows() -> list[dict]:
+        scaled = [_row(name, op_type, n * m, flops * m, nbytes * m, time_s * m, bound)
+                  for name, op_type, n, flops, nbytes, time_s, bound in ops.slowest_rows]
+        return scaled + extra
+
+    return StepEstimate(latency, model_flops(graph, workload), rows, ops.slowest)
+
+
+@dataclass(frozen=True)
+class StageOps:
+    """The ops of every pipeline stage for one micro-batch: time per stage (without send/recv),
+    the slowest stage and its per-op rows (name, op_type, executions, flops, bytes, time, bound)."""
+
+    stage_s: list[float]
+    slowest: int
+    slowest_rows: list[tuple]
+
+
+def _stage_ops(graph: ComputationalGraph, ctx: Context) -> StageOps:
+    """Shared by every layout and workload that bind the ops alike (same tp, ep, dims per
+    micro-batch, dtype, mode; the stage sums also per pp): a sweep over dp, pp, batch and
+    micro-batches costs each op once per size."""
+    w = ctx.workload
+    key = (ctx.layout.tp, ctx.layout.ep, *ctx.dims.values(), w.dtype, w.mode, w.recompute)
+    cache = _step_cache(ctx.hw)
+    return cache.get(graph, (key, ctx.layout.pp), lambda: _cost_stages(graph, ctx, cache.get(
+        graph, key, lambda: [op_cost(node, ctx) for node in graph.nodes])))
+
+
+def _cost_stages(graph: ComputationalGraph, ctx: Context, costs: list[OpCost | None]) -> StageOps:
+    num_layers = graph.meta["num_layers"]
+    multipliers = [passes(node, ctx.workload, num_layers)[0] for node in graph.nodes]
+    counts = stage_counts(graph, ctx.layout.pp)
+    stage_s = [
+        sum(c.time_s * mult * n for c, mult, n in zip(costs, multipliers, stage) if c is not None and n)
+        for stage in counts
+    ]
+    slowest = max(range(ctx.layout.pp), key=stage_s.__getitem__)
+    rows = [
+        (node.name, node.op_type, n, cost.flops * n * mult, cost.bytes * n * mult, cost.time_s * n * mult, cost.bound)
+        for node, cost, mult, n in zip(graph.nodes, costs, multipliers, counts[slowest])
+        if cost is not None and n
+    ]
+    return StageOps(stage_s, slowest, rows)
+
+
+_STEP_CACHES: dict[int, tuple[HardwareSpec, GraphCache]] = {}
+
+
+def _step_cache(hw: HardwareSpec) -> GraphCache:
+    """One cache of costed stages per parsed hardware spec (and so per efficiency table)."""
+    cached = _STEP_CACHES.get(id(hw))
+    if cached is None or cached[0] is not hw:
+        cached = _STEP_CACHES[id(hw)] = (hw, GraphCache(maxsize=8192))
+    return cached[1]
+
+
+def pipeline_time_s(stage_s: list[float], microbatches: int) -> float:
+    """GPipe/1F1B step time: the first micro-batch crosses every stage, the other m-1 follow at
+    the pace of the slowest. Equal stages t: (m + pp - 1) * t, a bubble of (pp-1)/(m+pp-1)."""
+    return sum(stage_s) + (microbatches - 1) * max(stage_s)
+
+
+def model_flops(graph: ComputationalGraph, workload: Workload) -> float:
+    """FLOPs of one step of the whole model on the whole batch (layout-independent; replicated
+    ops counted once; no recompute). The numerator of MFU."""
+    return _MODEL_FLOPS.get(graph, workload, lambda: _count_model_flops(graph, workload))
+
+
+_MODEL_FLOPS = GraphCache(maxsize=4096)
+
+
+def _count_model_flops(graph: ComputationalGraph, workload: Workload) -> float:
+    whole = Workload(**{**workload.__dict__, "microbatches": 1})
+    bytes_unused = Precision(workload.dtype, 2, 2, 2, 1.0, 1.0)
+    ctx = Context(bind_dims(graph, Layout(), whole), tp=1, ep=1, precision=bytes_unused)
+    total = 0.0
+    for node in graph.nodes:
+        if node.is_comm:
+            continue
+        flops, _ = OP_WORK[node.op_type](node, ctx)
+        total += flops * node.repeat * passes(node, whole, graph.meta["num_layers"])[1]
+    return total
+
+
+def _pipeline_p2p_s(graph: ComputationalGraph, ctx: Context) -> float:
+    if ctx.layout.pp == 1:
+        return 0.0
+    nbytes = ctx.dims["tokens"] * graph.meta["hidden_size"] * ctx.precision.act_bytes
+    directions = 2 if ctx.workload.mode == "train" else 1  # activations forward, gradients back
+    return directions * send_recv_s(nbytes, ctx.layout.devices, ctx.hw)
+
+
+def _training_update_rows(graph: ComputationalGraph, ctx: Context, stage: int) -> list[dict]:
+    """Data-parallel gradient sync and the Adam update of the parameters this device holds."""
+    layout, workload, hw = ctx.layout, ctx.workload, ctx.hw
+    dense, expert = local_params(graph, layout, stage)
+    expert_dp = expert_data_parallel(layout)
+    span = layout.tp * layout.dp  # replicas of a weight shard sit tp ranks apart
+    sync_s = 0.0
+    for params, group in ((dense, layout.dp), (expert, expert_dp)):
+        grads = params * GRAD_BYTES
+        if workload.zero:  # reduce-scatter grads, all-gather updated weights
+            weights = params * ctx.precision.act_bytes
+            sync_s += reduce_scatter_s(grads, group, hw, span) + all_gather_s(weights, group, hw, span)
+        else:
+            sync_s += all_reduce_s(grads, group, hw, span)
+    updated = dense / layout.dp + expert / expert_dp if workload.zero else dense + expert
+    optimizer = hw.efficiency.op_classes["optimizer"]
+    opt_bytes = updated * ADAM_BYTES_PER_PARAM[workload.dtype]
+    opt_s = opt_bytes / (hw.memory_bytes_per_s * optimizer.memory) + optimizer.floor_us * 1e-6
+    rows = [_row("optimizer_step", "optimizer", 1, 10.0 * updated, opt_bytes, opt_s, "memory")]
+    if sync_s:
+        rows.insert(0, _row("dp_grad_sync", "all_reduce", 1, 0.0, (dense + expert) * GRAD_BYTES, sync_s, "comm"))
+    return rows
+
+
+def _row(name: str, op_type: str, count: float, flops: float, nbytes: float, time_s: float, bound: str) -> dict:
+    return {
+        "name": name,
+        "op_type": op_type,
+        "count": count,
+        "flops": flops,
+        "bytes": nbytes,
+        "time_s": time_s,
+        "bound": bound,
+    }
+
+

@@ -1,0 +1,127 @@
+"""Interpolating measured times: medians of repeats, monotone in size, decode attention as a surface."""
+
+import itertools
+
+import pytest
+from sims_helpers import hardware, model_config
+
+from sims import predict_op
+from sims.calibration.interpolate import GemmInterpolator, OpInterpolator
+from sims.calibration.table import GemmMeasurement, OpMeasurement, load_table
+from sims.calculator import _interpolator
+from sims.hardware import hardware_spec
+
+
+def gemm_roofline(m, n, k, dtype):
+    return max(2.0 * m * n * k / 1e15, 2.0 * (m * k + m * n + k * n) / 3e12)
+
+
+def memory_roofline(op, dtype, flops, nbytes):
+    compute, memory = flops / 1e15, nbytes / 1e12
+    return max(compute, memory), "compute" if compute >= memory else "memory"
+
+
+def test_repeated_gemm_measurements_are_reduced_by_their_median():
+    repeats = [GemmMeasurement(256, 1024, 1024, "bf16", t) for t in (10.0, 30.0, 11.0)]
+    interpolator = GemmInterpolator(tuple(repeats), gemm_roofline)
+    assert interpolator.time_s(256, 1024, 1024, "bf16") == pytest.approx(11e-6)
+
+
+def test_repeated_op_measurements_are_reduced_by_their_median():
+    repeats = [OpMeasurement("rotary", "bf16", 0.0, 1e7, t) for t in (40.0, 20.0, 22.0)]
+    assert OpInterpolator(tuple(repeats), memory_roofline).time_s("rotary", "bf16", 0.0, 1e7, 0.0) == pytest.approx(22e-6)
+
+
+def test_gemm_time_never_falls_as_m_grows_even_with_noisy_measurements():
+    noisy = (GemmMeasurement(64, 4096, 4096, "bf16", 30.0), GemmMeasurement(128, 4096, 4096, "bf16", 25.0),
+             GemmMeasurement(1024, 4096, 4096, "bf16", 80.0), GemmMeasurement(128, 8192, 4096, "bf16", 40.0))
+    interpolator = GemmInterpolator(noisy, gemm_roofline, floor_s=4e-6)
+    times = [interpolator.time_s(m, 4096, 4096, "bf16") for m in range(1, 4097, 7)]
+    assert all(b >= a for a, b in zip(times, times[1:]))
+    # the dip at m=128 and the m=64 point above it meet in between (isotonic regression)
+    pooled = interpolator.time_s(128, 4096, 4096, "bf16")
+    assert 25e-6 < pooled < 30e-6 and interpolator.time_s(64, 4096, 4096, "bf16") == pytest.approx(pooled)
+
+
+@pytest.mark.parametrize("table", ["h100", "h200"])
+def test_shipped_tables_give_gemm_times_monotone_in_m(table):
+    hw = hardware_spec(hardware(table))
+    interpolator = _interpolator(hw)
+    for n, k in ((4096, 4096), (6144, 4096), (2048, 768), (151936, 4096), (1024, 5120), (4096, 12288)):
+        times = [interpolator.time_s(m, n, k, "bf16") for m in sorted({int(1.25**i) for i in range(60)})]
+        assert all(b >= a for a, b in zip(times, times[1:])), (n, k)
+
+
+def decode_grid(time_us):
+    """Decode attention of 8 kv heads x 128 (4096 bytes per cached token) on a 3 x 3 grid."""
+    points = []
+    for batch, kv in itertools.product((1, 8, 64), (1024, 4096, 16384)):
+        nbytes = batch * (kv * 4096 + 32 * 256 * 2)
+        points.append(OpMeasurement("attention", "bf16", 2.0 * batch * kv * 32 * 256, nbytes,
+                                    time_us(batch, kv, nbytes), batch=batch, kv_len=kv))
+    return points
+
+
+def test_decode_attention_surface_is_exact_on_the_grid_and_bilinear_in_log_space_between():
+    # efficiency rises with batch and KV length: a surface no one-axis curve over bytes can follow
+    def time_us(batch, kv, nbytes):
+        return 5.0 + nbytes / 1e12 * 1e6 / (0.4 + 0.05 * (batch.bit_length() + kv.bit_length()) / 2)
+
+    points = decode_grid(time_us)
+    surface = OpInterpolator(tuple(points), memory_roofline)
+    for p in points:
+        assert surface.time_s("attention", "bf16", p.flops, p.bytes, 5e-6, p.batch, p.kv_len) == pytest.approx(
+            p.time_us * 1e-6)
+    # between grid points: log efficiency is the mean of the four corners (geometric middle of both axes)
+    def eff(p):
+        return (p.bytes / 1e12) / (p.time_us * 1e-6 - 5e-6)
+
+    corners = [p for p in points if p.batch in (1, 8) and p.kv_len in (1024, 4096)]
+    mid = 1.0
+    for p in corners:
+        mid *= eff(p) ** 0.25
+    b, kv = 8**0.5, 2048.0
+    nbytes = b * (kv * 4096 + 32 * 256 * 2)
+    got = surface.time_s("attention", "bf16", 0.0, nbytes, 5e-6, b, kv)
+    assert got == pytest.approx(5e-6 + nbytes / 1e12 / mid)
+    # beyond the grid: the edge's efficiency
+    far = 64 * (65536 * 4096 + 32 * 256 * 2)
+    edge = next(p for p in points if p.batch == 64 and p.kv_len == 16384)
+    assert surface.time_s("attention", "bf16", 0.0, far, 5e-6, 64, 65536) == pytest.approx(5e-6 + far / 1e12 / eff(edge))
+
+
+def test_decode_attention_surface_is_monotone_in_batch_and_kv_length():
+    def noisy(batch, kv, nbytes):  # one point faster than its smaller neighbour
+        return 5.0 + nbytes / 1e12 * 1e6 / 0.8 * (0.7 if (batch, kv) == (8, 4096) else 1.0)
+
+    surface = OpInterpolator(tuple(decode_grid(noisy)), memory_roofline)
+    batches, lengths = [1, 2, 3, 5, 8, 13, 21, 40, 64, 100], [512, 1024, 2000, 4096, 6000, 16384, 30000]
+
+    def time(b, kv):
+        return surface.time_s("attention", "bf16", 0.0, b * (kv * 4096 + 32 * 256 * 2), 5e-6, b, kv)
+
+    for b in batches:
+        times = [time(b, kv) for kv in lengths]
+        assert all(y >= x for x, y in zip(times, times[1:])), b
+    for kv in lengths:
+        times = [time(b, kv) for b in batches]
+        assert all(y >= x for x, y in zip(times, times[1:])), kv
+
+
+def test_the_calculator_reads_decode_attention_from_the_surface(tmp_path):
+    cfg = model_config("qwen3_8b")
+    h100 = hardware("h100", efficiency_table=None)
+    entries = []
+    for batch, kv in itertools.product((1, 16), (1024, 8192)):
+        work = predict_op(cfg, h100, {"mode": "decode", "batch": batch, "context_len": kv}, "attention")
+        entries.append({"op": "attention", "dtype": "bf16", "flops": work["flops"], "bytes": work["bytes"],
+                        "time_us": 10.0 + batch * kv / 1000, "batch": batch, "kv_len": kv})
+    path = tmp_path / "t.json"
+    path.write_text(__import__("json").dumps({"stack": "transformers", "op_measurements": entries}))
+    assert load_table(path).op_measurements[0].batch == 1
+    calibrated = hardware("h100", efficiency_table=str(path))
+    got = predict_op(cfg, calibrated, {"mode": "decode", "batch": 16, "context_len": 1024}, "attention")
+    assert got["time_s"] == pytest.approx((10.0 + 16 * 1024 / 1000) * 1e-6)
+    # tp=2 halves the KV width per device: still served by the (only) surface, at its own roofline
+    split = predict_op(cfg, calibrated, {"mode": "decode", "batch": 16, "context_len": 1024}, "attention", {"tp": 2})
+    assert split["time_s"] < got["time_s"]

@@ -1,0 +1,98 @@
+"""Software stacks: which kernels a graph has and which efficiency table times them."""
+
+import json
+
+import pytest
+from sims_helpers import REPO, hardware, model_config
+
+from framework.core.errors import ConfigError
+from sims import build_graph, simulate
+from sims.partition import tp_split
+from sims.stacks import stack_for_backend, stacks
+
+DECODE = {"mode": "decode", "batch": 8, "context_len": 4096}
+
+
+def names(graph):
+    return [n.name for n in graph.nodes]
+
+
+def test_transformers_is_the_builders_graph_and_torch_fused_rewrites_it():
+    cfg = model_config("qwen3_8b")
+    hf = build_graph(cfg, "decode", "transformers")
+    fused = build_graph(cfg, "decode", "torch_fused")
+    assert {"q_proj", "kv_proj", "rotary", "kv_cache_write"} <= set(names(hf))
+    assert not {"q_proj", "kv_proj", "rotary", "kv_cache_write"} & set(names(fused))
+    assert names(fused).index("qkv_proj") == names(fused).index("input_layernorm") + 1
+    qkv = fused.node("qkv_proj")
+    assert qkv.weights == ((4096, 32 * 128 + 2 * 8 * 128),)
+    # one separate add per norm that took the residual; those norms no longer count it
+    adds = [n for n in fused.nodes if n.name.endswith("_residual_add")]
+    assert [a.name for a in adds] == [
+        "input_layernorm_residual_add", "mlp_post_attention_layernorm_residual_add", "final_norm_residual_add"]
+    assert not any(n.attrs.get("fused_residual") for n in fused.nodes)
+    assert all(n.attrs.get("fused_residual") for n in hf.nodes if n.name.endswith("layernorm") or n.name == "final_norm")
+
+
+def test_fused_qkv_splits_q_by_tp_and_kv_at_most_by_kv_heads():
+    cfg = model_config("qwen3_8b")  # 32 heads, 8 kv heads, head_dim 128
+    qkv = build_graph(cfg, "decode", "torch_fused").node("qkv_proj")
+    assert tp_split(qkv, 8) == pytest.approx(6144 / (4096 / 8 + 2048 / 8))
+    assert tp_split(qkv, 16) == pytest.approx(6144 / (4096 / 16 + 2048 / 8))  # kv heads replicated
+
+
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_merging_keeps_flops_and_weights_per_device(tp):
+    """q_proj + kv_proj and qkv_proj do the same math: FLOPs and weight memory per device agree."""
+    cfg, h100 = model_config("qwen3_8b"), hardware("h100", efficiency_table=None)
+    rows = {stack: {r["name"]: r for r in simulate(cfg, h100, {"tp": tp}, DECODE, stack=stack).breakdown_rows()}
+            for stack in ("transformers", "torch_fused")}
+    hf, fused = rows["transformers"], rows["torch_fused"]
+    assert fused["qkv_proj"]["flops"] == pytest.approx(hf["q_proj"]["flops"] + hf["kv_proj"]["flops"])
+    assert fused["qkv_proj"]["bytes"] < hf["q_proj"]["bytes"] + hf["kv_proj"]["bytes"]  # input read once
+    memory = {stack: simulate(cfg, h100, {"tp": tp}, DECODE, stack=stack).memory_breakdown_gb["weights"]
+              for stack in ("transformers", "torch_fused")}
+    assert memory["torch_fused"] == pytest.approx(memory["transformers"])
+    add = fused["input_layernorm_residual_add"]
+    assert add["bytes"] == pytest.approx(36 * 3 * 8 * 4096 * 2)  # read two streams, write one, 36 layers
+
+
+def test_a_table_serves_only_its_own_stack(tmp_path):
+    cfg = model_config("qwen3_8b")
+    h100 = hardware("h100")  # ships a transformers table
+    hf = simulate(cfg, h100, {}, DECODE, stack="transformers")
+    fused = simulate(cfg, h100, {}, DECODE, stack="torch_fused")
+    assert json.loads((REPO / h100["efficiency_table"]).read_text())["stack"] == "transformers"
+    assert "accuracy" in hf.summary()["efficiency_table"]
+    assert fused.summary()["efficiency_table"].startswith("built-in defaults (the table")
+    assert fused.summary()["stack"] == "torch_fused"
+    # a mapping names one table per stack
+    table = {"format": "crucible-efficiency-table/1", "stack": "torch_fused",
+             "op_classes": {"norm": {"compute": 0.3, "memory": 0.1, "floor_us": 50.0}}}
+    (tmp_path / "fused.json").write_text(json.dumps(table))
+    both = {**h100, "efficiency_table": {"transformers": h100["efficiency_table"], "torch_fused": str(tmp_path / "fused.json")}}
+    assert simulate(cfg, both, {}, DECODE, stack="transformers").latency_s == hf.latency_s
+    slow_norms = simulate(cfg, both, {}, DECODE, stack="torch_fused")
+    assert slow_norms.latency_s > fused.latency_s
+    assert simulate(cfg, both, {}, DECODE, stack="xla").summary()["efficiency_table"] == "built-in defaults"
+
+
+def test_unknown_stacks_and_backends_are_config_errors():
+    with pytest.raises(ConfigError, match="stack is 'vllm'; valid: transformers, torch_fused, xla"):
+        simulate(model_config("qwen3_8b"), hardware("h100"), {}, DECODE, stack="vllm")
+    with pytest.raises(ConfigError, match="backend 'jaxpr'"):
+        stack_for_backend("jaxpr")
+
+
+def test_each_backend_maps_to_one_stack():
+    assert stack_for_backend("maxtext") == "xla"
+    assert stack_for_backend("megatron") == "torch_fused"
+    assert stack_for_backend("torch") == "transformers"
+    backends = [b for s in stacks().values() for b in s.backends]
+    assert len(backends) == len(set(backends))
+
+
+def test_mla_models_have_no_qkv_pair_to_merge():
+    graph = build_graph(model_config("deepseek_v3"), "decode", "torch_fused")
+    assert "qkv_proj" not in names(graph) and "fused_qkv_a_proj" in names(graph)
+    assert "rotary" not in names(graph)
