@@ -20,7 +20,8 @@ class CalibrateTask:
     cuda_graphs: bool  # time CUDA graph replays (GPU time without host overhead)
     copy_mb: int  # size of the memory-bandwidth copy
     output: Optional[str]  # the table's path; null: efficiency_table.json in the run directory
-    install: bool  # also copy the table to sims/calibration/tables/<hardware name>.json
+    install: bool  # also copy the table to sims/calibration/tables/<hardware name>[_<stack>].json
+    stack: Literal["transformers", "torch_fused"]  # whose kernels are timed (sims/stacks.yaml)
 
 
 def check_calibrate_values(task: CalibrateTask, benchmarks: tuple[str, ...], key: str = "calibrate") -> None:

@@ -43,7 +43,7 @@ def test_a_run_ends_with_a_summary_block_and_a_layout_that_does_not_fit_is_a_vis
     block = proc.stdout.splitlines()
     assert block[0].startswith("ok: task=sim backend=sim model=qwen3_235b_a22b hardware=h100 in ")
     assert "  fits                     False" in block
-    assert any(line.startswith("  warning: the layout does not fit: ") for line in block)
+    assert any(line.startswith("  warning: does not fit: needs ") for line in block)
     assert block[-1] == f"  run dir: {tmp_path}"
 
 
@@ -52,7 +52,7 @@ def test_the_run_says_what_hardware_auto_chose(tmp_path):
 
     from framework.core.hardware import detect
 
-    proc = run_cli(["backend=sim", "task=sim", "model=qwen3_8b", f"hydra.run.dir={tmp_path}"])
+    proc = run_cli(["backend=sim", "task=sim", "model=qwen3_8b", "hardware=auto", f"hydra.run.dir={tmp_path}"])
     assert proc.returncode == 0, proc.stderr
     chose = detect().describe()
     summary = json.loads((tmp_path / "summary.json").read_text())

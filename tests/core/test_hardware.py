@@ -58,8 +58,10 @@ def test_an_unknown_gpu_uses_the_closest_file_with_a_warning(machine, caplog):
 
 
 def test_this_machine_composes_as_auto():
+    """auto is the default hardware of every task that runs here; the simulator's targets an h100."""
     hardware.detect.cache_clear()
-    assert compose_config([]).hardware.name == hardware.detect().option
+    assert compose_config(["task=grpo"]).hardware.name == hardware.detect().option
+    assert compose_config([]).hardware.name == "h100"
 
 
 def test_auto_copies_the_detected_file_whatever_its_package(tmp_path, machine):

@@ -38,16 +38,8 @@ class SimTrainer(BaseTrainer):
         return TrainingResult(
             success=True, metrics=summary, wall_time_s=time.perf_counter() - start, samples=1,
             artifacts=artifacts, status=summary["status"], error=summary.get("reason") or None,
-            warnings=_fit_warnings(summary),
+            warnings=[w for w in summary.get("warning", "").split("; ") if w],
         )
-
-
-def _fit_warnings(summary: dict) -> list[str]:
-    """A layout that does not fit is still a valid simulation (status ok, a row of a sweep), shown as a warning."""
-    if summary.get("fits") is not False:
-        return []
-    return [f"the layout does not fit: {summary.get('memory_per_device_gb', float('nan')):.3g} GB per device, "
-            f"the device holds {summary.get('memory_capacity_gb', float('nan')):.3g} GB (fits=false)"]
 
 
 def simulate_job(job: SimJob) -> tuple[dict, list[dict]]:
@@ -63,7 +55,7 @@ def simulate_job(job: SimJob) -> tuple[dict, list[dict]]:
         layout, zero = layout_from_parallel(asdict(job.parallel), devices)
     except ConfigError as exc:
         return {"status": "invalid", "reason": str(exc), "fits": None}, []
-    result = simulate(job.hf_config, job.hardware, layout, job.task.workload(layout["dp"], zero))
+    result = simulate(job.hf_config, job.hardware, layout, job.task.workload(layout["dp"], zero), stack=job.task.stack)
     return {**result.summary(), **{f"layout_{axis}": size for axis, size in layout.items()}}, result.breakdown_rows()
 
 
@@ -102,7 +94,7 @@ class CalibrateTrainer(BaseTrainer):
         workloads = [{"mode": "prefill", "batch": b, "seq_len": s} for b, s in task.prefill]
         workloads += [{"mode": "decode", "batch": b, "context_len": c} for b, c in task.decode]
         plan = Plan(tuple(workloads), tuple(task.benchmarks), SHORT[task.dtype], task.warmup, task.repeats,
-                    task.cuda_graphs, task.copy_mb)
+                    task.cuda_graphs, task.copy_mb, stack=task.stack)
 
         def progress(items, total, desc):
             return self.run.progress(items, total=total, desc=desc, unit="kernel")
@@ -117,13 +109,14 @@ class CalibrateTrainer(BaseTrainer):
         source = (f"task=calibrate model={job.model_name} on {self._device_name()} ({task.dtype}, "
                   f"{'CUDA graphs' if task.cuda_graphs and self.device == 'cuda' else 'eager'}), "
                   f"{datetime.date.today().isoformat()}")
-        table = fit_table(measurements, job.hardware, source=source)
+        table = fit_table(measurements, job.hardware, source=source, stack=task.stack)
         table_path = Path(task.output) if task.output else self.run.path("efficiency_table.json")
         table_path.parent.mkdir(parents=True, exist_ok=True)
         save_table(table, table_path)
         artifacts = {"efficiency_table": str(table_path), "measurements": str(measurements_path)}
         if task.install:
-            installed = INSTALLED_TABLES / f"{job.hardware['name']}.json"
+            suffix = "" if task.stack == "transformers" else f"_{task.stack}"
+            installed = INSTALLED_TABLES / f"{job.hardware['name']}{suffix}.json"
             installed.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(table_path, installed)
             artifacts["installed_table"] = str(installed)

@@ -48,6 +48,7 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
     """
     try:
         from sims.api import simulate
+        from sims.stacks import stack_for_backend
         from sims.workload import layout_from_parallel
     except ImportError:
         log.warning("preflight: the simulator (sims) is not importable; no prediction")
@@ -56,7 +57,7 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
     prediction: dict[str, Any] = {"preflight_predicted_step_s": 0.0}
     memory, fits = 0.0, True
     for name, workload, repeats in grpo_phases(task, zero):
-        summary = simulate(hf_config, hardware, layout, workload).summary()
+        summary = simulate(hf_config, hardware, layout, workload, stack=stack_for_backend("maxtext")).summary()
         if summary["status"] != "ok":
             raise CrucibleError(f"preflight: the simulator cannot model the {name} phase: {summary['reason']}")
         seconds = summary["latency_s"] * repeats

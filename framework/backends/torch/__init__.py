@@ -1,0 +1,1 @@
+"""Backend `torch`: SFT and DPO with transformers, PEFT and TRL (SFTTrainer, DPOTrainer)."""

@@ -1,0 +1,1 @@
+"""The torch backend's trainers: sft (TRL SFTTrainer), dpo (TRL DPOTrainer)."""

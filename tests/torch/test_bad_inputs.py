@@ -1,0 +1,79 @@
+"""Each bad input of a torch run is one line on stderr naming the key or file, exit 2, no traceback."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT, run_cli
+
+pytest.importorskip("trl")
+pytestmark = pytest.mark.slow  # each starts run.py with torch (~10-20 s on a shared CPU)
+SFT, DPO = ["recipe=sft_torch_cpu"], ["recipe=dpo_torch_cpu"]
+
+
+def tiny_model_copy(tmp_path: Path, drop: tuple[str, ...] = (), no_template: bool = False) -> Path:
+    from framework.models.tiny import resolve_model_dir
+    from tests.conftest import compose_config
+
+    cfg = compose_config(SFT)
+    source = Path(resolve_model_dir(dict(cfg.model), REPO_ROOT / "outputs" / "cache" / "models"))
+    target = tmp_path / "model"
+    shutil.copytree(source, target)
+    for name in drop:
+        (target / name).unlink(missing_ok=True)
+    if no_template:
+        (target / "chat_template.jinja").unlink(missing_ok=True)
+        config_file = target / "tokenizer_config.json"
+        config = json.loads(config_file.read_text())
+        config.pop("chat_template", None)
+        config_file.write_text(json.dumps(config))
+    return target
+
+
+def one_line_error(proc) -> str:
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+def run(tmp_path, overrides):
+    return run_cli([*overrides, f"hydra.run.dir={tmp_path}/run", "progress=false"])
+
+
+def test_preference_file_without_rejected(tmp_path):
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(json.dumps({"prompt": "2+2?", "chosen": "4"}) + "\n")
+    line = one_line_error(run(tmp_path, [*DPO, "data.source=local", f"data.path={data}"]))
+    assert f"{data}:1" in line and "rejected" in line
+
+
+def test_model_dir_without_tokenizer(tmp_path):
+    model = tiny_model_copy(tmp_path, drop=("tokenizer.json", "tokenizer_config.json"))
+    line = one_line_error(run(tmp_path, [*SFT, f"model.path={model}", "model.random_init=false"]))
+    assert str(model) in line and "no tokenizer" in line
+
+
+def test_tokenizer_without_chat_template(tmp_path):
+    model = tiny_model_copy(tmp_path, no_template=True)
+    line = one_line_error(run(tmp_path, [*SFT, f"model.path={model}", "model.random_init=false"]))
+    assert "no chat template" in line
+
+
+def test_lora_target_the_model_lacks(tmp_path):
+    line = one_line_error(run(tmp_path, [*SFT, "sft.lora.target_modules=[q_proj,query_key_value]"]))
+    assert line.startswith("error: sft.lora.target_modules: 'query_key_value' is not a linear module")
+    assert "q_proj" in line and "gate_proj" in line  # what the model has
+
+
+def test_dpo_loss_type_trl_does_not_know(tmp_path):
+    line = one_line_error(run(tmp_path, [*DPO, "dpo.loss_type=exo_pair"]))
+    assert "dpo.loss_type" in line and "sigmoid" in line
+
+
+def test_label_smoothing_with_the_sigmoid_loss(tmp_path):
+    line = one_line_error(run(tmp_path, [*DPO, "dpo.label_smoothing=0.1"]))
+    assert line.startswith("error: dpo.label_smoothing:") and "robust" in line
