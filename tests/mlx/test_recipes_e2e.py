@@ -95,11 +95,11 @@ def test_the_three_references_agree_when_the_reference_is_the_base_model(tmp_pat
 
 @pytest.mark.slow
 def test_export_is_a_starting_point_for_backend_torch(tmp_path, mlx_cache):
-    """Runs once backend torch is on the branch (recipes/sft_torch_cpu.yaml); skips before."""
+    """A torch SFT run from the MLX export (skips where backend torch, recipe sft_torch_cpu, is absent)."""
     from tests.conftest import REPO_ROOT
 
     if not (REPO_ROOT / "recipes" / "sft_torch_cpu.yaml").is_file():
-        pytest.skip("backend torch (recipe sft_torch_cpu) is not on this branch")
+        pytest.skip("backend torch (recipe sft_torch_cpu) is not in this checkout")
     run_recipe("dpo", tmp_path / "dpo", mlx_cache)
     export = tmp_path / "dpo" / "hf_export"
     proc = run_cli(["recipe=sft_torch_cpu", "sft.steps=1", "sft.eval.every=0", "sft.checkpoint.every=0",
