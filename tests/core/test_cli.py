@@ -23,10 +23,12 @@ def test_help_lists_every_group_and_option_and_the_backends_tasks():
         expected = (["auto"] if group == "hardware" else []) + options(group)
         assert line.split(None, 1)[1].split(", ") == expected
     assert "hydra/launcher=basic, submitit_local, submitit_slurm" in proc.stdout
-    backends = lines[lines.index("backends and the tasks they run:") + 1:]
-    rows = [line.split() for line in backends[:backends.index(next(l for l in backends if not l.startswith("  ")))]]
-    assert ["maxtext", "task=grpo"] in rows and ["sim", "task=calibrate|sim"] in rows
-    assert ["megatron", "task=pretrain"] in rows
+    start = lines.index("backends and the tasks they run:") + 1
+    rows = [line.split() for line in lines[start:]]
+    backends = dict(row for row in rows[:next(i for i, row in enumerate(rows) if len(row) != 2)])
+    assert backends["maxtext"] == "task=grpo" and backends["sim"] == "task=calibrate|sim"
+    assert backends["mlx"] == "task=dpo|sft"
+    assert backends["megatron"] == "task=pretrain" and backends["torch"] == "task=dpo|sft"
     assert elapsed < 3  # the interpreter's start included; no heavy library is imported
 
 

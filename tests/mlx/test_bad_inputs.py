@@ -1,0 +1,75 @@
+"""Bad input to backend=mlx: one line on stderr naming the key or file and what is valid, exit 2."""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+
+import pytest
+
+pytest.importorskip("mlx.core")
+pytest.importorskip("mlx_lm")
+
+from tests.conftest import run_cli  # noqa: E402
+
+DPO = ["recipe=dpo_mlx_cpu", "dpo.steps=1", "progress=false"]
+
+
+def one_line_error(args: list[str], tmp_path, cache) -> str:
+    proc = run_cli([*args, f"hydra.run.dir={tmp_path / 'run'}"], env={"CRUCIBLE_CACHE": str(cache)})
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-2000:]
+    return lines[0]
+
+
+def model_copy(tiny_dir, out, keep) -> str:
+    out.mkdir()
+    for file in tiny_dir.iterdir():
+        if keep(file.name):
+            shutil.copy2(file, out / file.name)
+    return f"model.path={out}"
+
+
+def test_preference_file_without_rejected(tmp_path, mlx_cache):
+    data = tmp_path / "pairs.jsonl"
+    data.write_text(json.dumps({"prompt": "2+2?", "chosen": "4"}) + "\n")
+    line = one_line_error([*DPO, "data.source=local", f"data.path={data}"], tmp_path, mlx_cache)
+    assert f"{data}:1" in line and "rejected" in line
+
+
+def test_model_dir_without_tokenizer(tmp_path, mlx_cache, tiny_dir):
+    path = model_copy(tiny_dir, tmp_path / "model", lambda name: name in ("config.json", "model.safetensors"))
+    line = one_line_error([*DPO, path], tmp_path, mlx_cache)
+    assert "model.path" in line and "no tokenizer" in line
+
+
+def test_tokenizer_without_chat_template(tmp_path, mlx_cache, tiny_dir):
+    path = model_copy(tiny_dir, tmp_path / "model", lambda name: name != "chat_template.jinja")
+    config = tmp_path / "model" / "tokenizer_config.json"
+    config.write_text(json.dumps({k: v for k, v in json.loads(config.read_text()).items() if k != "chat_template"}))
+    line = one_line_error([*DPO, path], tmp_path, mlx_cache)
+    assert "chat template" in line
+
+
+def test_lora_target_the_model_lacks(tmp_path, mlx_cache):
+    line = one_line_error([*DPO, "dpo.lora.target_modules=[attn_qkv]"], tmp_path, mlx_cache)
+    assert "dpo.lora.target_modules" in line and "q_proj" in line and "all-linear" in line
+
+
+def test_unknown_loss_type(tmp_path, mlx_cache):
+    line = one_line_error([*DPO, "dpo.loss_type=kto"], tmp_path, mlx_cache)
+    assert "dpo.loss_type" in line and "sigmoid" in line and "robust" in line
+
+
+def test_reference_model_directory_missing(tmp_path, mlx_cache):
+    line = one_line_error([*DPO, "dpo.reference=model", f"dpo.reference_model={tmp_path / 'nowhere'}"], tmp_path,
+                          mlx_cache)
+    assert "dpo.reference_model" in line and "does not exist" in line
+
+
+@pytest.mark.skipif(platform.system() == "Darwin", reason="Apple silicon runs hardware=m2_ultra")
+def test_m2_ultra_on_linux_says_what_it_found(tmp_path, mlx_cache):
+    line = one_line_error(["recipe=dpo_mlx", "progress=false"], tmp_path, mlx_cache)
+    assert "hardware=m2_ultra" in line and "Linux" in line and "hardware=cpu" in line
