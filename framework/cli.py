@@ -102,6 +102,9 @@ def run_guarded(app: Callable[[], object], argv: list[str] | None = None) -> Non
     register_auto()
     try:
         app()
+    except KeyboardInterrupt:  # Ctrl-C before or after a run (during one, the runtime handles it)
+        sys.stderr.write("error: interrupted by SIGINT\n")
+        sys.exit(130)
     except Exception as exc:
         fail(exc, debug)
     _fail_if_a_sweep_failed()

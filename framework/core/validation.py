@@ -182,9 +182,14 @@ def adapter_tasks(target: str) -> list[str]:
 
 
 def register_resolvers() -> None:
-    """`${backend_name:<adapter _target_>}`: conf/backend/*.yaml derive `backend.name` from the adapter class."""
+    """`${backend_name:<adapter _target_>}`: conf/backend/*.yaml derive `backend.name` from the adapter class;
+    `${run_stamp:run}` / `${run_stamp:sweep}`: the unique part of a run or sweep dir's name."""
     if not OmegaConf.has_resolver("backend_name"):
         OmegaConf.register_new_resolver("backend_name", lambda target: adapter_attribute(target, "name"))
+    if not OmegaConf.has_resolver("run_stamp"):  # unique run and sweep dir names (framework/core/rundir.py)
+        from framework.core.rundir import run_stamp
+
+        OmegaConf.register_new_resolver("run_stamp", run_stamp, use_cache=True)
 
 
 def backend_tasks(conf_dir: Path = CONF_DIR) -> dict[str, list[str]]:
