@@ -33,12 +33,13 @@ from framework.core.loggers import MetricLogger
 from framework.core.outcome import print_outcome
 from framework.core.patches import PatchContext, PatchRunner, Phase
 from framework.core.paths import REPO_ROOT
+from framework.core.ranges import Seed
 from framework.core.records import RunRecords
 from framework.core.result import TrainingResult
 from framework.core.resume import check_resumable, run_fingerprint
 from framework.core.rundir import RunLock
 from framework.core.stopping import RunInterrupted, StopSignals, disk_full, exit_code, signal_name
-from framework.core.schema import HardwareConfig, ModelConfig
+from framework.core.schema import HardwareConfig, ModelConfig, check_model_architecture
 from framework.core.validation import (check_backend_runs_task, check_path_exists, check_schema, check_targets,
                                        resolve_all, type_error)
 
@@ -48,11 +49,12 @@ log = logging.getLogger(__name__)
 def validate(cfg: DictConfig) -> BackendAdapter:
     """All checks that need no heavy library; returns the instantiated adapter."""
     resolve_all(cfg)
-    for key, tp in (("seed", int), ("debug", bool), ("progress", bool)):
+    for key, tp in (("seed", Seed), ("debug", bool), ("progress", bool)):
         if (reason := type_error(cfg.get(key), tp)) is not None:
             raise ConfigError(f"{key}: {reason}")
     check_schema(cfg, "model", ModelConfig)
     check_schema(cfg, "hardware", HardwareConfig)
+    check_model_architecture(cfg.model.hf_config)
     check_path_exists(cfg.model.path, "model.path", "model directory")
     check_path_exists(cfg.hardware.efficiency_table, "hardware.efficiency_table", "efficiency table", base=REPO_ROOT)
     check_targets(cfg)

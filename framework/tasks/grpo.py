@@ -7,11 +7,12 @@ Types only, no defaults: the YAML holds every value. Any backend that runs GRPO 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 from framework.core.checkpoint import CheckpointPolicy
 from framework.core.dtypes import TrainDtype
 from framework.core.errors import ConfigError
+from framework.core.ranges import Count, NonNegativeFloat, NonNegativeInt, PositiveFloat, Range
 from framework.tasks.common import OptimizerConfig, check_optimizer, check_positive
 
 
@@ -19,31 +20,31 @@ from framework.tasks.common import OptimizerConfig, check_optimizer, check_posit
 class GRPOEvalConfig:
     """Greedy decoding on the test split; accuracy = share of exactly correct answers."""
 
-    every: int  # evaluate every this many steps and after the last one; 0 = never
-    num_examples: int  # the first num_examples test problems
-    max_new_tokens: int
+    every: NonNegativeInt  # evaluate every this many steps and after the last one; 0 = never
+    num_examples: NonNegativeInt  # the first num_examples test problems
+    max_new_tokens: Count
 
 
 @dataclass
 class GRPOTask:
-    steps: int
-    prompts_per_step: int
-    num_generations: int  # completions sampled per prompt (the group)
-    max_prompt_tokens: int  # longer prompts keep their last max_prompt_tokens tokens
-    max_new_tokens: int
-    temperature: float
-    top_k: int  # 0 = off
-    top_p: float  # 1.0 = off
+    steps: Count
+    prompts_per_step: Count
+    num_generations: Count  # completions sampled per prompt (the group)
+    max_prompt_tokens: Count  # longer prompts keep their last max_prompt_tokens tokens
+    max_new_tokens: Count
+    temperature: PositiveFloat
+    top_k: NonNegativeInt  # 0 = off
+    top_p: Annotated[float, Range(0, 1, low_open=True)]  # 1.0 = off
     advantage_estimator: str  # a name registered in framework.rl.advantages (grpo | rloo | reinforce)
     scale_rewards: bool  # grpo only: divide by the group std (false = Dr.GRPO)
-    clip_low: float  # ratio clipped to [1 - clip_low, 1 + clip_high]
-    clip_high: float
-    beta: float  # KL weight; 0 = no reference model and no reference forward pass
+    clip_low: Annotated[float, Range(0, 1, high_open=True)]  # ratio clipped to [1 - clip_low, 1 + clip_high]
+    clip_high: NonNegativeFloat
+    beta: NonNegativeFloat  # KL weight; 0 = no reference model and no reference forward pass
     kl_importance_correction: bool
     loss_normalization: Literal["token", "sequence", "fixed"]  # docs/grpo.md: TRL dapo | grpo | dr_grpo
-    ppo_epochs: int  # optimizer updates per batch of rollouts
-    micro_batch_size: int  # sequences per forward/backward; gradients accumulate over the batch
-    logprob_chunk_size: int  # completion positions per chunk of the vocabulary projection
+    ppo_epochs: Count  # optimizer updates per batch of rollouts
+    micro_batch_size: Count  # sequences per forward/backward; gradients accumulate over the batch
+    logprob_chunk_size: Count  # completion positions per chunk of the vocabulary projection
     rewards: dict[str, float]  # reward function name -> weight (framework.rl.rewards)
     optimizer: OptimizerConfig
     eval: GRPOEvalConfig
