@@ -40,8 +40,8 @@ from framework.core.resume import check_resumable, run_fingerprint
 from framework.core.rundir import RunLock
 from framework.core.stopping import RunInterrupted, StopSignals, disk_full, exit_code, signal_name
 from framework.core.schema import HardwareConfig, ModelConfig, check_model_architecture
-from framework.core.validation import (check_backend_runs_task, check_path_exists, check_schema, check_targets,
-                                       resolve_all, type_error)
+from framework.core.validation import (check_backend_runs_task, check_model_dir, check_path_exists, check_schema,
+                                       check_targets, resolve_all, type_error)
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ def validate(cfg: DictConfig) -> BackendAdapter:
     check_schema(cfg, "hardware", HardwareConfig)
     check_model_architecture(cfg.model.hf_config)
     check_path_exists(cfg.model.path, "model.path", "model directory")
+    check_model_dir(cfg.model.path)
     check_path_exists(cfg.hardware.efficiency_table, "hardware.efficiency_table", "efficiency table", base=REPO_ROOT)
     check_targets(cfg)
     adapter = instantiate(cfg.backend.adapter)

@@ -238,3 +238,15 @@ def check_backend_runs_task(adapter: Any, backend_name: str, task: str) -> None:
     where = f"task={task} runs on backend={'|'.join(runs_it)}" if runs_it else f"no backend runs task={task} yet"
     raise ConfigError(f"task={task} does not run on backend={adapter.name} (it runs task="
                       f"{'|'.join(sorted(adapter.trainers))}); {where}")
+
+
+def check_model_dir(path: str | None, key: str = "model.path") -> None:
+    """A local model folder is a Hugging Face directory: config.json beside the weights and tokenizer."""
+    if path is None:
+        return
+    folder = Path(path).expanduser()
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        raise ConfigError(f"{key}: {path!r} holds no config.json; give a Hugging Face model directory "
+                          f"(config.json, weights, tokenizer files) or model.hub_id")
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{key}: {path!r} is a file; give the Hugging Face model directory that holds it")
