@@ -33,7 +33,7 @@ from framework.backends.maxtext.trainers.checkpointing import (host_arrays, key_
                                                                write_arrays)
 from framework.data.math import load_split, system_prompt, train_examples
 from framework.backends.maxtext.trainers.evaluation import evaluate
-from framework.backends.maxtext.trainers.preflight import predict_step
+from framework.backends.maxtext.trainers.preflight import predict_step, refuse_out_of_memory
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
 from framework.core.checkpoint import CheckpointPolicy
 from framework.core.errors import BackendError, ConfigError, CrucibleError
@@ -234,6 +234,7 @@ class GRPOTrainer(BaseTrainer):
             log.info("preflight: predicted %.3g s per step, %.3g GB per device (fits: %s)",
                      prediction["preflight_predicted_step_s"], prediction["preflight_memory_per_device_gb"],
                      prediction["preflight_fits"])
+            refuse_out_of_memory(prediction, self.config.hardware, self.config.task)
         return prediction
 
     def _write_shardings(self) -> Path:
