@@ -234,7 +234,7 @@ def run_from_hydra(cfg: DictConfig) -> TrainingResult:
         stop_after_signal(runtime, result, multirun)
     if not multirun and (runtime.exception is not None or result.status == "invalid"):
         # one line on stderr and a non-zero exit; in a sweep the same job is a failed or invalid row instead
-        fail(runtime.exception or ConfigError(result.error or "invalid configuration"), debug=bool(cfg.debug),
+        fail(runtime.exception or ConfigError(result.error or "invalid configuration"), debug=cfg.get("debug") is True,
              run_dir=runtime.run_dir)
     if runtime.dist.is_main:
         print_outcome(runtime.summary(result), block=not multirun)
