@@ -84,7 +84,7 @@ def _after_patch(ctx):
 
 class SteppingTrainer(BaseTrainer):
     """Steps with checkpoints, handling stop requests as a real trainer does: `fail_in` names a signal sent
-    to itself during step 2 ("SIGTERM:2"), or "nan:3" makes step 3's loss NaN."""
+    to itself during step 2 ("SIGTERM:2"; "twice:2" sends two), or "nan:3" makes step 3's loss NaN."""
 
     handles_stop_requests = True
     STEPS = 5
@@ -100,8 +100,10 @@ class SteppingTrainer(BaseTrainer):
         for step in range(self.start + 1, self.STEPS + 1):
             if self.run.stop_requested:
                 break
-            if fault in ("SIGINT", "SIGTERM") and step == int(at):
-                os.kill(os.getpid(), getattr(signal, fault))
+            if fault in ("SIGINT", "SIGTERM", "twice") and step == int(at):
+                os.kill(os.getpid(), getattr(signal, fault, signal.SIGTERM))
+                if fault == "twice":  # the second signal stops at once, inside the step
+                    os.kill(os.getpid(), signal.SIGTERM)
             loss = float("nan") if fault == "nan" and step == int(at) else 1.0 / step
             check_finite({"loss": loss}, step)
             self.run.logger.log({"loss": loss}, step)

@@ -66,6 +66,13 @@ def test_a_stop_handling_trainer_checkpoints_at_the_step_boundary_then_resumes(t
     assert resumed.status == "ok" and resumed.metrics == {"steps_completed": 5, "resumed_from_step": 2}
 
 
+def test_a_second_signal_stops_at_once_without_finishing_the_step(tmp_path):
+    runtime = Runtime(recording_cfg("record_steps", "twice:2"), tmp_path, [])
+    assert runtime.run().status == "interrupted" and isinstance(runtime.exception, RunInterrupted)
+    assert CheckpointStore(tmp_path, CheckpointPolicy(1, 10, True)).steps() == [1]
+    assert summary(tmp_path)["status"] == "interrupted"
+
+
 @pytest.mark.parametrize("name,code", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_cli_exit_status_and_one_line_after_a_signal(tmp_path, name, code):
     proc = run_cli([*RECORDING, "task.name=record_steps", f"+backend.adapter.fail_in={name}:2",
