@@ -81,7 +81,7 @@ examples:
 
 flags: --cfg job (print the composed config), --resolve, --info, --hydra-help (Hydra's own help),
        -m/--multirun; debug=true or CRUCIBLE_DEBUG=1 shows tracebacks.
-Run records: outputs/runs/<date>/<time>_<backend>_<task>_<model>/ (see README.md).
+Run records: outputs/runs/<date>/<time>_p<pid>_<backend>_<task>_<model>/ (see README.md).
 """
 
 
