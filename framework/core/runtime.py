@@ -123,6 +123,9 @@ class Runtime:
             self.exception = RunInterrupted(self.signals.signum)
         result.wall_time_s = result.wall_time_s or round(time.perf_counter() - start, 4)
         self._best_effort(self._write_summary, result)
+        if self.signals.requeue_requested:  # SLURM preemption / time limit under submitit: requeue this job
+            log.warning("requeueing the job (%s); it resumes in %s", self.signals.name, self.run_dir)
+            self.signals.requeue()
         self.signals.restore()
         return result
 

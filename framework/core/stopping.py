@@ -6,6 +6,12 @@ when its task checkpoints, and returns `TrainingResult(status="interrupted")`; a
 at once. For any other trainer the first signal stops at once. Either way the run ends with summary
 status `interrupted`, one line on stderr and exit status 130 (SIGINT) / 143 (SIGTERM).
 
+SLURM preemption and time limits under submitit (hydra/launcher=submitit_slurm): submitit sends its
+preempt signal (SIGUSR2, or $SUBMITIT_PREEMPT_SIGNAL) before the time limit and handles it by requeueing
+the job. The runtime treats that signal as a stop request too, and once the trainer has checkpointed and
+the records are written it hands the signal to submitit's handler (`requeue()`), which requeues the job;
+the requeued job runs in the same job dir and resumes from the checkpoint.
+
 `check_finite(metrics, step)`: trainers call it after each optimizer step, before logging or saving,
 so a loss or gradient norm that turned NaN/inf stops the run (status failed) and the last checkpoint
 on disk is the last good one.
@@ -34,6 +40,13 @@ class RunInterrupted(BaseException):
         self.signum = signum
 
 
+def preempt_signal() -> int:
+    """submitit's preempt/time-limit signal: SIGUSR2 unless SUBMITIT_PREEMPT_SIGNAL names another."""
+    import os
+
+    return getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"), signal.SIGUSR2)
+
+
 def exit_code(signum: int) -> int:
     return 128 + signum
 
@@ -49,6 +62,7 @@ class StopSignals:
         self.signum: int | None = None
         self.cooperative = False  # the trainer stops at its next step boundary
         self._previous: dict[int, object] = {}
+        self._requeue_handler = None  # submitit's handler of its preempt signal, when one is installed
 
     @property
     def requested(self) -> bool:
@@ -63,6 +77,21 @@ class StopSignals:
             return
         for sig in STOP_SIGNALS:
             self._previous[sig] = signal.signal(sig, self._handle)
+        preempt = preempt_signal()
+        current = signal.getsignal(preempt)
+        if callable(current) and current is not signal.default_int_handler:  # a launcher that requeues on it
+            self._requeue_handler = current
+            self._previous[preempt] = signal.signal(preempt, self._handle)
+
+    @property
+    def requeue_requested(self) -> bool:
+        return self.signum is not None and self.signum == preempt_signal() and self._requeue_handler is not None
+
+    def requeue(self) -> None:
+        """Hand the preempt signal to the launcher's handler (submitit: checkpoint the callable, requeue, exit)."""
+        handler, self._requeue_handler = self._requeue_handler, None
+        self.restore()
+        handler(self.signum, None)
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():

@@ -123,7 +123,7 @@ class SweepSummaryCallback(Callback):
 
             get_method(plot)(rows, sweep_dir / "sweep_plot.png", varied_keys(rows, sweep_dir))
         log.info("sweep summary: %s", md_path)
-        failed = [r["job"] for r in rows if r["status"] == "failed"]
+        failed = [r["job"] for r in rows if r["status"] in ("failed", "interrupted")]
         if failed:
             message = f"{len(failed)} of {len(rows)} jobs failed (jobs {', '.join(failed)}); see {md_path}"
             log.error(message)

@@ -100,7 +100,7 @@ class SteppingTrainer(BaseTrainer):
         for step in range(self.start + 1, self.STEPS + 1):
             if self.run.stop_requested:
                 break
-            if fault in ("SIGINT", "SIGTERM", "twice") and step == int(at):
+            if fault in ("SIGINT", "SIGTERM", "SIGUSR2", "twice") and step == int(at):
                 os.kill(os.getpid(), getattr(signal, fault, signal.SIGTERM))
                 if fault == "twice":  # the second signal stops at once, inside the step
                     os.kill(os.getpid(), signal.SIGTERM)

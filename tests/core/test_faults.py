@@ -73,6 +73,35 @@ def test_a_second_signal_stops_at_once_without_finishing_the_step(tmp_path):
     assert summary(tmp_path)["status"] == "interrupted"
 
 
+def test_the_submitit_preempt_signal_checkpoints_then_hands_over_to_the_requeue_handler(tmp_path):
+    """submitit installs a SIGUSR2 handler that requeues the job; the run checkpoints and writes its records
+    first, then calls it (the requeued job resumes in the same dir, as the signal test above shows)."""
+    calls = []
+
+    def submitit_requeue(signum, frame):
+        calls.append((signum, summary(tmp_path)["status"], CheckpointStore(tmp_path, CheckpointPolicy(1, 10, True)).steps()))
+
+    previous = signal.signal(signal.SIGUSR2, submitit_requeue)
+    try:
+        result = Runtime(recording_cfg("record_steps", "SIGUSR2:2"), tmp_path, []).run()
+        assert result.status == "interrupted"
+        assert calls == [(signal.SIGUSR2, "interrupted", [1, 2])]
+        assert signal.getsignal(signal.SIGUSR2) is submitit_requeue  # restored for the rest of the process
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+
+
+def test_without_a_launcher_handler_the_preempt_signal_is_left_alone(tmp_path):
+    from framework.core.stopping import StopSignals
+
+    signals = StopSignals()
+    signals.install()
+    try:
+        assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL and not signals.requeue_requested
+    finally:
+        signals.restore()
+
+
 @pytest.mark.parametrize("name,code", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_cli_exit_status_and_one_line_after_a_signal(tmp_path, name, code):
     proc = run_cli([*RECORDING, "task.name=record_steps", f"+backend.adapter.fail_in={name}:2",
