@@ -13,7 +13,7 @@ from framework.core.checkpoint import CheckpointPolicy
 from framework.core.dtypes import TrainDtype
 from framework.core.errors import ConfigError
 from framework.core.ranges import Count, NonNegativeFloat, NonNegativeInt, PositiveFloat, Range
-from framework.tasks.common import OptimizerConfig, check_optimizer, check_positive
+from framework.tasks.common import OptimizerConfig, check_optimizer
 
 
 @dataclass
@@ -60,30 +60,15 @@ class GRPOTask:
 
 
 def check_grpo_values(task: GRPOTask, key: str = "grpo") -> None:
-    """Ranges, divisibility and registry names the types cannot express; ConfigError names the key."""
+    """Divisibility, cross-key rules and registry names the field ranges cannot express; ConfigError names the key."""
     from framework.rl.advantages import check_estimator
     from framework.rl.rewards import check_reward_weights
 
-    check_positive({"steps": task.steps, "prompts_per_step": task.prompts_per_step,
-                    "max_prompt_tokens": task.max_prompt_tokens, "max_new_tokens": task.max_new_tokens,
-                    "ppo_epochs": task.ppo_epochs, "micro_batch_size": task.micro_batch_size,
-                    "logprob_chunk_size": task.logprob_chunk_size,
-                    "eval.max_new_tokens": task.eval.max_new_tokens}, key)
-    if task.temperature <= 0:
-        raise ConfigError(f"{key}.temperature: {task.temperature} must be > 0 (GRPO compares sampled completions)")
-    non_negative = {"top_k": task.top_k, "clip_low": task.clip_low, "clip_high": task.clip_high,
-                    "beta": task.beta, "eval.every": task.eval.every, "eval.num_examples": task.eval.num_examples}
-    for name, value in non_negative.items():
-        if value < 0:
-            raise ConfigError(f"{key}.{name}: {value} must be >= 0")
+    # per-key ranges (counts >= 1, temperature > 0, top_p in (0, 1], ...) are declared on the fields above
     check_estimator(task.advantage_estimator, f"{key}.advantage_estimator")
     if task.num_generations < 2 and task.advantage_estimator in ("grpo", "rloo"):
         raise ConfigError(f"{key}.num_generations: {task.num_generations} must be >= 2 for advantage_estimator="
                           f"{task.advantage_estimator} (a group needs two completions to compare)")
-    if not 0.0 < task.top_p <= 1.0:
-        raise ConfigError(f"{key}.top_p: {task.top_p} must be in (0, 1] (1 = off)")
-    if task.clip_low >= 1.0:
-        raise ConfigError(f"{key}.clip_low: {task.clip_low} must be < 1 (the ratio is clipped at 1 - clip_low)")
     if task.rows_per_step % task.micro_batch_size:
         raise ConfigError(f"{key}.micro_batch_size: {task.micro_batch_size} must divide prompts_per_step x "
                           f"num_generations = {task.rows_per_step}")

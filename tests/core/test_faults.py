@@ -20,7 +20,6 @@ from framework.core.rundir import LOCK, RunLock, launch_id, run_stamp
 from framework.core.runtime import Runtime
 from framework.core.stopping import RunInterrupted, check_finite, disk_full
 from tests.conftest import compose_config, run_cli
-from tests.core import recording_backend
 
 SIM = ["backend=sim", "task=sim", "model=qwen3_8b", "hardware=h100"]
 RECORDING = ["backend=sim", "task=sim", "model=tiny_qwen2", "hardware=cpu",
