@@ -18,6 +18,9 @@ from framework.core.validation import register_resolvers
 register_resolvers()  # at import: a submitit job process imports run.py (and this) before resolving the config
 
 
+REQUIRED_GROUPS = ("backend", "task", "model", "hardware", "logger")  # data=none exists for tasks without data
+
+
 def _group_options(group: str) -> list[str] | None:
     folder = CONF_DIR / group
     if not folder.is_dir():
@@ -33,7 +36,7 @@ def check_group_options(argv: list[str]) -> str | None:
 
     parser = OverridesParser.create()
     overrides = []
-    for arg in (a for a in argv if "=" in a and not a.startswith("-")):
+    for arg in (a for a in argv if ("=" in a or a.startswith("~")) and not a.startswith("-")):
         try:
             overrides += parser.parse_overrides([arg])
         except OverrideParseException as exc:
@@ -42,7 +45,13 @@ def check_group_options(argv: list[str]) -> str | None:
     for override in overrides:
         group = override.key_or_group
         options = _group_options(group) if not group.startswith("hydra/") else None
-        if options is None or override.is_delete():
+        if options is None:
+            continue
+        if override.is_delete() or (not override.is_sweep_override() and override.value() is None):
+            if group in REQUIRED_GROUPS:  # every run reads them: removing one is never what was meant
+                return f"{group}: a run needs one {group} option, it cannot be removed; choose one of: {', '.join(options)}"
+            if not override.is_delete():  # Hydra takes no null option
+                return f"{group}=null: leave {group} out (or ~{group}) for none; valid: {', '.join(options)}"
             continue
         values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
         for value in values:
@@ -72,7 +81,7 @@ examples:
 
 flags: --cfg job (print the composed config), --resolve, --info, --hydra-help (Hydra's own help),
        -m/--multirun; debug=true or CRUCIBLE_DEBUG=1 shows tracebacks.
-Run records: outputs/runs/<date>/<time>_<backend>_<task>_<model>/ (see README.md).
+Run records: outputs/runs/<date>/<time>_p<pid>_<backend>_<task>_<model>/ (see README.md).
 """
 
 
@@ -102,6 +111,9 @@ def run_guarded(app: Callable[[], object], argv: list[str] | None = None) -> Non
     register_auto()
     try:
         app()
+    except KeyboardInterrupt:  # Ctrl-C before or after a run (during one, the runtime handles it)
+        sys.stderr.write("error: interrupted by SIGINT\n")
+        sys.exit(130)
     except Exception as exc:
         fail(exc, debug)
     _fail_if_a_sweep_failed()

@@ -29,7 +29,7 @@ def test_yaml_builds_and_passes_its_checks(task):
     ("dpo", "reference", "model", r"dpo.reference_model: set it exactly when"),
     ("dpo", "label_smoothing", 0.1, None),
     ("sft", "micro_batch_size", 5, r"sft.micro_batch_size: 5 must divide"),
-    ("sft", "steps", 0, r"sft.steps: 0 must be >= 1"),
+    ("sft", "steps", 0, r"sft.steps: 0 is out of range; valid: >= 1"),
     ("pretrain", "split", [0, 1, 0], r"pretrain.split"),
 ])
 def test_bad_values_name_the_key(task, key, value, message):

@@ -25,7 +25,7 @@ def build(cls: type[T], values: Any, key: str) -> T:
     values = to_plain(values)
     if not isinstance(values, Mapping):
         raise ConfigError(f"{key}: expected a mapping of {cls.__name__} fields, got {type(values).__name__}")
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)  # Annotated ranges (framework/core/ranges.py)
     fields = [f.name for f in dataclasses.fields(cls) if f.init]
     unknown = sorted(set(values) - set(fields) - _HYDRA_KEYS)
     if unknown:
@@ -49,4 +49,4 @@ def build(cls: type[T], values: Any, key: str) -> T:
 def _dataclass_of(tp: Any) -> type | None:
     """The dataclass in `tp` (also inside Optional[...]), or None."""
     candidates = typing.get_args(tp) or (tp,)
-    return next((c for c in candidates if dataclasses.is_dataclass(c)), None)
+    return next((c for c in candidates if isinstance(c, type) and dataclasses.is_dataclass(c)), None)

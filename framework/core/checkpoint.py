@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from framework.core.errors import CheckpointError, ConfigError
+from framework.core.ranges import Count, NonNegativeInt
 
 log = logging.getLogger(__name__)
 CHECKPOINT_DIR, MANIFEST, PREFIX = "checkpoints", "manifest.json", "step_"
@@ -31,8 +32,8 @@ _CHUNK = 1 << 20
 class CheckpointPolicy:
     """When to save, how many to keep, whether to continue from the run dir's latest checkpoint."""
 
-    every: int  # save every this many steps and after the last one; 0 = never
-    keep: int  # the most recent checkpoints kept on disk
+    every: NonNegativeInt  # save every this many steps and after the last one; 0 = never
+    keep: Count  # the most recent checkpoints kept on disk
     resume: bool  # continue from the latest valid checkpoint in the run dir (SLURM requeue, kill -9)
 
     def check(self, key: str) -> None:

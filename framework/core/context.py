@@ -10,6 +10,7 @@ from omegaconf import DictConfig
 
 from framework.core.distributed import DistEnv, detect
 from framework.core.loggers import MetricLogger
+from framework.core.stopping import StopSignals
 
 
 @dataclass
@@ -21,6 +22,13 @@ class RunContext:
     multirun: bool = False
     dist: DistEnv = field(default_factory=detect)  # this process among the job's ranks (torchrun, SLURM, submitit)
     fingerprint: dict | None = None  # the settings a resumed run must share (framework.core.resume)
+    signals: StopSignals | None = None  # SIGINT/SIGTERM received (framework.core.stopping)
+
+    @property
+    def stop_requested(self) -> bool:
+        """A SIGINT/SIGTERM arrived: a trainer with `handles_stop_requests = True` checkpoints at the next step
+        boundary and returns TrainingResult(status="interrupted")."""
+        return self.signals is not None and self.signals.requested
 
     @property
     def is_main(self) -> bool:

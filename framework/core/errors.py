@@ -24,3 +24,7 @@ class CheckpointError(CrucibleError):
 class BackendError(CrucibleError):
     """A backend cannot run here: missing library, unsupported version or device."""
 
+
+
+class RunFailure(CrucibleError):
+    """The run itself failed in a way one line explains (a non-finite loss, a full disk); exit status 1."""

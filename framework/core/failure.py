@@ -52,7 +52,10 @@ def fail(exc: BaseException, debug: bool | None = None, run_dir: Path | None = N
 
     from framework.core.errors import CrucibleError
 
+    from framework.core.stopping import disk_full
+
     debug = debug if debug is not None else debug_requested(sys.argv[1:])
+    exc = disk_full(exc) or exc  # also a full disk under Hydra's own files (.hydra/, run.log)
     if debug:
         traceback.print_exception(exc)
     if isinstance(exc, (CrucibleError, HydraException, OmegaConfBaseException)):
@@ -65,6 +68,6 @@ def fail(exc: BaseException, debug: bool | None = None, run_dir: Path | None = N
 
 
 def _is_run_failure(exc: BaseException) -> bool:
-    from framework.core.errors import BackendError, CrucibleError
+    from framework.core.errors import BackendError, CrucibleError, RunFailure
 
-    return isinstance(exc, BackendError) or (type(exc) is CrucibleError)
+    return isinstance(exc, (BackendError, RunFailure)) or (type(exc) is CrucibleError)

@@ -29,6 +29,8 @@ class MetricLogger:
                  enabled: bool = True):
         """enabled=False (ranks other than 0): log() does nothing."""
         self.path = Path(run_dir) / "metrics.jsonl"
+        if enabled:
+            drop_partial_last_line(self.path)  # a crash or a full disk cut the last row: rows append after it
         self._file = self.path.open("a", encoding="utf-8") if enabled else None
         self._start = time.time()
         self._wandb = None
@@ -55,8 +57,11 @@ class MetricLogger:
             return
         row = {"step": int(step), "time_s": round(time.time() - self._start, 4)}
         row.update({k: _jsonable(v) for k, v in metrics.items()})
-        self._file.write(json.dumps(row) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(row) + "\n")
+            self._file.flush()
+        except OSError as exc:  # a full disk: the error names the file
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from exc
         if self._wandb is not None:
             self._wandb.log({k: v for k, v in row.items() if k != "step"}, step=int(step))
 
@@ -83,8 +88,31 @@ class MetricLogger:
 
 
 def read_metrics(path: Path) -> list[dict]:
-    """Rows of a metrics.jsonl file (for tests, sweeps and plots)."""
+    """Rows of a metrics.jsonl file (for tests, sweeps and plots). A last line cut off mid-write (a crash, a
+    full disk) is skipped; a damaged line before it is a DataError naming the file and line."""
+    from framework.core.errors import DataError
+
     if not os.path.exists(path):
         return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = [(number, line) for number, line in enumerate(f, 1) if line.strip()]
+    rows = []
+    for index, (number, line) in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            if index == len(lines) - 1 and not line.endswith("\n"):
+                break  # the cut-off last row: it is logged again after a resume
+            raise DataError(f"{path}:{number}: not a JSON metrics row; remove the line to continue") from None
+    return rows
+
+
+def drop_partial_last_line(path: Path) -> None:
+    """Truncate `path` after its last newline (the bytes after it are a row cut off mid-write)."""
+    if not os.path.exists(path):
+        return
+    with open(path, "rb+") as f:
+        data = f.read()
+        if not data or data.endswith(b"\n"):
+            return
+        f.truncate(data.rfind(b"\n") + 1)

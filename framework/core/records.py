@@ -29,9 +29,13 @@ SUMMARY, SEGMENTS = "summary.json", "segments.jsonl"
 def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:  # a full disk: no temp file left behind, and the error names the record
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -75,8 +79,11 @@ class RunRecords:
         number = len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
         line = {"segment": number, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "overrides": list(overrides),
                 "resumed_from_step": resumed_from_step}
-        with path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(line) + "\n")
+        try:
+            with path.open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps(line) + "\n")
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
     def write_env(self, env: dict) -> None:
         self._json("env.json", env)

@@ -14,7 +14,8 @@ class TrainingResult:
     artifacts: dict[str, str] = field(default_factory=dict)  # name -> path (checkpoints, exports, tables)
     error: str | None = None
     status: str = "ok"  # ok | failed | invalid (an input the task reports as a row, e.g. an impossible layout)
-    # | refused (a resume the run dir's checkpoints do not allow; nothing was written)
+    # | refused (a resume the run dir's checkpoints do not allow, a live run dir; nothing was written)
+    # | interrupted (SIGINT/SIGTERM; the trainer checkpointed first when it handles stop requests)
     warnings: list[str] = field(default_factory=list)  # shown in the closing summary, e.g. a layout that does not fit
 
     def to_dict(self) -> dict:

@@ -33,12 +33,15 @@ from framework.core.loggers import MetricLogger
 from framework.core.outcome import print_outcome
 from framework.core.patches import PatchContext, PatchRunner, Phase
 from framework.core.paths import REPO_ROOT
+from framework.core.ranges import Seed
 from framework.core.records import RunRecords
 from framework.core.result import TrainingResult
 from framework.core.resume import check_resumable, run_fingerprint
-from framework.core.schema import HardwareConfig, ModelConfig
-from framework.core.validation import (check_backend_runs_task, check_path_exists, check_schema, check_targets,
-                                       resolve_all, type_error)
+from framework.core.rundir import RunLock
+from framework.core.stopping import RunInterrupted, StopSignals, disk_full, exit_code, signal_name
+from framework.core.schema import HardwareConfig, ModelConfig, check_model_architecture
+from framework.core.validation import (check_backend_runs_task, check_model_dir, check_path_exists, check_schema,
+                                       check_targets, resolve_all, type_error)
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +49,14 @@ log = logging.getLogger(__name__)
 def validate(cfg: DictConfig) -> BackendAdapter:
     """All checks that need no heavy library; returns the instantiated adapter."""
     resolve_all(cfg)
-    for key, tp in (("seed", int), ("debug", bool), ("progress", bool)):
+    for key, tp in (("seed", Seed), ("debug", bool), ("progress", bool)):
         if (reason := type_error(cfg.get(key), tp)) is not None:
             raise ConfigError(f"{key}: {reason}")
     check_schema(cfg, "model", ModelConfig)
     check_schema(cfg, "hardware", HardwareConfig)
+    check_model_architecture(cfg.model.hf_config)
     check_path_exists(cfg.model.path, "model.path", "model directory")
+    check_model_dir(cfg.model.path)
     check_path_exists(cfg.hardware.efficiency_table, "hardware.efficiency_table", "efficiency table", base=REPO_ROOT)
     check_targets(cfg)
     adapter = instantiate(cfg.backend.adapter)
@@ -72,6 +77,7 @@ class Runtime:
         self.patches: PatchRunner | None = None
         self.versions: dict[str, str | None] = {}
         self.exception: BaseException | None = None
+        self.signals = StopSignals()  # SIGINT/SIGTERM while the run lives (framework/core/stopping.py)
 
     def _apply(self, phase: Phase, adapter: BackendAdapter, **attributes) -> None:
         ctx = PatchContext(backend=adapter.name, versions=self.versions, model=self.cfg.model.name,
@@ -82,25 +88,60 @@ class Runtime:
     def run(self) -> TrainingResult:
         """Run the lifecycle; never raises: failures come back as a failed TrainingResult (see .error)."""
         start = time.perf_counter()
-        try:  # before any record is touched: a refused resume leaves config.yaml and summary.json as they were
+        lock = RunLock(self.run_dir)
+        try:  # before any record is touched: a refused run leaves config.yaml and summary.json as they were
+            if self.dist.is_main:
+                lock.acquire()  # one live writer per run dir
             resumed_from = check_resumable(self.run_dir, self.cfg)
         except CrucibleError as exc:
+            lock.release()
             self.exception = exc
             return TrainingResult(success=False, error=str(exc), status="refused")
-        self._write_start_records(resumed_from)
-        self.trainer, self.logger = None, None
         try:
-            result = self._lifecycle()
-        except Exception as exc:  # the run's failure is recorded, then reported by the caller
-            self.exception = exc
-            message = str(exc) if isinstance(exc, CrucibleError) else f"{type(exc).__name__}: {exc}"
-            result = TrainingResult(success=False, error=message, status="failed")
-            self.records.write_traceback(traceback.format_exc())
+            return self._run_locked(start, resumed_from)
         finally:
+            lock.release()
+
+    def _run_locked(self, start: float, resumed_from: int | None) -> TrainingResult:
+        self.trainer, self.logger = None, None
+        logging.raiseExceptions = False  # a full disk under run.log: no "--- Logging error ---" per line
+        self.signals.install()
+        try:
+            self._write_start_records(resumed_from)
+            result = self._lifecycle()
+        except RunInterrupted as exc:
+            result = self._interrupted(exc.signum)
+        except Exception as exc:  # the run's failure is recorded, then reported by the caller
+            self.exception = disk_full(exc, self.run_dir) or exc
+            message = str(self.exception) if isinstance(self.exception, CrucibleError) else f"{type(exc).__name__}: {exc}"
+            result = TrainingResult(success=False, error=message, status="failed")
+            self._best_effort(self.records.write_traceback, traceback.format_exc())
+        finally:
+            self.signals.cooperative = True  # from here a signal only records itself: the records get written
             self._cleanup()
+        if result.status == "interrupted" and self.signals.signum:
+            self.exception = RunInterrupted(self.signals.signum)
         result.wall_time_s = result.wall_time_s or round(time.perf_counter() - start, 4)
-        self._write_summary(result)
+        self._best_effort(self._write_summary, result)
+        if self.signals.requeue_requested:  # SLURM preemption / time limit under submitit: requeue this job
+            log.warning("requeueing the job (%s); it resumes in %s", self.signals.name, self.run_dir)
+            self.signals.requeue()
+        self.signals.restore()
         return result
+
+    def _interrupted(self, signum: int) -> TrainingResult:
+        """A signal that stopped the run at once (the trainer does not handle stop requests, or a second signal)."""
+        self.signals.signum = signum
+        return TrainingResult(success=False, status="interrupted", error=f"stopped by {self.signals.name}")
+
+    def _best_effort(self, write, *args) -> None:
+        """A record written after a failure; a full disk must not replace the failure's one line."""
+        try:
+            write(*args)
+        except OSError as exc:  # the run fails with this as its one line, unless it failed already
+            log.debug("could not write a record in %s: %s", self.run_dir, exc)
+            if self.exception is None:
+                self.exception = disk_full(exc, self.run_dir) or exc
 
     def _write_start_records(self, resumed_from: int | None) -> None:
         self.records.clear_traceback()  # a resumed run in the same dir starts without the old failure
@@ -130,8 +171,9 @@ class Runtime:
                                             config=OmegaConf.to_container(self.cfg, resolve=True),
                                             enabled=self.dist.is_main)
         context = RunContext(self.run_dir, self.cfg, logger, int(self.cfg.seed), self.multirun, dist=self.dist,
-                             fingerprint=run_fingerprint(self.cfg))
+                             fingerprint=run_fingerprint(self.cfg), signals=self.signals)
         self.trainer = trainer = trainer_cls(backend_config, context)
+        self.signals.cooperative = bool(getattr(trainer, "handles_stop_requests", False))
         self._apply(Phase.SETUP, adapter, backend_config=backend_config)
         trainer.setup()
         trainer.init()
@@ -148,9 +190,9 @@ class Runtime:
             except Exception as exc:  # never hide the original error behind a cleanup error
                 log.warning("trainer.cleanup failed: %s", exc)
         if self.logger is not None:
-            self.logger.close()
+            self._best_effort(self.logger.close)
         report = self.patches.report() if self.patches else {"backend": None, "counts": {}, "patches": []}
-        self.records.write_patches(report)
+        self._best_effort(self.records.write_patches, report)
 
     def summary(self, result: TrainingResult) -> dict:
         libraries = list(self.versions)
@@ -191,12 +233,29 @@ def run_from_hydra(cfg: DictConfig) -> TrainingResult:
     runtime = Runtime(cfg, Path(hydra_cfg.runtime.output_dir), overrides, multirun,
                       hardware_note=detect_hardware().describe() if auto else None)
     result = runtime.run()
+    if isinstance(runtime.exception, RunInterrupted):
+        stop_after_signal(runtime, result, multirun)
     if not multirun and (runtime.exception is not None or result.status == "invalid"):
         # one line on stderr and a non-zero exit; in a sweep the same job is a failed or invalid row instead
-        fail(runtime.exception or ConfigError(result.error or "invalid configuration"), debug=bool(cfg.debug),
+        fail(runtime.exception or ConfigError(result.error or "invalid configuration"), debug=cfg.get("debug") is True,
              run_dir=runtime.run_dir)
     if runtime.dist.is_main:
         print_outcome(runtime.summary(result), block=not multirun)
     if not result.success:
         log.error("job failed: %s", result.error)
     return result
+
+
+def stop_after_signal(runtime: Runtime, result: TrainingResult, multirun: bool) -> None:
+    """SIGINT/SIGTERM: the closing block, one line on stderr, exit 128 + the signal (a sweep stops too)."""
+    import sys
+
+    signum = runtime.exception.signum
+    if runtime.dist.is_main:
+        print_outcome(runtime.summary(result), block=not multirun)
+    saved = result.artifacts.get("last_checkpoint")
+    then = (f"{saved} holds the last checkpoint; rerun the same command with hydra.run.dir={runtime.run_dir} to "
+            f"resume" if saved else f"records in {runtime.run_dir}")
+    sys.stderr.write(f"error: interrupted by {signal_name(signum)}; {then}\n")
+    sys.stderr.flush()
+    sys.exit(exit_code(signum))

@@ -7,9 +7,11 @@ these classes check that a file has exactly the keys, with the types, that the c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from framework.core.dtypes import TrainDtype
+from framework.core.errors import ConfigError
+from framework.core.ranges import Count, PositiveFloat
 
 
 @dataclass
@@ -23,16 +25,44 @@ class ModelConfig:
 
 
 @dataclass
+class PeakTflops:
+    """Dense peak rates per dtype (framework.core.dtypes.SHORT); null where the device has none."""
+
+    bf16: Optional[PositiveFloat]
+    fp8: Optional[PositiveFloat]
+    fp32: Optional[PositiveFloat]
+
+
+@dataclass
 class HardwareConfig:
     name: str
     accelerator: Literal["gpu", "tpu", "cpu", "mps"]
     device_name: str
-    devices_per_node: int
-    nodes: int
-    memory_gb: float
-    peak_tflops: dict  # {bf16, fp8, fp32} (framework.core.dtypes.SHORT): dense peak rates; null where none
-    hbm_tb_s: float
-    intra_node_gb_s: Optional[float]  # per direction
-    inter_node_gb_s: Optional[float]  # per direction
+    devices_per_node: Count
+    nodes: Count
+    memory_gb: PositiveFloat
+    peak_tflops: PeakTflops
+    hbm_tb_s: PositiveFloat
+    intra_node_gb_s: Optional[PositiveFloat]  # per direction
+    inter_node_gb_s: Optional[PositiveFloat]  # per direction
     efficiency_table: Optional[str]  # a measured efficiency table (task=calibrate), or null
     launcher: dict  # SLURM resources per node: gpus_per_node, tasks_per_node, cpus_per_task, mem_gb
+
+
+# hf_config fields every code path divides by or sizes arrays with: each must be an integer >= 1 when present.
+ARCHITECTURE_COUNTS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                       "intermediate_size", "vocab_size", "head_dim", "max_position_embeddings",
+                       "moe_intermediate_size", "num_experts", "n_routed_experts", "num_experts_per_tok")
+
+
+def check_model_architecture(hf_config: Any) -> None:
+    """ConfigError naming the model.hf_config key whose count is not an integer >= 1, or whose head split is off."""
+    from framework.core.validation import type_error
+
+    for name in ARCHITECTURE_COUNTS:
+        value = hf_config.get(name)
+        if value is not None and (reason := type_error(value, Count)):
+            raise ConfigError(f"model.hf_config.{name}: {reason}")
+    heads, kv_heads = hf_config.get("num_attention_heads"), hf_config.get("num_key_value_heads")
+    if heads and kv_heads and heads % kv_heads:
+        raise ConfigError(f"model.hf_config.num_key_value_heads: {kv_heads} must divide num_attention_heads={heads}")

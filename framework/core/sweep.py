@@ -34,10 +34,26 @@ def _override_dict(job_dir: Path) -> dict[str, str]:
     return dict(str(o).split("=", 1) for o in overrides if "=" in str(o))
 
 
-def collect_rows(sweep_dir: Path, key_metrics: list[str]) -> list[dict[str, Any]]:
+def _stamp(path: Path) -> int | None:
+    return path.stat().st_mtime_ns if path.exists() else None
+
+
+def snapshot(sweep_dir: Path) -> dict[Path, tuple[int | None, int | None]]:
+    """Each existing job dir's (overrides.yaml, summary.json) modification times, taken before a sweep starts."""
+    return {d: (_stamp(d / ".hydra" / "overrides.yaml"), _stamp(d / "summary.json")) for d in _job_dirs(sweep_dir)}
+
+
+def collect_rows(sweep_dir: Path, key_metrics: list[str], before: dict | None = None) -> list[dict[str, Any]]:
+    """One row per job of this sweep. `before` (snapshot() at the sweep's start): job dirs an earlier sweep left
+    that this one did not run are left out, and a summary.json this sweep did not write counts as none."""
+    before = before or {}
     rows = []
     for job_dir in _job_dirs(sweep_dir):
-        summary = read_summary(job_dir)
+        old_overrides, old_summary = before.get(job_dir, (None, None))
+        if old_overrides is not None and _stamp(job_dir / ".hydra" / "overrides.yaml") == old_overrides:
+            continue  # a stale job dir of an earlier sweep
+        stale_summary = old_summary is not None and _stamp(job_dir / "summary.json") == old_summary
+        summary = None if stale_summary else read_summary(job_dir)
         row: dict[str, Any] = {"job": job_dir.name, **_override_dict(job_dir)}
         if summary is None:
             row.update(status="failed", error="no summary.json (the job died before finishing)")
@@ -53,7 +69,8 @@ def collect_rows(sweep_dir: Path, key_metrics: list[str]) -> list[dict[str, Any]
 def varied_keys(rows: list[dict], sweep_dir: Path) -> list[str]:
     """The override keys (config keys like parallel.tp) whose values differ between the sweep's jobs."""
     keys: list[str] = []
-    for job_dir in _job_dirs(sweep_dir):
+    jobs = {str(row["job"]) for row in rows}
+    for job_dir in (d for d in _job_dirs(sweep_dir) if d.name in jobs):
         keys += [k for k in _override_dict(job_dir) if k not in keys]
     return [k for k in keys if len({str(row.get(k)) for row in rows}) > 1]
 
@@ -85,12 +102,20 @@ def write_tables(rows: list[dict], sweep_dir: Path) -> tuple[Path, Path]:
 
 
 class SweepSummaryCallback(Callback):
+    def __init__(self) -> None:
+        self.before: dict = {}
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """A sweep into a dir that holds an earlier sweep's jobs: only this sweep's jobs make rows."""
+        sweep_dir = Path(config.hydra.sweep.dir)
+        self.before = snapshot(sweep_dir) if sweep_dir.is_dir() else {}
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir():
             return
         key_metrics = list(config.task.get("key_metrics") or [])
-        rows = collect_rows(sweep_dir, key_metrics)
+        rows = collect_rows(sweep_dir, key_metrics, self.before)
         csv_path, md_path = write_tables(rows, sweep_dir)
         plot = config.task.get("sweep_plot")
         if plot:
@@ -98,7 +123,7 @@ class SweepSummaryCallback(Callback):
 
             get_method(plot)(rows, sweep_dir / "sweep_plot.png", varied_keys(rows, sweep_dir))
         log.info("sweep summary: %s", md_path)
-        failed = [r["job"] for r in rows if r["status"] == "failed"]
+        failed = [r["job"] for r in rows if r["status"] in ("failed", "interrupted")]
         if failed:
             message = f"{len(failed)} of {len(rows)} jobs failed (jobs {', '.join(failed)}); see {md_path}"
             log.error(message)

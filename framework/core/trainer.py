@@ -14,6 +14,10 @@ from framework.core.result import TrainingResult
 
 
 class BaseTrainer(ABC):
+    # True: the trainer checks self.run.stop_requested at step boundaries (checkpoint, then return a
+    # TrainingResult with status "interrupted"); False: a SIGINT/SIGTERM stops it at once.
+    handles_stop_requests = False
+
     def __init__(self, config: Any, run: RunContext):
         self.config = config  # the backend-native config from adapter.convert_config()
         self.run = run

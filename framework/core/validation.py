@@ -10,6 +10,7 @@ import dataclasses
 import importlib
 import importlib.util
 import inspect
+import math
 import types
 import typing
 from pathlib import Path
@@ -19,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.core.errors import ConfigError
 from framework.core.paths import CONF_DIR
+from framework.core.ranges import range_of
 
 _HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
 
@@ -41,9 +43,23 @@ def type_error(value: Any, tp: Any) -> str | None:
     if tp is Any or tp is inspect.Parameter.empty:
         return None
     origin = typing.get_origin(tp)
+    if origin is typing.Annotated:  # a declared numeric range (framework/core/ranges.py)
+        base, bounds = typing.get_args(tp)[0], range_of(tp)
+        if bounds is not None and isinstance(value, float) and not math.isfinite(value):
+            return bounds.error(value)  # None where the range allows NaN/inf
+        reason = type_error(value, base)
+        if reason is None and bounds is not None and isinstance(value, (int, float)):
+            reason = bounds.error(value)
+        return reason
     if origin in (Union, types.UnionType):
-        reasons = [type_error(value, arg) for arg in typing.get_args(tp)]
-        return None if any(r is None for r in reasons) else f"expected {_type_name(tp)}, got {value!r}"
+        arms = typing.get_args(tp)
+        reasons = [type_error(value, arg) for arg in arms]
+        if any(r is None for r in reasons):
+            return None
+        others = [r for arg, r in zip(arms, reasons) if arg is not type(None)]
+        if len(others) == 1:  # Optional[X]: X's reason (a range, a type), with null allowed
+            return f"{others[0]} (or null)"
+        return f"expected {_type_name(tp)}, got {value!r}"
     if origin is Literal:
         options = typing.get_args(tp)
         return None if value in options else f"expected one of {list(options)}, got {value!r}"
@@ -59,7 +75,13 @@ def type_error(value: Any, tp: Any) -> str | None:
                 return f"list item: {reason}"
         return None
     if origin is dict or tp is dict:
-        return None if isinstance(value, dict) else f"expected a mapping, got {value!r}"
+        if not isinstance(value, dict):
+            return f"expected a mapping, got {value!r}"
+        value_tp = (typing.get_args(tp) or (Any, Any))[1]
+        for name, item in value.items():
+            if (reason := type_error(item, value_tp)) is not None:
+                return f"{name}: {reason}"
+        return None
     if dataclasses.is_dataclass(tp):
         return None if isinstance(value, dict) else f"expected a mapping for {tp.__name__}, got {value!r}"
     if tp is bool:
@@ -68,6 +90,8 @@ def type_error(value: Any, tp: Any) -> str | None:
         return None if isinstance(value, int) and not isinstance(value, bool) else f"expected an integer, got {value!r}"
     if tp is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok and not math.isfinite(value):
+            return f"{value} is not a finite number"
         return None if ok else f"expected a number, got {value!r}"
     if tp is str:
         return None if isinstance(value, str) else f"expected a string, got {value!r}"
@@ -83,7 +107,7 @@ def _parameters(target: Any) -> tuple[dict[str, inspect.Parameter], dict[str, An
     signature = inspect.signature(target)
     hint_source = target.__init__ if inspect.isclass(target) and not dataclasses.is_dataclass(target) else target
     try:
-        hints = typing.get_type_hints(hint_source)
+        hints = typing.get_type_hints(hint_source, include_extras=True)
     except Exception:  # unresolvable forward references: fall back to no type checks
         hints = {}
     params = {n: p for n, p in signature.parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
@@ -182,9 +206,14 @@ def adapter_tasks(target: str) -> list[str]:
 
 
 def register_resolvers() -> None:
-    """`${backend_name:<adapter _target_>}`: conf/backend/*.yaml derive `backend.name` from the adapter class."""
+    """`${backend_name:<adapter _target_>}`: conf/backend/*.yaml derive `backend.name` from the adapter class;
+    `${run_stamp:run}` / `${run_stamp:sweep}`: the unique part of a run or sweep dir's name."""
     if not OmegaConf.has_resolver("backend_name"):
         OmegaConf.register_new_resolver("backend_name", lambda target: adapter_attribute(target, "name"))
+    if not OmegaConf.has_resolver("run_stamp"):  # unique run and sweep dir names (framework/core/rundir.py)
+        from framework.core.rundir import run_stamp
+
+        OmegaConf.register_new_resolver("run_stamp", run_stamp, use_cache=True)
 
 
 def backend_tasks(conf_dir: Path = CONF_DIR) -> dict[str, list[str]]:
@@ -209,3 +238,15 @@ def check_backend_runs_task(adapter: Any, backend_name: str, task: str) -> None:
     where = f"task={task} runs on backend={'|'.join(runs_it)}" if runs_it else f"no backend runs task={task} yet"
     raise ConfigError(f"task={task} does not run on backend={adapter.name} (it runs task="
                       f"{'|'.join(sorted(adapter.trainers))}); {where}")
+
+
+def check_model_dir(path: str | None, key: str = "model.path") -> None:
+    """A local model folder is a Hugging Face directory: config.json beside the weights and tokenizer."""
+    if path is None:
+        return
+    folder = Path(path).expanduser()
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        raise ConfigError(f"{key}: {path!r} holds no config.json; give a Hugging Face model directory "
+                          f"(config.json, weights, tokenizer files) or model.hub_id")
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{key}: {path!r} is a file; give the Hugging Face model directory that holds it")

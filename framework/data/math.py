@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from framework.core.errors import ConfigError
+from framework.core.ranges import Count
 from framework.data.arithmetic import generate_arithmetic
 from framework.data.gsm8k import MathExample, load_gsm8k
 from framework.data.prompts import SYSTEM_PROMPT
@@ -36,7 +37,7 @@ class MathSpec:
     format: Literal["math"]
     source: Literal["hub", "local", "sample", "synthetic"]
     path: Optional[str]  # hub: dataset id; local: a folder with train.jsonl/test.jsonl; else null
-    train_limit: Optional[int]  # use only the first train_limit training problems; null = all
+    train_limit: Optional[Count]  # use only the first train_limit training problems; null = all
     system_prompt: Optional[str]  # "default" = framework.data.prompts.SYSTEM_PROMPT; null = none
     arithmetic: Optional[ArithmeticSpec]  # source=synthetic only
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Optional
 
 from framework.core.errors import DataError
+from framework.core.ranges import Count
 
 SAMPLES = Path(__file__).parent / "samples"
 ROLES = ("system", "user", "assistant")
@@ -31,7 +32,7 @@ class RecordSpec:
     format: RecordFormat
     source: Literal["hub", "local", "sample"]
     path: Optional[str]  # sample: a folder under framework/data/samples; local: a jsonl file or folder; hub: id
-    train_limit: Optional[int]  # only the first N training records; null = all
+    train_limit: Optional[Count]  # only the first N training records; null = all
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from framework.core.errors import ConfigError
+from framework.core.ranges import Count, NonNegativeInt
 
 
 @dataclass
@@ -15,10 +16,10 @@ class CalibrateTask:
     decode: list[list[int]]  # [batch, context_len]
     dtype: Literal["bfloat16", "float32"]  # framework.core.dtypes
     device: Literal["auto", "cuda", "cpu"]  # auto: cuda for a gpu hardware file, else cpu
-    warmup: int
-    repeats: int
+    warmup: NonNegativeInt
+    repeats: Count
     cuda_graphs: bool  # time CUDA graph replays (GPU time without host overhead)
-    copy_mb: int  # size of the memory-bandwidth copy
+    copy_mb: Count  # size of the memory-bandwidth copy
     output: Optional[str]  # the table's path; null: efficiency_table.json in the run directory
     install: bool  # also copy the table to sims/calibration/tables/<hardware name>[_<stack>].json
     stack: Literal["transformers", "torch_fused"]  # whose kernels are timed (sims/stacks.yaml)

@@ -7,30 +7,31 @@ from typing import Literal
 
 from framework.core.checkpoint import CheckpointPolicy  # noqa: F401  (re-exported: tasks name it here)
 from framework.core.errors import ConfigError
+from framework.core.ranges import Count, Fraction, NonNegativeFloat, NonNegativeInt, OpenFraction, PositiveFloat
 
 
 @dataclass
 class OptimizerConfig:
     """AdamW with linear warmup, then a constant, cosine or linear schedule, and global-norm clipping."""
 
-    learning_rate: float  # peak, reached after warmup_steps
-    b1: float
-    b2: float
-    eps: float
-    weight_decay: float
-    warmup_steps: int  # optimizer steps of linear warmup from 0
+    learning_rate: PositiveFloat  # peak, reached after warmup_steps
+    b1: OpenFraction
+    b2: OpenFraction
+    eps: PositiveFloat
+    weight_decay: NonNegativeFloat
+    warmup_steps: NonNegativeInt  # optimizer steps of linear warmup from 0
     schedule: Literal["constant", "cosine", "linear"]  # after warmup, until the task's last step
-    min_lr_ratio: float  # cosine/linear end at learning_rate * min_lr_ratio
-    max_grad_norm: float  # 0 = no clipping
+    min_lr_ratio: Fraction  # cosine/linear end at learning_rate * min_lr_ratio
+    max_grad_norm: NonNegativeFloat  # 0 = no clipping
 
 
 @dataclass
 class LoRAConfig:
     """Low-rank adapters (PEFT on torch, mlx_lm.tuner on MLX); used when the task's finetune is `lora`."""
 
-    rank: int
-    alpha: float  # the update is scaled by alpha / rank
-    dropout: float
+    rank: Count
+    alpha: PositiveFloat  # the update is scaled by alpha / rank
+    dropout: OpenFraction
     target_modules: list[str]  # module names (q_proj, v_proj, ...) or ["all-linear"]
 
 
@@ -38,8 +39,8 @@ class LoRAConfig:
 class EvalConfig:
     """Loss (and task metrics) on held-out examples."""
 
-    every: int  # steps; and after the last one; 0 = never
-    num_examples: int  # the first N examples of the held-out split
+    every: NonNegativeInt  # steps; and after the last one; 0 = never
+    num_examples: NonNegativeInt  # the first N examples of the held-out split
 
 
 def check_optimizer(opt: OptimizerConfig, key: str) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from framework.core.checkpoint import CheckpointPolicy
 from framework.core.dtypes import TrainDtype
 from framework.core.errors import ConfigError
+from framework.core.ranges import Count, PositiveFloat, Range
 from framework.tasks.common import (EvalConfig, LoRAConfig, OptimizerConfig, check_batch, check_lora,
                                     check_optimizer, check_positive)
 
@@ -17,14 +18,14 @@ DPOLoss = Literal["sigmoid", "ipo", "hinge", "robust"]
 
 @dataclass
 class DPOTask:
-    steps: int
-    global_batch_size: int  # preference pairs per optimizer step, all data-parallel ranks together
-    micro_batch_size: int  # pairs per forward/backward on one rank
-    max_prompt_length: int  # prompts keep their last max_prompt_length tokens
-    max_completion_length: int  # chosen/rejected keep their first max_completion_length tokens
-    beta: float  # strength of the implicit KL to the reference
+    steps: Count
+    global_batch_size: Count  # preference pairs per optimizer step, all data-parallel ranks together
+    micro_batch_size: Count  # pairs per forward/backward on one rank
+    max_prompt_length: Count  # prompts keep their last max_prompt_length tokens
+    max_completion_length: Count  # chosen/rejected keep their first max_completion_length tokens
+    beta: PositiveFloat  # strength of the implicit KL to the reference
     loss_type: DPOLoss
-    label_smoothing: float  # sigmoid/robust: assumed share of flipped labels (cDPO / robust DPO)
+    label_smoothing: Annotated[float, Range(0, 0.5)]  # sigmoid/robust: assumed share of flipped labels (cDPO / robust DPO)
     # base: the starting model (LoRA: adapter disabled; full: a frozen copy); model: reference_model;
     # precomputed: reference log-probs computed once before training from the base model
     reference: Literal["base", "model", "precomputed"]

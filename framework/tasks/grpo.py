@@ -7,43 +7,44 @@ Types only, no defaults: the YAML holds every value. Any backend that runs GRPO 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 from framework.core.checkpoint import CheckpointPolicy
 from framework.core.dtypes import TrainDtype
 from framework.core.errors import ConfigError
-from framework.tasks.common import OptimizerConfig, check_optimizer, check_positive
+from framework.core.ranges import Count, NonNegativeFloat, NonNegativeInt, PositiveFloat, Range
+from framework.tasks.common import OptimizerConfig, check_optimizer
 
 
 @dataclass
 class GRPOEvalConfig:
     """Greedy decoding on the test split; accuracy = share of exactly correct answers."""
 
-    every: int  # evaluate every this many steps and after the last one; 0 = never
-    num_examples: int  # the first num_examples test problems
-    max_new_tokens: int
+    every: NonNegativeInt  # evaluate every this many steps and after the last one; 0 = never
+    num_examples: NonNegativeInt  # the first num_examples test problems
+    max_new_tokens: Count
 
 
 @dataclass
 class GRPOTask:
-    steps: int
-    prompts_per_step: int
-    num_generations: int  # completions sampled per prompt (the group)
-    max_prompt_tokens: int  # longer prompts keep their last max_prompt_tokens tokens
-    max_new_tokens: int
-    temperature: float
-    top_k: int  # 0 = off
-    top_p: float  # 1.0 = off
+    steps: Count
+    prompts_per_step: Count
+    num_generations: Count  # completions sampled per prompt (the group)
+    max_prompt_tokens: Count  # longer prompts keep their last max_prompt_tokens tokens
+    max_new_tokens: Count
+    temperature: PositiveFloat
+    top_k: NonNegativeInt  # 0 = off
+    top_p: Annotated[float, Range(0, 1, low_open=True)]  # 1.0 = off
     advantage_estimator: str  # a name registered in framework.rl.advantages (grpo | rloo | reinforce)
     scale_rewards: bool  # grpo only: divide by the group std (false = Dr.GRPO)
-    clip_low: float  # ratio clipped to [1 - clip_low, 1 + clip_high]
-    clip_high: float
-    beta: float  # KL weight; 0 = no reference model and no reference forward pass
+    clip_low: Annotated[float, Range(0, 1, high_open=True)]  # ratio clipped to [1 - clip_low, 1 + clip_high]
+    clip_high: NonNegativeFloat
+    beta: NonNegativeFloat  # KL weight; 0 = no reference model and no reference forward pass
     kl_importance_correction: bool
     loss_normalization: Literal["token", "sequence", "fixed"]  # docs/grpo.md: TRL dapo | grpo | dr_grpo
-    ppo_epochs: int  # optimizer updates per batch of rollouts
-    micro_batch_size: int  # sequences per forward/backward; gradients accumulate over the batch
-    logprob_chunk_size: int  # completion positions per chunk of the vocabulary projection
+    ppo_epochs: Count  # optimizer updates per batch of rollouts
+    micro_batch_size: Count  # sequences per forward/backward; gradients accumulate over the batch
+    logprob_chunk_size: Count  # completion positions per chunk of the vocabulary projection
     rewards: dict[str, float]  # reward function name -> weight (framework.rl.rewards)
     optimizer: OptimizerConfig
     eval: GRPOEvalConfig
@@ -59,30 +60,15 @@ class GRPOTask:
 
 
 def check_grpo_values(task: GRPOTask, key: str = "grpo") -> None:
-    """Ranges, divisibility and registry names the types cannot express; ConfigError names the key."""
+    """Divisibility, cross-key rules and registry names the field ranges cannot express; ConfigError names the key."""
     from framework.rl.advantages import check_estimator
     from framework.rl.rewards import check_reward_weights
 
-    check_positive({"steps": task.steps, "prompts_per_step": task.prompts_per_step,
-                    "max_prompt_tokens": task.max_prompt_tokens, "max_new_tokens": task.max_new_tokens,
-                    "ppo_epochs": task.ppo_epochs, "micro_batch_size": task.micro_batch_size,
-                    "logprob_chunk_size": task.logprob_chunk_size,
-                    "eval.max_new_tokens": task.eval.max_new_tokens}, key)
-    if task.temperature <= 0:
-        raise ConfigError(f"{key}.temperature: {task.temperature} must be > 0 (GRPO compares sampled completions)")
-    non_negative = {"top_k": task.top_k, "clip_low": task.clip_low, "clip_high": task.clip_high,
-                    "beta": task.beta, "eval.every": task.eval.every, "eval.num_examples": task.eval.num_examples}
-    for name, value in non_negative.items():
-        if value < 0:
-            raise ConfigError(f"{key}.{name}: {value} must be >= 0")
+    # per-key ranges (counts >= 1, temperature > 0, top_p in (0, 1], ...) are declared on the fields above
     check_estimator(task.advantage_estimator, f"{key}.advantage_estimator")
     if task.num_generations < 2 and task.advantage_estimator in ("grpo", "rloo"):
         raise ConfigError(f"{key}.num_generations: {task.num_generations} must be >= 2 for advantage_estimator="
                           f"{task.advantage_estimator} (a group needs two completions to compare)")
-    if not 0.0 < task.top_p <= 1.0:
-        raise ConfigError(f"{key}.top_p: {task.top_p} must be in (0, 1] (1 = off)")
-    if task.clip_low >= 1.0:
-        raise ConfigError(f"{key}.clip_low: {task.clip_low} must be < 1 (the ratio is clipped at 1 - clip_low)")
     if task.rows_per_step % task.micro_batch_size:
         raise ConfigError(f"{key}.micro_batch_size: {task.micro_batch_size} must divide prompts_per_step x "
                           f"num_generations = {task.rows_per_step}")

@@ -7,21 +7,22 @@ from dataclasses import dataclass
 from framework.core.checkpoint import CheckpointPolicy
 from framework.core.dtypes import TrainDtype
 from framework.core.errors import ConfigError
+from framework.core.ranges import Count, NonNegativeInt
 from framework.tasks.common import OptimizerConfig, check_batch, check_optimizer, check_positive
 
 
 @dataclass
 class PretrainEval:
-    every: int  # steps; and after the last; 0 = never
-    iters: int  # validation micro-batches per evaluation
+    every: NonNegativeInt  # steps; and after the last; 0 = never
+    iters: Count  # validation micro-batches per evaluation
 
 
 @dataclass
 class PretrainTask:
-    steps: int  # optimizer steps (train_iters)
-    global_batch_size: int  # sequences per step over all data-parallel ranks
-    micro_batch_size: int  # sequences per forward/backward on one rank (pipeline micro-batch)
-    seq_length: int
+    steps: Count  # optimizer steps (train_iters)
+    global_batch_size: Count  # sequences per step over all data-parallel ranks
+    micro_batch_size: Count  # sequences per forward/backward on one rank (pipeline micro-batch)
+    seq_length: Count
     split: list[int]  # train/valid/test weights of the token data set, e.g. [98, 2, 0]
     init_from: str  # "random" (the model file's architecture) or "pretrained" (its weights)
     optimizer: OptimizerConfig

@@ -8,16 +8,17 @@ from typing import Literal
 from framework.core.checkpoint import CheckpointPolicy
 from framework.core.dtypes import TrainDtype
 from framework.core.errors import ConfigError
+from framework.core.ranges import Count
 from framework.tasks.common import (EvalConfig, LoRAConfig, OptimizerConfig, check_batch, check_lora,
                                     check_optimizer, check_positive)
 
 
 @dataclass
 class SFTTask:
-    steps: int  # optimizer steps
-    global_batch_size: int  # sequences per optimizer step, all data-parallel ranks together
-    micro_batch_size: int  # sequences per forward/backward on one rank; the rest is accumulation
-    max_seq_length: int  # longer examples are truncated (TRL max_length)
+    steps: Count  # optimizer steps
+    global_batch_size: Count  # sequences per optimizer step, all data-parallel ranks together
+    micro_batch_size: Count  # sequences per forward/backward on one rank; the rest is accumulation
+    max_seq_length: Count  # longer examples are truncated (TRL max_length)
     packing: bool  # pack several examples into one sequence of max_seq_length
     completion_only_loss: bool  # loss on the assistant turns only (TRL assistant_only_loss)
     finetune: Literal["lora", "full"]

@@ -11,15 +11,16 @@ from typing import Literal
 
 from framework.core.dtypes import SHORT
 from framework.core.errors import ConfigError
+from framework.core.ranges import Count, NonNegativeInt
 
 
 @dataclass
 class SimTask:
     mode: Literal["prefill", "decode", "train"]
-    batch: int  # sequences per step of each data-parallel replica (dp x fsdp of them)
-    seq_len: int  # prompt length (prefill), sequence length (train)
-    context_len: int  # tokens already in the KV cache (decode)
-    microbatches: int  # pipeline micro-batches per replica (train)
+    batch: Count  # sequences per step of each data-parallel replica (dp x fsdp of them)
+    seq_len: Count  # prompt length (prefill), sequence length (train)
+    context_len: NonNegativeInt  # tokens already in the KV cache (decode)
+    microbatches: Count  # pipeline micro-batches per replica (train)
     recompute: bool  # activation recompute (train)
     dtype: Literal["bfloat16", "float8", "float32"]  # framework.core.dtypes
     stack: Literal["transformers", "torch_fused", "xla"]  # the software stack that runs (sims/stacks.yaml)

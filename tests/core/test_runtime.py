@@ -87,7 +87,7 @@ def test_incompatible_task_names_the_valid_ones(tmp_path):
     cfg = recording_cfg()
     cfg.task.name = "grpo"
     result = Runtime(cfg, tmp_path, []).run()
-    assert result.error == ("task=grpo does not run on backend=recording (it runs task=record); "
+    assert result.error == ("task=grpo does not run on backend=recording (it runs task=record|record_steps); "
                             "task=grpo runs on backend=maxtext")
     assert recording_backend.CALLS == []  # nothing started
 

@@ -183,7 +183,7 @@ BAD_GRPO_INPUTS = [
     (["recipe=grpo_gsm8k_cpu", "grpo.micro_batch_size=5"],
      "grpo.micro_batch_size: 5 must divide prompts_per_step x num_generations = 16"),
     (["recipe=grpo_gsm8k_cpu", "+grpo.rewards.speed=1.0"], "grpo.rewards: speed is not a reward; give {name: weight} with names from correctness, format, tag_count"),
-    (["recipe=grpo_gsm8k_cpu", "grpo.temperature=0"], "grpo.temperature: 0 must be > 0"),
+    (["recipe=grpo_gsm8k_cpu", "grpo.temperature=0"], "grpo.temperature: 0 is out of range; valid: > 0"),
     (["recipe=grpo_gsm8k_cpu", "parallel.tp=-1"], "parallel: only one axis may be -1, got fsdp, tp"),
     (["recipe=grpo_gsm8k_cpu", "parallel.pp=2"], "parallel.pp: 2; backend=maxtext has no pipeline parallelism"),
     (["recipe=grpo_gsm8k_cpu", "grpo.advantage_estimator=ppo"],

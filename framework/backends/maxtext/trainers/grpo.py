@@ -33,12 +33,13 @@ from framework.backends.maxtext.trainers.checkpointing import (host_arrays, key_
                                                                write_arrays)
 from framework.data.math import load_split, system_prompt, train_examples
 from framework.backends.maxtext.trainers.evaluation import evaluate
-from framework.backends.maxtext.trainers.preflight import predict_step
+from framework.backends.maxtext.trainers.preflight import predict_step, refuse_out_of_memory
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
 from framework.core.checkpoint import CheckpointPolicy
 from framework.core.errors import BackendError, ConfigError, CrucibleError
 from framework.core.records import write_atomic
 from framework.core.result import TrainingResult
+from framework.core.stopping import check_finite
 from framework.core.trainer import BaseTrainer
 from framework.data.prompts import ShuffledBatches
 
@@ -48,6 +49,7 @@ EXPORT_DIR, SHARDINGS_FILE = "hf_export", "shardings.json"
 
 class GRPOTrainer(BaseTrainer):
     config: GRPOConfig
+    handles_stop_requests = True  # SIGINT/SIGTERM: checkpoint at the step boundary, status interrupted
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -95,25 +97,31 @@ class GRPOTrainer(BaseTrainer):
         task = self.config.task
         start = time.perf_counter()
         summary = self._preflight() if task.preflight else {}
-        rows, step_times = {}, []
+        rows, step_times, done = {}, [], self.start_step
         steps = range(self.start_step + 1, task.steps + 1)
         with self.run.progress(steps, total=len(steps), desc="grpo", unit="step") as bar:
             for step in bar:
+                if self.run.stop_requested:  # a signal during setup/init or a step: stop before the next one
+                    break
                 rows = self._train_step(step)
+                check_finite(rows, step)  # a NaN/inf loss is neither logged as a good row nor saved
                 step_times.append(rows["step_time_s"])
                 if self._due(step, task.eval.every):
                     rows |= self._evaluate()
                 self.run.logger.log(rows, step)
                 bar.set_postfix(reward=f"{rows['reward_mean']:.3f}", acc=f"{rows['accuracy']:.2f}")
-                if self.policy.due(step, task.steps):
+                done = step
+                if self.policy.due(step, task.steps) or (self.run.stop_requested and self.policy.every > 0):
                     self._save(step)
-        artifacts = self._artifacts()
+        interrupted = done < task.steps
+        artifacts = self._artifacts(export=not interrupted)
         summary |= {k: v for k, v in rows.items() if isinstance(v, (int, float))}
-        summary |= {"steps_completed": task.steps, "resumed_from_step": self.start_step,
+        summary |= {"steps_completed": done, "resumed_from_step": self.start_step,
                     "measured_step_s": _steady_state(step_times)}
-        return TrainingResult(success=True, metrics=summary, wall_time_s=time.perf_counter() - start,
-                              samples=len(steps) * task.rows_per_step, artifacts=artifacts,
-                              warnings=_preflight_warnings(summary))
+        return TrainingResult(success=not interrupted, metrics=summary, wall_time_s=time.perf_counter() - start,
+                              samples=(done - self.start_step) * task.rows_per_step, artifacts=artifacts,
+                              warnings=_preflight_warnings(summary), status="interrupted" if interrupted else "ok",
+                              error=f"stopped after step {done} of {task.steps}" if interrupted else None)
 
     # ---- one step ------------------------------------------------------------------------------
 
@@ -226,6 +234,7 @@ class GRPOTrainer(BaseTrainer):
             log.info("preflight: predicted %.3g s per step, %.3g GB per device (fits: %s)",
                      prediction["preflight_predicted_step_s"], prediction["preflight_memory_per_device_gb"],
                      prediction["preflight_fits"])
+            refuse_out_of_memory(prediction, self.config.hardware, self.config.task)
         return prediction
 
     def _write_shardings(self) -> Path:
@@ -242,12 +251,12 @@ class GRPOTrainer(BaseTrainer):
             write_atomic(path, json.dumps(record, indent=2) + "\n")
         return path
 
-    def _artifacts(self) -> dict[str, str]:
+    def _artifacts(self, export: bool) -> dict[str, str]:
         artifacts = {"shardings": str(self._write_shardings())}
         steps = self.store.steps()
         if steps:
             artifacts["last_checkpoint"] = str(self.store.root / f"step_{steps[-1]}")
-        if self.config.task.export_hf:
+        if self.config.task.export_hf and export:  # an interrupted run exports nothing: its model is not the final one
             params = rollout.to_host(self.params)  # every process takes part in gathering; one writes
             out = self.run.path(EXPORT_DIR)
             if self.run.is_main:

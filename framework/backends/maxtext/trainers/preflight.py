@@ -14,7 +14,7 @@ from dataclasses import asdict
 from typing import Any, Mapping
 
 from framework.core.dtypes import SHORT
-from framework.core.errors import CrucibleError
+from framework.core.errors import ConfigError, CrucibleError
 from framework.core.parallel import ParallelConfig
 from framework.tasks.grpo import GRPOTask
 
@@ -67,3 +67,16 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
         fits = fits and bool(summary["fits"])
     prediction |= {"preflight_memory_per_device_gb": memory, "preflight_fits": fits}
     return prediction
+
+
+def refuse_out_of_memory(prediction: Mapping[str, Any], hardware: Mapping[str, Any], task: GRPOTask) -> None:
+    """ConfigError before anything compiles when the predicted peak memory exceeds the device's: an XLA
+    out-of-memory error comes only after minutes of compiling and names no setting."""
+    if prediction.get("preflight_fits") is not False:
+        return
+    raise ConfigError(
+        f"grpo: the preflight predicts {prediction['preflight_memory_per_device_gb']:.3g} GB per device and "
+        f"hardware={hardware['name']} holds {hardware['memory_gb']:g} GB; lower grpo.max_prompt_tokens "
+        f"({task.max_prompt_tokens}), grpo.max_new_tokens ({task.max_new_tokens}), grpo.micro_batch_size "
+        f"({task.micro_batch_size}) or grpo.prompts_per_step ({task.prompts_per_step}), shard with parallel.fsdp, "
+        f"or set grpo.preflight=false to try anyway")

@@ -1,0 +1,216 @@
+"""docs/reliability.md's table of bad inputs, run through the real command line (tests/cli_batch.py forks one
+child per case from an interpreter that imported once). Each case must end with exit status 2 and exactly
+one stderr line that starts with `error:` and contains the expected text: no traceback, no internal
+exception, nothing silently accepted. The whole table is slow (about a second a case); the default run
+takes every 12th case.
+
+`python -m tests.core.test_reliability` prints the table as markdown for docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+SIM = ["backend=sim", "task=sim", "model=qwen3_8b", "hardware=h100"]
+GRPO = ["recipe=grpo_arithmetic_cpu"]
+NAN, INF = "nan", "inf"
+
+
+def _ranges(prefix: list[str], key: str, cases: list[tuple[str, str]]) -> list[tuple[list[str], str]]:
+    return [([*prefix, f"{key}={value}"], f"{key}: {expected}") for value, expected in cases]
+
+
+POSITIVE_INT = [("0", "0 is out of range; valid: >= 1"), ("-1", "-1 is out of range; valid: >= 1"),
+                ("1.5", "expected an integer, got 1.5")]
+POSITIVE_FLOAT = [("0", "0 is out of range; valid: > 0"), (NAN, "nan is not a finite number; valid: > 0"),
+                  (INF, "inf is not a finite number; valid: > 0")]
+OPEN_FRACTION = [("1", "1 is out of range; valid: [0, 1)"), ("1.5", "1.5 is out of range; valid: [0, 1)"),
+                 ("-0.1", "-0.1 is out of range; valid: [0, 1)"), (NAN, "nan is not a finite number; valid: [0, 1)")]
+NON_NEGATIVE = [("-1", "-1 is out of range; valid: >= 0")]
+
+CASES: list[tuple[list[str], str]] = [
+    # ---- groups: unknown, removed, null
+    *[([f"{g}=nope"], f"unknown {g} option 'nope'; valid:") for g in ("backend", "task", "model", "hardware",
+                                                                       "data", "logger", "recipe")],
+    *[([*SIM, f"~{g}"], f"{g}: a run needs one {g} option, it cannot be removed") for g in
+      ("backend", "task", "model", "hardware", "logger")],
+    *[([*SIM, f"{g}=null"], f"{g}: a run needs one {g} option, it cannot be removed") for g in
+      ("backend", "task", "model", "hardware", "logger")],
+    ([*SIM, "recipe=null"], "recipe=null: leave recipe out (or ~recipe) for none"),
+    (["-m", "model=qwen3_8b,qwen9"], "unknown model option 'qwen9'"),
+    (["-m", "hardware=h100,h1000"], "unknown hardware option 'h1000'"),
+    # ---- override grammar and keys
+    ([*SIM, "parallel.tp=[1,"], "cannot parse override 'parallel.tp=[1,'"),
+    ([*SIM, "sim.tpp=2"], "unknown key 'sim.tpp'; valid keys under sim:"),
+    ([*SIM, "parallel.xx=2"], "unknown key 'parallel.xx'"),
+    ([*SIM, "+parallel.xp=2"], "parallel.xp: unknown key; valid: cp, dp, ep, fsdp, pp, tp"),
+    ([*SIM, "+sim.extra=1"], "sim.extra: unknown key for SimTask"),
+    ([*SIM, "+backend.adapter.fast=true"], "backend.adapter.fast: unknown key for SimAdapter"),
+    ([*SIM, "+sim.extra=${missing_key}"], "sim.extra"),
+    ([*SIM, "~sim.batch"], "sim.batch: missing key required by SimTask"),
+    ([*SIM, "~model.hf_config"], "model.hf_config: missing key required by ModelConfig"),
+    ([*SIM, "~hardware.memory_gb"], "hardware.memory_gb: missing key required by HardwareConfig"),
+    ([*SIM, "backend.adapter._target_=framework.backends.nope.Adapter"], "cannot import 'framework.backends.nope.Adapter'"),
+    ([*SIM, "patches.disable=[no.such.patch]"], "unknown patch id(s) ['no.such.patch']"),
+    ([*SIM, "patches.enable=[no.such.patch]"], "unknown patch id(s) ['no.such.patch']"),
+    # ---- top-level values
+    ([*SIM, "seed=-1"], "seed: -1 is out of range; valid: [0, 4294967295]"),
+    ([*SIM, "seed=4294967296"], "seed: 4294967296 is out of range; valid: [0, 4294967295]"),
+    ([*SIM, "seed=1e23"], "seed: expected an integer, got 1e+23"),
+    ([*SIM, "seed=abc"], "seed: expected an integer, got 'abc'"),
+    ([*SIM, "seed=nan"], "seed: nan is not a finite number; valid: [0, 4294967295]"),
+    ([*SIM, "seed=true"], "seed: expected an integer, got True"),
+    ([*SIM, "debug=maybe"], "debug: expected true/false, got 'maybe'"),
+    ([*SIM, "progress=2"], "progress: expected true/false, got 2"),
+    # ---- the parallel layout
+    *[([*SIM, f"parallel.{axis}=0"], f"parallel.{axis}: 0") for axis in ("dp", "fsdp", "tp", "pp", "ep", "cp")],
+    *[([*SIM, f"parallel.{axis}=two"], f"parallel.{axis}: expected an integer, got 'two'") for axis in ("dp", "tp")],
+    ([*SIM, "parallel.tp=-2"], "parallel.tp: -2 is not valid"),
+    ([*SIM, "parallel.tp=-1", "parallel.dp=-1"], "parallel"),
+    # ---- hardware file values
+    *_ranges(SIM, "hardware.peak_tflops.bf16", [("0", "0 is out of range; valid: > 0 (or null)"),
+                                                ("-5", "-5 is out of range; valid: > 0 (or null)"),
+                                                (INF, "inf is not a finite number; valid: > 0 (or null)"),
+                                                (NAN, "nan is not a finite number; valid: > 0 (or null)"),
+                                                ("fast", "expected a number, got 'fast' (or null)")]),
+    *_ranges(SIM, "hardware.peak_tflops.fp32", [("0", "0 is out of range; valid: > 0 (or null)")]),
+    *_ranges(SIM, "hardware.memory_gb", POSITIVE_FLOAT),
+    *_ranges(SIM, "hardware.hbm_tb_s", POSITIVE_FLOAT),
+    *_ranges(SIM, "hardware.devices_per_node", [("0", "0 is out of range; valid: >= 1"),
+                                                ("eight", "expected an integer, got 'eight'")]),
+    *_ranges(SIM, "hardware.nodes", [("0", "0 is out of range; valid: >= 1")]),
+    *_ranges(SIM, "hardware.intra_node_gb_s", [("0", "0 is out of range; valid: > 0 (or null)")]),
+    *_ranges(SIM, "hardware.inter_node_gb_s", [("-1", "-1 is out of range; valid: > 0 (or null)")]),
+    ([*SIM, "hardware.accelerator=fpga"], "hardware.accelerator: expected one of ['gpu', 'tpu', 'cpu', 'mps']"),
+    ([*SIM, "hardware.efficiency_table=/no/table.json"], "efficiency table '/no/table.json' does not exist"),
+    # ---- model file values
+    *[([*SIM, f"model.hf_config.{key}={value}"], f"model.hf_config.{key}: {value} is out of range; valid: >= 1")
+      for key in ("num_attention_heads", "hidden_size", "num_hidden_layers", "vocab_size", "intermediate_size",
+                  "num_key_value_heads") for value in ("0", "-4")],
+    ([*SIM, "model.hf_config.num_attention_heads=2.5"], "model.hf_config.num_attention_heads: expected an integer"),
+    ([*SIM, "model.hf_config.num_key_value_heads=5"], "num_key_value_heads: 5 must divide num_attention_heads=32"),
+    ([*SIM, "model.dtype=float8"], "model.dtype: expected one of ['float32', 'bfloat16', 'float16']"),
+    ([*SIM, "model.random_init=yes"], "model.random_init: expected true/false, got 'yes'"),
+    ([*SIM, "model.path=/no/such/model"], "model.path: model directory '/no/such/model' does not exist"),
+    ([*SIM, "model.path=/etc/hostname"], "model.path: '/etc/hostname' is a file"),
+    ([*SIM, "model.path=/"], "model.path: '/' holds no config.json"),
+    # ---- the simulator task
+    *_ranges(SIM, "sim.batch", POSITIVE_INT),
+    *_ranges(SIM, "sim.seq_len", POSITIVE_INT[:2]),
+    *_ranges(SIM, "sim.microbatches", POSITIVE_INT[:1]),
+    *_ranges(SIM, "sim.context_len", NON_NEGATIVE),
+    ([*SIM, "sim.dtype=fp8"], "sim.dtype: expected one of ['bfloat16', 'float8', 'float32'], got 'fp8'"),
+    ([*SIM, "sim.mode=generate"], "sim.mode: expected one of ['prefill', 'decode', 'train'], got 'generate'"),
+    ([*SIM, "sim.recompute=sometimes"], "sim.recompute: expected true/false, got 'sometimes'"),
+    # ---- GRPO (all refused by validation, before JAX starts)
+    *_ranges(GRPO, "grpo.steps", POSITIVE_INT),
+    *_ranges(GRPO, "grpo.prompts_per_step", POSITIVE_INT[:1]),
+    *_ranges(GRPO, "grpo.num_generations", POSITIVE_INT[:1]),
+    *_ranges(GRPO, "grpo.max_prompt_tokens", POSITIVE_INT[:2]),
+    *_ranges(GRPO, "grpo.max_new_tokens", POSITIVE_INT[:1]),
+    *_ranges(GRPO, "grpo.temperature", [*POSITIVE_FLOAT, ("-1", "-1 is out of range; valid: > 0")]),
+    *_ranges(GRPO, "grpo.top_p", [("0", "0 is out of range; valid: (0, 1]"), ("1.5", "1.5 is out of range; valid: (0, 1]")]),
+    *_ranges(GRPO, "grpo.top_k", NON_NEGATIVE),
+    *_ranges(GRPO, "grpo.clip_low", [("1", "1 is out of range; valid: [0, 1)"), ("-0.2", "-0.2 is out of range")]),
+    *_ranges(GRPO, "grpo.clip_high", NON_NEGATIVE),
+    *_ranges(GRPO, "grpo.beta", [*NON_NEGATIVE, (NAN, "nan is not a finite number; valid: >= 0")]),
+    *_ranges(GRPO, "grpo.ppo_epochs", POSITIVE_INT[:1]),
+    *_ranges(GRPO, "grpo.micro_batch_size", POSITIVE_INT[:1]),
+    *_ranges(GRPO, "grpo.logprob_chunk_size", POSITIVE_INT[:1]),
+    *_ranges(GRPO, "grpo.optimizer.learning_rate", POSITIVE_FLOAT),
+    *_ranges(GRPO, "grpo.optimizer.b1", OPEN_FRACTION),
+    *_ranges(GRPO, "grpo.optimizer.b2", OPEN_FRACTION[:2]),
+    *_ranges(GRPO, "grpo.optimizer.eps", POSITIVE_FLOAT[:2]),
+    *_ranges(GRPO, "grpo.optimizer.weight_decay", [("-0.1", "-0.1 is out of range; valid: >= 0")]),
+    *_ranges(GRPO, "grpo.optimizer.warmup_steps", NON_NEGATIVE),
+    *_ranges(GRPO, "grpo.optimizer.min_lr_ratio", [("1.5", "1.5 is out of range; valid: [0, 1]")]),
+    *_ranges(GRPO, "grpo.optimizer.max_grad_norm", [(INF, "inf is not a finite number; valid: >= 0")]),
+    *_ranges(GRPO, "grpo.eval.every", NON_NEGATIVE),
+    *_ranges(GRPO, "grpo.checkpoint.every", NON_NEGATIVE),
+    *_ranges(GRPO, "grpo.checkpoint.keep", POSITIVE_INT[:1]),
+    ([*GRPO, "grpo.rewards.correctness=high"], "grpo.rewards: correctness: expected a number, got 'high'"),
+    ([*GRPO, "grpo.rewards.correctness=nan"], "grpo.rewards: correctness: nan is not a finite number"),
+    ([*GRPO, "+grpo.rewards.speed=1.0"], "grpo.rewards: speed is not a reward"),
+    ([*GRPO, "grpo.advantage_estimator=ppo"], "grpo.advantage_estimator: unknown advantage estimator 'ppo'"),
+    ([*GRPO, "grpo.loss_normalization=batch"], "grpo.loss_normalization: expected one of"),
+    ([*GRPO, "grpo.optimizer.schedule=step"], "grpo.optimizer.schedule: expected one of"),
+    ([*GRPO, "grpo.param_dtype=int8"], "grpo.param_dtype: expected one of"),
+    ([*GRPO, "grpo.micro_batch_size=7"], "grpo.micro_batch_size: 7 must divide"),
+    ([*GRPO, "grpo.num_generations=1"], "grpo.num_generations: 1 must be >= 2"),
+    ([*GRPO, "parallel.cp=2"], "parallel.cp: 2; backend=maxtext has no context parallelism"),
+    ([*GRPO, "data=chat_sample"], "data=chat_sample: task=grpo needs a math (question/answer) data set"),
+    ([*GRPO, "data.train_limit=0"], "data.train_limit: 0 is out of range; valid: >= 1 (or null)"),
+    ([*GRPO, "data.train_limit=-3"], "data.train_limit: -3 is out of range; valid: >= 1 (or null)"),
+    ([*GRPO, "model.path=/"], "model.path: '/' holds no config.json"),
+    ([*GRPO, "hardware=h100"], "hardware=h100 asks for a gpu"),
+    ([*GRPO, "hardware=tpu_v5e"], "hardware=tpu_v5e asks for a tpu"),
+    # ---- SFT / DPO / pretrain schemas (refused by validation whatever backend runs them)
+    *_ranges(["task=sft"], "sft.steps", POSITIVE_INT[:1]),
+    *_ranges(["task=sft"], "sft.global_batch_size", POSITIVE_INT[:1]),
+    *_ranges(["task=sft"], "sft.max_seq_length", POSITIVE_INT[:2]),
+    *_ranges(["task=sft"], "sft.lora.rank", POSITIVE_INT[:1]),
+    *_ranges(["task=sft"], "sft.lora.alpha", POSITIVE_FLOAT[:1]),
+    *_ranges(["task=sft"], "sft.lora.dropout", OPEN_FRACTION[:1]),
+    *_ranges(["task=sft"], "sft.optimizer.learning_rate", POSITIVE_FLOAT),
+    *_ranges(["task=sft"], "sft.optimizer.b2", OPEN_FRACTION[:1]),
+    *_ranges(["task=dpo"], "dpo.beta", POSITIVE_FLOAT),
+    *_ranges(["task=dpo"], "dpo.label_smoothing", [("0.6", "0.6 is out of range; valid: [0, 0.5]")]),
+    *_ranges(["task=dpo"], "dpo.max_prompt_length", POSITIVE_INT[:1]),
+    *_ranges(["task=dpo"], "dpo.optimizer.b1", OPEN_FRACTION[1:2]),
+    (["task=dpo", "dpo.loss_type=kto"], "dpo.loss_type: expected one of ['sigmoid', 'ipo', 'hinge', 'robust']"),
+    *_ranges(["task=pretrain"], "pretrain.seq_length", POSITIVE_INT[:1]),
+    *_ranges(["task=pretrain"], "pretrain.eval.iters", POSITIVE_INT[:1]),
+    *_ranges(["task=pretrain"], "pretrain.optimizer.eps", POSITIVE_FLOAT[1:2]),
+    *_ranges(["task=calibrate"], "calibrate.repeats", POSITIVE_INT[:1]),
+    *_ranges(["task=calibrate"], "calibrate.warmup", NON_NEGATIVE),
+]
+IDS = [" ".join(args[-1:]) + f" #{n}" for n, (args, _) in enumerate(CASES)]
+
+
+def run_batch(cases: list[tuple[list[str], str]], tmp_path) -> list[dict]:
+    argv = [[*args, f"hydra.run.dir={tmp_path}/run{n}", f"hydra.sweep.dir={tmp_path}/sweep{n}"]
+            for n, (args, _) in enumerate(cases)]
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "tests" / "cli_batch.py")], input=json.dumps(argv),
+                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def problems(cases, results) -> list[str]:
+    found = []
+    for (args, expected), result in zip(cases, results):
+        lines = [line for line in result["stderr"].splitlines() if line.strip()]
+        ok = (result["rc"] == 2 and len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0]
+              and "Traceback" not in result["stderr"])
+        if not ok:
+            found.append(f"{' '.join(args)}: rc={result['rc']} stderr={result['stderr'][-400:]!r}")
+    return found
+
+
+def test_every_twelfth_bad_input_is_one_clear_line(tmp_path):
+    sample = CASES[::12]
+    assert not problems(sample, run_batch(sample, tmp_path))
+
+
+@pytest.mark.slow
+def test_every_bad_input_is_one_clear_line(tmp_path):
+    assert len(CASES) >= 150
+    assert problems(CASES, run_batch(CASES, tmp_path)) == []
+
+
+def markdown() -> str:
+    rows = ["| # | command line (after `python run.py`) | the one line on stderr contains (exit 2) |", "|---|---|---|"]
+    for n, (args, expected) in enumerate(CASES, 1):
+        shown = " ".join(args).replace("|", "\\|")
+        rows.append(f"| {n} | `{shown}` | `{expected.replace('|', '/')}` |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(markdown())
