@@ -17,7 +17,7 @@ class Engine:
         from megatron.core import parallel_state
 
         self.shape, self.layout, self.task, self.on_gpu = shape, layout, task, on_gpu
-        self.config = transformer_config(shape, layout.as_dict(), task.compute_dtype, on_gpu)
+        self.config = transformer_config(shape, layout.as_dict(), task.compute_dtype, on_gpu, spec_kind)
         self.module = gpt_model(shape, self.config, layer_spec(shape, spec_kind), task.seq_length,
                                 pre_process=parallel_state.is_pipeline_first_stage(),
                                 post_process=parallel_state.is_pipeline_last_stage())

@@ -93,8 +93,11 @@ def check_layout(shape: DecoderShape, tp: int, pp: int, key: str = "parallel") -
                           f"use a pp that does")
 
 
-def transformer_config(shape: DecoderShape, layout: Mapping[str, int], compute_dtype: str, on_gpu: bool):
-    """megatron's TransformerConfig for `shape` under `layout` (tp, pp, cp) in `compute_dtype`."""
+def transformer_config(shape: DecoderShape, layout: Mapping[str, int], compute_dtype: str, on_gpu: bool,
+                       spec_kind: str = "local"):
+    """megatron's TransformerConfig for `shape` under `layout` (tp, pp, cp) in `compute_dtype`.
+
+    Sequence parallelism only with the TE spec: megatron's local (torch) norms refuse it."""
     import torch
     import torch.nn.functional as F
     from megatron.core.transformer.transformer_config import TransformerConfig
@@ -109,7 +112,7 @@ def transformer_config(shape: DecoderShape, layout: Mapping[str, int], compute_d
         activation_func=F.silu, add_bias_linear=False, add_qkv_bias=shape.qkv_bias, qk_layernorm=shape.qk_norm,
         hidden_dropout=0.0, attention_dropout=0.0, init_method_std=0.02,
         tensor_model_parallel_size=layout["tp"], pipeline_model_parallel_size=layout["pp"],
-        context_parallel_size=layout["cp"], sequence_parallel=on_gpu and layout["tp"] > 1,
+        context_parallel_size=layout["cp"], sequence_parallel=on_gpu and layout["tp"] > 1 and spec_kind == "te",
         params_dtype=dtype, pipeline_dtype=dtype,
         bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
         use_cpu_initialization=not on_gpu, perform_initialization=True,
