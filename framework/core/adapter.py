@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from omegaconf import DictConfig
 
+from framework.core.errors import BackendError
 from framework.core.patches import installed_version
 from framework.core.trainer import BaseTrainer
 
@@ -50,3 +51,19 @@ class BackendAdapter(ABC):
             module = importlib.import_module(name)
             for info in pkgutil.walk_packages(getattr(module, "__path__", []), prefix=f"{name}."):
                 importlib.import_module(info.name)
+
+
+def require_modules(backend: str, modules: dict[str, str], extra: str) -> None:
+    """BackendError naming the missing packages and the pip extra, when a module of `modules`
+    ({import name: package}) is not installed; found without importing it (heavy libraries stay unloaded)."""
+    import importlib.util
+
+    def installed(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # a parent package is missing
+            return False
+
+    missing = [package for module, package in modules.items() if not installed(module)]
+    if missing:
+        raise BackendError(f"backend={backend} needs {', '.join(missing)}: pip install -e '.[{extra}]'")

@@ -159,3 +159,12 @@ def test_backend_name_is_derived_from_the_adapter_class():
     for backend in backend_tasks():
         cfg = compose_config([f"backend={backend}"])
         assert cfg.backend.name == backend  # ${backend_name:...} reads the adapter's `name` without importing it
+
+
+def test_require_modules_names_the_missing_packages_and_the_extra():
+    from framework.core.adapter import require_modules
+    from framework.core.errors import BackendError
+
+    require_modules("sim", {"json": "json"}, "dev")  # installed: no error
+    with pytest.raises(BackendError, match=r"backend=x needs no-such-pkg: pip install -e '\.\[extra\]'"):
+        require_modules("x", {"json": "json", "no_such_pkg.sub": "no-such-pkg"}, "extra")

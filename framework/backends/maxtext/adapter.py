@@ -5,7 +5,6 @@ Nothing here imports jax at module level: the adapter is instantiated when any r
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 from pathlib import Path
@@ -13,10 +12,10 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from framework.backends.maxtext.config import GRPOConfig
-from framework.core.adapter import BackendAdapter
+from framework.core.adapter import BackendAdapter, require_modules
 from framework.core.build import build
 from framework.core.distributed import DistEnv, detect
-from framework.core.errors import BackendError, ConfigError
+from framework.core.errors import ConfigError
 from framework.core.hardware import require_accelerator
 from framework.core.parallel import ParallelConfig
 from framework.core.plain import to_plain
@@ -40,9 +39,7 @@ class MaxTextAdapter(BackendAdapter):
         self.cache_dir = str(cache_dir)
 
     def prepare_backend(self, cfg: DictConfig) -> None:
-        missing = [package for module, package in REQUIRED_MODULES.items() if not _importable(module)]
-        if missing:
-            raise BackendError(f"backend=maxtext needs {', '.join(missing)}: pip install -e '.[jax]'")
+        require_modules("maxtext", REQUIRED_MODULES, "jax")
         accelerator = cfg.hardware.accelerator
         if accelerator not in JAX_PLATFORMS:
             raise ConfigError(f"hardware.accelerator: {accelerator!r} has no JAX platform; backend=maxtext runs on "
@@ -106,10 +103,3 @@ def initialize_distributed(env: DistEnv, nodes: int) -> None:
     elif nodes > 1:
         jax.distributed.initialize()
 
-
-def _importable(module: str) -> bool:
-    try:
-        importlib.import_module(module)
-    except ImportError:
-        return False
-    return True

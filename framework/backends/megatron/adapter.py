@@ -6,15 +6,14 @@ validates, and `python run.py --help` must stay fast.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from framework.backends.megatron.config import MegatronPretrainConfig
-from framework.core.adapter import BackendAdapter
+from framework.core.adapter import BackendAdapter, require_modules
 from framework.core.build import build
-from framework.core.errors import BackendError, ConfigError
+from framework.core.errors import ConfigError
 from framework.core.hardware import require_accelerator
 from framework.core.parallel import ParallelConfig
 from framework.data import check_data, data_spec
@@ -36,9 +35,7 @@ class MegatronAdapter(BackendAdapter):
         self.preflight = bool(preflight)
 
     def prepare_backend(self, cfg: DictConfig) -> None:
-        missing = [package for module, package in REQUIRED.items() if not _has_module(module)]
-        if missing:
-            raise BackendError(f"backend=megatron needs {', '.join(missing)}: pip install -e '.[megatron]'")
+        require_modules("megatron", REQUIRED, "megatron")
         if cfg.hardware.accelerator not in ACCELERATORS:
             raise ConfigError(f"hardware.accelerator: {cfg.hardware.accelerator!r}; backend=megatron runs on "
                               f"{', '.join(ACCELERATORS)}")
@@ -90,9 +87,3 @@ def quiet_megatron() -> None:
     warnings.filterwarnings("ignore", message=r"full scope is deprecated")
     warnings.filterwarnings("ignore", message=r"Please use DTensor instead and we are deprecating ShardedTensor")
 
-
-def _has_module(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False

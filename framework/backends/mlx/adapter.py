@@ -5,7 +5,6 @@ Nothing here imports mlx at module level: the adapter is instantiated when any r
 
 from __future__ import annotations
 
-import importlib.util
 import platform
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,9 +12,9 @@ from typing import Union
 
 from omegaconf import DictConfig
 
-from framework.core.adapter import BackendAdapter
+from framework.core.adapter import BackendAdapter, require_modules
 from framework.core.build import build
-from framework.core.errors import BackendError, ConfigError
+from framework.core.errors import ConfigError
 from framework.core.plain import to_plain
 from framework.data import data_spec
 from framework.data.records import RecordSpec, load_records
@@ -50,10 +49,7 @@ class MLXAdapter(BackendAdapter):
         self.cache_dir = str(cache_dir)
 
     def prepare_backend(self, cfg: DictConfig) -> None:
-        missing = [name for module, name in (("mlx", "mlx"), ("mlx_lm", "mlx-lm"))
-                   if importlib.util.find_spec(module) is None]
-        if missing:
-            raise BackendError(f"backend=mlx needs {', '.join(missing)}: pip install -e '.[mlx]'")
+        require_modules("mlx", {"mlx": "mlx", "mlx_lm": "mlx-lm"}, "mlx")
         import mlx.core as mx
 
         mx.set_default_device(mx.cpu if _device_type(cfg.hardware) == "cpu" else mx.gpu)

@@ -5,7 +5,6 @@ Nothing here imports torch at module level: the adapter is instantiated when any
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 from pathlib import Path
@@ -13,11 +12,11 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from framework.backends.torch.config import TorchConfig
-from framework.core.adapter import BackendAdapter
+from framework.core.adapter import BackendAdapter, require_modules
 from framework.core.build import build
 from framework.core.distributed import DistEnv, detect
 from framework.core.dtypes import SHORT
-from framework.core.errors import BackendError, ConfigError
+from framework.core.errors import ConfigError
 from framework.core.hardware import require_accelerator
 from framework.core.parallel import ParallelConfig
 from framework.core.plain import to_plain
@@ -47,9 +46,7 @@ class TorchAdapter(BackendAdapter):
 
     def prepare_backend(self, cfg: DictConfig) -> None:
         logging.getLogger("datasets").setLevel(logging.WARNING)  # its import logs INFO lines (JAX found...)
-        missing = [package for module, package in REQUIRED_MODULES.items() if not _importable(module)]
-        if missing:
-            raise BackendError(f"backend=torch needs {', '.join(missing)}: pip install -e '.[torch]'")
+        require_modules("torch", REQUIRED_MODULES, "torch")
         if cfg.hardware.accelerator not in DEVICES:
             raise ConfigError(f"hardware.accelerator: {cfg.hardware.accelerator!r} has no torch device here; "
                               f"backend=torch runs on {', '.join(DEVICES)}")
@@ -118,10 +115,3 @@ def export_dist_env(env: DistEnv) -> None:
     for name, value in values.items():
         os.environ.setdefault(name, str(value))
 
-
-def _importable(module: str) -> bool:
-    try:
-        importlib.import_module(module)
-    except ImportError:
-        return False
-    return True

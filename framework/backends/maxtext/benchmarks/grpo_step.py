@@ -20,7 +20,8 @@ import json
 import statistics
 import time
 
-from framework.backends.maxtext.benchmarks.shapes import REPO_ROOT, load_yaml, parse_args, step_report
+from framework.backends.maxtext.benchmarks.shapes import parse_args, step_report
+from framework.core.paths import REPO_ROOT, load_conf
 from framework.core.parallel import ParallelConfig
 
 def grpo_task(args: argparse.Namespace):
@@ -48,7 +49,7 @@ def build_components(args: argparse.Namespace):
     from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
 
     task = grpo_task(args)
-    config = ModelConfig.from_hf_config(load_yaml("model", args.model)["hf_config"], param_dtype="float32",
+    config = ModelConfig.from_hf_config(load_conf("model", args.model)["hf_config"], param_dtype="float32",
                                         dtype=args.dtype)
     mesh = build_mesh(ParallelConfig(dp=1, fsdp=-1, tp=1, pp=1, ep=1, cp=1))
     model = Transformer(config, mesh, DEFAULT_RULES)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from framework.core.dtypes import SHORT
-from framework.core.paths import REPO_ROOT
+from framework.core.paths import load_conf
 
 FULL = {"model": "qwen2_5_0_5b_instruct", "hardware": "h100", "prompts": 16, "generations": 8,
         "prompt_tokens": 256, "new_tokens": 256, "micro_batch": 16, "dtype": "bfloat16", "steps": 5, "warmup": 2}
@@ -30,19 +30,13 @@ def parse_args(description: str, argv: list[str] | None = None,
     return args
 
 
-def load_yaml(group: str, name: str) -> dict:
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(OmegaConf.load(REPO_ROOT / "conf" / group / f"{name}.yaml"), resolve=True)
-
-
 def step_report(args: argparse.Namespace, rows: int, step_s: float, rollout_s: float, update_s: float) -> dict:
     """The shapes and the derived figures both benchmarks print: throughputs and update MFU from one
     FLOPs model (benchmarks/flops.py) and the peak of --hardware at --dtype."""
     from framework.backends.maxtext.benchmarks.flops import grpo_update_flops
 
-    peak = load_yaml("hardware", args.hardware)["hardware"]["peak_tflops"][SHORT[args.dtype]]
-    flops = grpo_update_flops(load_yaml("model", args.model)["hf_config"], rows, args.prompt_tokens, args.new_tokens)
+    peak = load_conf("hardware", args.hardware)["hardware"]["peak_tflops"][SHORT[args.dtype]]
+    flops = grpo_update_flops(load_conf("model", args.model)["hf_config"], rows, args.prompt_tokens, args.new_tokens)
     return {
         "model": args.model, "dtype": args.dtype, "prompts": args.prompts, "generations": args.generations,
         "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens, "micro_batch": args.micro_batch,

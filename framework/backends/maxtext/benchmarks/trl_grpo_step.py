@@ -25,7 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from framework.backends.maxtext.benchmarks.shapes import REPO_ROOT, load_yaml, parse_args, step_report
+from framework.backends.maxtext.benchmarks.shapes import parse_args, step_report
+from framework.core.paths import REPO_ROOT, load_conf
 
 PROMPT_TOKEN = "7"
 
@@ -33,7 +34,7 @@ PROMPT_TOKEN = "7"
 def random_init_dir(args: argparse.Namespace) -> str:
     from framework.models.tiny import resolve_model_dir
 
-    model = load_yaml("model", args.model) | {"path": None, "random_init": True, "dtype": args.dtype}
+    model = load_conf("model", args.model) | {"path": None, "random_init": True, "dtype": args.dtype}
     return resolve_model_dir(model, Path(args.cache_dir))
 
 

@@ -26,7 +26,7 @@ import statistics
 import time
 from pathlib import Path
 
-from framework.backends.maxtext.benchmarks.shapes import load_yaml
+from framework.core.paths import load_conf
 
 FULL = {"model": "llama3_2_1b", "hardware": "auto", "seq": 2048, "micro_batch": 2, "global_batch": 16,
         "warmup": 3, "steps": 10, "dtype": "bfloat16"}
@@ -199,7 +199,7 @@ def main(argv=None) -> dict:
 
     args = parse_args(argv)
     quiet_megatron()
-    hf_config = load_yaml("model", args.model)["hf_config"]
+    hf_config = load_conf("model", args.model)["hf_config"]
     shape = decoder_shape(hf_config)
     env, layout, device = setup(args)
     check_layout(shape, layout.tp, layout.pp)
@@ -207,7 +207,7 @@ def main(argv=None) -> dict:
         from framework.core.hardware import detect
 
         args.hardware = detect().option
-    peak = load_yaml("hardware", args.hardware)["hardware"]["peak_tflops"].get(PEAK_KEY[args.dtype])
+    peak = load_conf("hardware", args.hardware)["hardware"]["peak_tflops"].get(PEAK_KEY[args.dtype])
     specs = [s for s in args.layer_specs.split(",") if s]
     try:
         import transformer_engine  # noqa: F401
