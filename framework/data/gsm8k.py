@@ -6,13 +6,13 @@ correctness reward compares against. Bad records raise `DataError` naming the fi
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from framework.core.errors import DataError
+from framework.data.records import read_jsonl as read_records
 
 HUB_DATASET = "openai/gsm8k"
 HUB_CONFIG = "main"
@@ -53,28 +53,7 @@ def example_from_record(record: Any, where: str) -> MathExample:
 
 def read_jsonl(path: str | Path, limit: int | None = None) -> list[MathExample]:
     """Read GSM8K-format records from one jsonl file (blank lines are skipped)."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such GSM8K jsonl file")
-    examples = []
-    try:
-        with path.open(encoding="utf-8") as lines:
-            for line_number, line in enumerate(lines, start=1):
-                if limit is not None and len(examples) >= limit:
-                    break
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as error:
-                    message = f"{path}:{line_number}: not valid JSON ({error.msg}); expected one object per line"
-                    raise DataError(message) from None
-                examples.append(example_from_record(record, f"{path}:{line_number}"))
-    except UnicodeDecodeError as error:
-        raise DataError(f"{path}: not UTF-8 text (byte {error.start}); save the file as UTF-8") from None
-    if not examples:
-        raise DataError(f"{path}: no records; expected jsonl lines with 'question' and 'answer'")
-    return examples
+    return read_records(Path(path), example_from_record, limit, kind="GSM8K", expected="'question' and 'answer'")
 
 
 def load_gsm8k(source: str | Path = HUB_DATASET, split: str = "train", limit: int | None = None) -> list[MathExample]:

@@ -86,9 +86,13 @@ PARSERS: dict[str, Callable[[Any, str], Any]] = {"chat": chat_record, "preferenc
                                                  "text": text_record}
 
 
-def read_jsonl(path: Path, parse: Callable[[Any, str], Any], limit: int | None = None) -> list:
+def read_jsonl(path: Path, parse: Callable[[Any, str], Any], limit: int | None = None, kind: str = "",
+               expected: str = "") -> list:
+    """`parse(record, "file:line")` of every non-blank line (the first `limit`); DataErrors name the file and line.
+    `kind` ("GSM8K") and `expected` (what a record holds) make the messages of a missing or empty file specific."""
+    path = Path(path)
     if not path.is_file():
-        raise DataError(f"{path}: no such jsonl file")
+        raise DataError(f"{path}: no such {kind + ' ' if kind else ''}jsonl file")
     records = []
     try:
         with path.open(encoding="utf-8") as lines:
@@ -105,7 +109,7 @@ def read_jsonl(path: Path, parse: Callable[[Any, str], Any], limit: int | None =
     except UnicodeDecodeError as error:
         raise DataError(f"{path}: not UTF-8 text (byte {error.start}); save the file as UTF-8") from None
     if not records:
-        raise DataError(f"{path}: no records")
+        raise DataError(f"{path}: no records" + (f"; expected jsonl lines with {expected}" if expected else ""))
     return records
 
 
