@@ -6,6 +6,7 @@ signalled (same final checkpoint file for file, same deterministic metrics rows)
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -34,7 +35,8 @@ def test_preempted_grpo_job_checkpoints_requeues_and_resumes(slurm_controller, t
     while len(read_metrics(job_dir / "metrics.jsonl")) < 3:
         assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()[1][-3000:]
         time.sleep(0.5)
-    array_id = next((tmp_path / ".submitit").iterdir()).name.split("_")[0]
+    # submitit keeps one folder per array task ("<array>_<task>") beside its own hidden files
+    array_id = next(d.name.split("_")[0] for d in (tmp_path / ".submitit").iterdir() if re.fullmatch(r"\d+_\d+", d.name))
     subprocess.run(["scancel", "--signal=USR2", f"{array_id}_0"], check=True)  # job 1 runs undisturbed
     _, stderr = sweep.communicate(timeout=900)
 
