@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from framework.backends.maxtext.checkpoint_io import hf_tensor_name, hf_to_flax, load_hf_params, save_hf_checkpoint
+from framework.backends.maxtext.checkpoint_io import (hf_tensor_name, hf_to_flax, load_hf_params, per_layer,
+                                                      save_hf_checkpoint)
 from framework.backends.maxtext.models import KVCache, ModelConfig, Transformer, abstract_params, forward
 from framework.backends.maxtext.models.transformer import positions_from_mask, rope_inverse_frequencies
 from framework.backends.maxtext.trainers.update import completion_log_probs
@@ -115,8 +116,11 @@ def test_chunked_log_prob_gradients_match_torch(qwen3):
         box = boxed
         for name in names:
             box = box[name]
-        expected = hf_to_flax(torch_grads[hf_tensor_name(names)], names, tuple(box.value.shape))
-        np.testing.assert_allclose(np.asarray(leaf), expected, rtol=1e-3, atol=1e-5, err_msg="/".join(names))
+        layers, shape, _ = per_layer(names, box)
+        for layer, ours in [(None, leaf)] if layers is None else enumerate(leaf):
+            expected = hf_to_flax(torch_grads[hf_tensor_name(names, layer)], names, shape)
+            np.testing.assert_allclose(np.asarray(ours), expected, rtol=1e-3, atol=1e-5,
+                                       err_msg=f"{'/'.join(names)} layer {layer}")
 
 
 def test_saved_checkpoint_loads_in_transformers_with_same_logits(tiny, tmp_path):

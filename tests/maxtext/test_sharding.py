@@ -106,14 +106,15 @@ def test_sharded_load_forward_and_sampling_on_8_devices(tmp_path_factory):
     assert facts["tpu_v5p_mesh"] == {"data": 1, "fsdp": 8, "expert": 1, "tensor": 1}
     specs, shards = facts["specs"], facts["shard_shapes"]
     assert specs["embed_tokens/embedding"] == ["tensor", "fsdp"]  # (vocab, embed)
-    assert specs["layers_0/self_attn/q_proj/kernel"] == ["fsdp", "tensor", None]  # (embed, heads, head_dim)
-    assert specs["layers_0/self_attn/q_proj/bias"] == ["tensor", None]
-    assert specs["layers_0/self_attn/o_proj/kernel"] == ["tensor", None, "fsdp"]
-    assert specs["layers_0/mlp/down_proj/kernel"] == ["tensor", "fsdp"]  # (mlp, embed)
-    assert specs["layers_0/input_layernorm/scale"] == [None]
+    # layer parameters: stacked on a leading "layers" axis (scanned layers), never sharded
+    assert specs["layers/self_attn/q_proj/kernel"] == [None, "fsdp", "tensor", None]  # (layers, embed, heads, head_dim)
+    assert specs["layers/self_attn/q_proj/bias"] == [None, "tensor", None]
+    assert specs["layers/self_attn/o_proj/kernel"] == [None, "tensor", None, "fsdp"]
+    assert specs["layers/mlp/down_proj/kernel"] == [None, "tensor", "fsdp"]  # (layers, mlp, embed)
+    assert specs["layers/input_layernorm/scale"] == [None, None]
     assert shards["embed_tokens/embedding"] == [256, 16]  # 512x64 over tensor=2, fsdp=4
-    assert shards["layers_0/self_attn/k_proj/kernel"] == [16, 1, 16]  # 64x2x16
-    assert shards["layers_0/mlp/gate_proj/kernel"] == [16, 64]
+    assert shards["layers/self_attn/k_proj/kernel"] == [2, 16, 1, 16]  # 2 layers x 64x2x16
+    assert shards["layers/mlp/gate_proj/kernel"] == [2, 16, 64]
     assert facts["values_equal_unsharded"]
     assert facts["logits_max_abs_diff"] < 1e-4 * facts["logits_max_abs"]
     assert facts["logits_sharded_over"] == ["fsdp", None, "tensor"]

@@ -27,12 +27,13 @@ ON_CPU = ["recipe=grpo_gsm8k_tpu", "model=tiny_qwen2", "data=gsm8k_sample", "har
 # heads are replicated over `tensor` (sharding.py drops uneven axes).
 EXPECTED_SPECS = {
     "embed_tokens/embedding": ["tensor", "fsdp"],  # vocab, embed
-    "layers_0/self_attn/q_proj/kernel": ["fsdp", "tensor", None],  # embed, heads, head_dim
-    "layers_0/self_attn/q_proj/bias": ["tensor", None],
-    "layers_0/self_attn/k_proj/kernel": ["fsdp", None, None],  # embed, kv_heads (2), head_dim
-    "layers_0/self_attn/o_proj/kernel": ["tensor", None, "fsdp"],  # heads, head_dim, embed
-    "layers_1/mlp/gate_proj/kernel": ["fsdp", "tensor"],  # embed, mlp
-    "layers_1/mlp/down_proj/kernel": ["tensor", "fsdp"],  # mlp, embed
+    # layer parameters are stacked on a leading, unsharded "layers" axis (the layers are scanned)
+    "layers/self_attn/q_proj/kernel": [None, "fsdp", "tensor", None],  # layers, embed, heads, head_dim
+    "layers/self_attn/q_proj/bias": [None, "tensor", None],
+    "layers/self_attn/k_proj/kernel": [None, "fsdp", None, None],  # layers, embed, kv_heads (2), head_dim
+    "layers/self_attn/o_proj/kernel": [None, "tensor", None, "fsdp"],  # layers, heads, head_dim, embed
+    "layers/mlp/gate_proj/kernel": [None, "fsdp", "tensor"],  # layers, embed, mlp
+    "layers/mlp/down_proj/kernel": [None, "tensor", "fsdp"],  # layers, mlp, embed
     "norm/scale": [None],
 }
 

@@ -1,7 +1,8 @@
 """HF safetensors checkpoints <-> Flax params of models.Transformer.
 
-Flax parameter paths mirror the HF names (`layers_3/self_attn/q_proj/kernel` is
-`model.layers.3.self_attn.q_proj.weight`); kernels are the transposed HF weights, with the head
+Flax parameter paths mirror the HF names: layer i of `layers/self_attn/q_proj/kernel` (the layers
+are scanned, so each layer parameter is stacked on a leading "layers" axis) is
+`model.layers.<i>.self_attn.q_proj.weight`; kernels are the transposed HF weights, with the head
 dimensions split out (q_proj: [hidden, heads, head_dim], o_proj: [heads, head_dim, hidden]).
 Loading reads one tensor at a time from the safetensors files and places it straight onto its
 shards, so the full model never sits on one device (nor in host memory at once).
@@ -31,13 +32,23 @@ _HF_LEAF_NAMES = {"kernel": "weight", "scale": "weight", "embedding": "weight", 
 _COPIED_FILES = ("generation_config.json",)  # besides the tokenizer files
 
 
-def hf_tensor_name(path: tuple[str, ...]) -> str:
-    """`("layers_0", "self_attn", "q_proj", "kernel")` -> `"model.layers.0.self_attn.q_proj.weight"`."""
+def hf_tensor_name(path: tuple[str, ...], layer: int | None = None) -> str:
+    """`("layers", "self_attn", "q_proj", "kernel")`, layer 0 -> `"model.layers.0.self_attn.q_proj.weight"`."""
     leaf = _HF_LEAF_NAMES[path[-1]]
+    if (path[0] == "layers") != (layer is not None):
+        raise ValueError(f"hf_tensor_name: {'/'.join(path)} needs a layer index exactly when it is a layer parameter")
     if path[0] == "lm_head":
         return f"lm_head.{leaf}"
-    modules = [part.replace("layers_", "layers.", 1) if part.startswith("layers_") else part for part in path[:-1]]
+    modules = [f"layers.{layer}" if part == "layers" else part for part in path[:-1]]
     return ".".join(["model", *modules, leaf])
+
+
+def per_layer(path: tuple[str, ...], box: nn.LogicallyPartitioned) -> tuple[int | None, tuple[int, ...], tuple]:
+    """(number of stacked layers or None, shape and logical axes of one layer's tensor)."""
+    shape, names = tuple(box.value.shape), tuple(box.names)
+    if path[0] == "layers":
+        return shape[0], shape[1:], names[1:]
+    return None, shape, names
 
 
 def hf_to_flax(tensor: np.ndarray, path: tuple[str, ...], shape: tuple[int, ...]) -> np.ndarray:
@@ -96,17 +107,25 @@ def load_hf_params(model_dir_or_hub_id: str | Path, config: ModelConfig, mesh: M
     boxed = abstract_params(Transformer(config))
     reader = _SafetensorsReader(checkpoint_dir)
 
-    def load(path: tuple[str, ...], box: nn.LogicallyPartitioned) -> jax.Array:
-        shape = tuple(box.value.shape)
-        tensor = reader.get(hf_tensor_name(path))
-        expected = hf_shape(path, shape, box.names)
+    def read(path: tuple[str, ...], shape: tuple[int, ...], names: tuple, layer: int | None) -> np.ndarray:
+        name = hf_tensor_name(path, layer)
+        tensor = reader.get(name)
+        expected = hf_shape(path, shape, names)
         if tuple(tensor.shape) != expected:
-            raise CheckpointError(f"{checkpoint_dir}: tensor {hf_tensor_name(path)} has shape {tuple(tensor.shape)}, "
+            raise CheckpointError(f"{checkpoint_dir}: tensor {name} has shape {tuple(tensor.shape)}, "
                                   f"the model config needs {expected}")
-        array = np.ascontiguousarray(hf_to_flax(tensor, path, shape).astype(target_dtype, copy=False))
+        return hf_to_flax(tensor, path, shape).astype(target_dtype, copy=False)
+
+    def load(path: tuple[str, ...], box: nn.LogicallyPartitioned) -> jax.Array:
+        layers, shape, names = per_layer(path, box)
+        if layers is None:
+            array = read(path, shape, names, None)
+        else:  # one parameter kind of every layer at a time, stacked
+            array = np.stack([read(path, shape, names, i) for i in range(layers)])
+        array = np.ascontiguousarray(array)
         if mesh is None:
             return jax.device_put(array)
-        return jax.device_put(array, named_sharding(mesh, rules, box.names, shape))
+        return jax.device_put(array, named_sharding(mesh, rules, box.names, array.shape))
 
     return _map_with_path(load, boxed)
 
@@ -130,8 +149,10 @@ def save_hf_checkpoint(params: dict[str, Any], config: ModelConfig, tokenizer_di
 
     def collect(path: tuple[str, ...], box: nn.LogicallyPartitioned) -> None:
         array = np.asarray(jax.device_get(_get_path(params, path)))
-        hf = flax_to_hf(array, path, box.names).astype(target_dtype, copy=False)
-        tensors[hf_tensor_name(path)] = np.ascontiguousarray(hf)
+        layers, _, names = per_layer(path, box)
+        for layer in [None] if layers is None else range(layers):
+            hf = flax_to_hf(array if layer is None else array[layer], path, names).astype(target_dtype, copy=False)
+            tensors[hf_tensor_name(path, layer)] = np.ascontiguousarray(hf)
 
     _map_with_path(collect, boxed)
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})

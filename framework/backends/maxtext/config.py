@@ -5,9 +5,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from framework.core.errors import ConfigError
 from framework.core.parallel import ParallelConfig
 from framework.data.math import MathSpec
 from framework.tasks.grpo import GRPOTask
+
+REMAT_NAMES = ("none", "minimal", "full")  # keys of models.transformer.REMAT_POLICIES
+ATTENTION_KERNELS = ("xla", "cudnn")  # implementations of jax.nn.dot_product_attention
+
+
+def check_choice(value: str, valid: tuple[str, ...], key: str) -> str:
+    if value not in valid:
+        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(valid)}")
+    return value
 
 
 @dataclass
@@ -21,3 +31,5 @@ class GRPOConfig:
     logical_axis_rules: dict  # overrides of sharding.DEFAULT_RULES
     cache_dir: str  # tiny model builds and the JAX compilation cache
     seed: int
+    remat: str  # models.config.REMAT_NAMES
+    attention: str  # auto | models.config.ATTENTION_KERNELS

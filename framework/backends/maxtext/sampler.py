@@ -127,7 +127,9 @@ def _generate(model: Transformer, params: Any, prompt_ids: Array, prompt_mask: A
     batch, prompt_length = prompt_ids.shape
     n = sampling.num_samples
     max_new = sampling.max_new_tokens
-    variables = {"params": params}
+    # Decoding is bound by reading the weights every token: read them once in the compute dtype
+    # (float32 master weights would be read, and converted, at every step).
+    variables = {"params": jax.tree.map(lambda p: p.astype(config.dtype), params)}
 
     positions = positions_from_mask(prompt_mask)
     cache = KVCache.create(config, batch, prompt_length + max_new, model.mesh, model.rules)

@@ -9,6 +9,10 @@ random token ids of exactly --prompt-tokens and EOS is disabled, so every comple
 (num_generations per prompt, one prefill per prompt), host rewards (random here: the text is not
 decoded), group advantages, and the micro-batched update (ppo_epochs=1, beta=0: no extra forward).
 
+`--remat` and `--attention` choose the backend's remat policy and attention kernel (as
+conf/backend/maxtext.yaml); `setup_s` (imports, parameter init) and `first_step_done_s` are wall
+seconds from the start of main, `compile_s_per_step` what JAX spent compiling in each step.
+
 Update MFU = model FLOPs of the update (benchmarks/flops.py) / (update seconds x peak of
 --hardware at --dtype).
 """
@@ -50,7 +54,8 @@ def build_components(args: argparse.Namespace):
 
     task = grpo_task(args)
     config = ModelConfig.from_hf_config(load_conf("model", args.model)["hf_config"], param_dtype="float32",
-                                        dtype=args.dtype)
+                                        dtype=args.dtype).for_platform(args.remat, args.attention,
+                                                                       jax.default_backend())
     mesh = build_mesh(ParallelConfig(dp=1, fsdp=-1, tp=1, pp=1, ep=1, cp=1))
     model = Transformer(config, mesh, DEFAULT_RULES)
     boxed = abstract_params(Transformer(config))
@@ -93,22 +98,38 @@ def run_step(task, sampler, update, params, opt_state, rng, step: int):
     return params, opt_state, (rolled_out - start, time.perf_counter() - rolled_out)
 
 
+OPTIONS = {"--remat": {"default": "none", "choices": ["none", "minimal", "full"], "help": "remat policy"},
+           "--attention": {"default": "auto", "choices": ["auto", "xla", "cudnn"], "help": "attention kernel"}}
+
+
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(__doc__.splitlines()[0], argv)
+    started = time.perf_counter()
+    args = parse_args(__doc__.splitlines()[0], argv, OPTIONS)
     import jax
 
+    from framework.backends.maxtext.compile_clock import CompileClock
+
+    clock = CompileClock()
     task, config, params, opt_state, sampler, update = build_components(args)
+    jax.block_until_ready((params, opt_state))
+    built = time.perf_counter()
     rng = jax.random.key(0)
-    timings = []
+    timings, compile_s = [], []
     for step in range(args.warmup + args.steps):
         params, opt_state, timing = run_step(task, sampler, update, params, opt_state, rng, step)
+        compile_s.append(clock.take())
+        if step == 0:
+            first_step_done = time.perf_counter()
         if step >= args.warmup:
             timings.append(timing)
     rollout_s = statistics.median(t[0] for t in timings)
     update_s = statistics.median(t[1] for t in timings)
     step_s = statistics.median(t[0] + t[1] for t in timings)
     result = {"framework": "crucible-maxtext (jax)", "jax": jax.__version__, "device": jax.devices()[0].device_kind,
-              "devices": jax.device_count(), **step_report(args, task.rows_per_step, step_s, rollout_s, update_s)}
+              "devices": jax.device_count(), "remat": config.remat, "attention": config.attention_kernel,
+              "setup_s": built - started, "first_step_done_s": first_step_done - started,
+              "compile_s_per_step": compile_s,
+              **step_report(args, task.rows_per_step, step_s, rollout_s, update_s)}
     print(json.dumps(result, indent=2))
     return result
 

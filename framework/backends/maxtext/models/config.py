@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from framework.backends.maxtext.config import ATTENTION_KERNELS, REMAT_NAMES, check_choice
 from framework.core.errors import ConfigError, DataError
 from framework.core.plain import to_plain
 
@@ -44,6 +45,23 @@ class ModelConfig:
     param_dtype: str = "float32"
     dtype: str = "float32"  # compute dtype of matmuls; norms, softmax and logits stay in float32
     hf_config_json: str = "{}"  # the source HF config, written back by save_hf_checkpoint
+    # How the layers run, not what they compute (set from conf/backend/maxtext.yaml):
+    remat: str = "none"  # transformer.REMAT_POLICIES: none | minimal | full
+    attention_kernel: str = "xla"  # jax.nn.dot_product_attention implementation: xla | cudnn
+
+    def __post_init__(self) -> None:
+        check_choice(self.remat, REMAT_NAMES, "backend.adapter.remat")
+        check_choice(self.attention_kernel, ATTENTION_KERNELS, "backend.adapter.attention")
+        if self.attention_kernel == "cudnn" and self.dtype == "float32":
+            raise ConfigError("backend.adapter.attention: cudnn has no float32 kernel; use xla or auto "
+                              "with compute dtype float32")
+
+    def for_platform(self, remat: str, attention: str, platform: str) -> "ModelConfig":
+        """With the backend's remat policy and attention kernel; attention auto = cuDNN on a GPU in
+        bfloat16 (its flash attention has no float32 kernel), else XLA."""
+        if attention == "auto":
+            attention = "cudnn" if platform == "gpu" and self.dtype == "bfloat16" else "xla"
+        return self.replace(remat=remat, attention_kernel=attention)
 
     @property
     def hf_config(self) -> dict[str, Any]:

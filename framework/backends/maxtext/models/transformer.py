@@ -1,10 +1,12 @@
 """Flax (linen) decoder for Llama, Qwen2/2.5 and Qwen3: one module family, switched by ModelConfig flags.
 
 RoPE (optionally llama3-scaled), grouped-query attention, RMSNorm, SwiGLU, tied or untied embeddings.
-Every parameter carries logical axis names (see sharding.DEFAULT_RULES). Attention works on "slots":
-without a cache the slots are the input positions; with a KVCache they are the cache entries, written
-at `cache.index`. A query attends to the slots at or before its own that hold real tokens, so left
-padding never leaks into attention, and RoPE uses the explicit `positions` (not the slot index).
+Every parameter carries logical axis names (see sharding.DEFAULT_RULES). The layers are one
+`nn.scan` over a rematerialised layer body (parameters stacked on a leading "layers" axis), so a
+24-layer model compiles one layer. Attention works on "slots": without a cache the rows are packed
+(real tokens from slot 0) and attention is one fused causal kernel; with a KVCache the slots are the
+cache entries, written at `cache.index`, and a query attends to the slots at or before its own that
+hold real tokens. Left padding never leaks into attention, and RoPE uses the explicit `positions`.
 """
 
 from __future__ import annotations
@@ -22,38 +24,36 @@ from framework.backends.maxtext.models.config import ModelConfig
 from framework.backends.maxtext.sharding import LogicalRules, constrain
 
 Array = jax.Array
+CACHE_AXES = ("cache_layers", "cache_batch", "cache_sequence", "cache_kv_heads", "cache_head_dim")
 _KERNEL_INIT = nn.initializers.normal(stddev=0.02)  # HF initializer_range; real weights are loaded
 
 
 @flax.struct.dataclass
 class KVCache:
-    """Per-layer key/value buffers of fixed length, plus which slots hold real (non-padding) tokens."""
+    """Key/value buffers of every layer, stacked (one array, so the scanned layers update it in place),
+    plus which slots hold real (non-padding) tokens."""
 
-    keys: tuple[Array, ...]  # each [batch, max_length, kv_heads, head_dim]
-    values: tuple[Array, ...]
+    keys: Array  # [layers, batch, max_length, kv_heads, head_dim]
+    values: Array
     valid: Array  # [batch, max_length] bool
     index: Array  # int32 scalar: the next slot to write
 
     @classmethod
     def create(cls, config: ModelConfig, batch_size: int, max_length: int,
                mesh: Mesh | None = None, rules: LogicalRules | None = None) -> "KVCache":
-        shape = (batch_size, max_length, config.num_kv_heads, config.head_dim)
+        shape = (config.num_layers, batch_size, max_length, config.num_kv_heads, config.head_dim)
 
         def buffer() -> Array:
-            zeros = jnp.zeros(shape, config.dtype)
-            return constrain(zeros, ("cache_batch", "cache_sequence", "cache_kv_heads", "cache_head_dim"),
-                             mesh, rules)
+            return constrain(jnp.zeros(shape, config.dtype), CACHE_AXES, mesh, rules)
 
-        return cls(keys=tuple(buffer() for _ in range(config.num_layers)),
-                   values=tuple(buffer() for _ in range(config.num_layers)),
-                   valid=jnp.zeros((batch_size, max_length), bool), index=jnp.zeros((), jnp.int32))
+        return cls(keys=buffer(), values=buffer(), valid=jnp.zeros((batch_size, max_length), bool),
+                   index=jnp.zeros((), jnp.int32))
 
     def repeat(self, repeats: int) -> "KVCache":
         """Each sequence `repeats` times in a row (n samples per prompt share one prefill)."""
-        def rep(x: Array) -> Array:
-            return jnp.repeat(x, repeats, axis=0)
-        return self.replace(keys=tuple(map(rep, self.keys)), values=tuple(map(rep, self.values)),
-                            valid=rep(self.valid))
+        return self.replace(keys=jnp.repeat(self.keys, repeats, axis=1),
+                            values=jnp.repeat(self.values, repeats, axis=1),
+                            valid=jnp.repeat(self.valid, repeats, axis=0))
 
 
 def positions_from_mask(attention_mask: Array) -> Array:
@@ -114,14 +114,22 @@ def _dense(features: int | tuple[int, ...], kernel_axes: tuple[str, ...], use_bi
 
 
 class Attention(nn.Module):
+    """Grouped-query attention in one of two modes.
+
+    Packed (no cache): every row's real tokens are contiguous from slot 0 (Transformer.hidden_states
+    shifts left padding away), so causal attention over `lengths` real keys is exact and runs as one
+    fused kernel (jax.nn.dot_product_attention; cuDNN flash attention on GPU with attention="cudnn").
+    Cached: the new keys/values are written into the stacked cache at (layer, index) and the queries
+    attend to the slots `attend` allows (left padding, causality).
+    """
+
     config: ModelConfig
     mesh: Mesh | None = None
     rules: LogicalRules | None = None
 
     @nn.compact
-    def __call__(self, x: Array, positions: Array, attend: Array,
-                 layer_cache: tuple[Array, Array] | None, cache_index: Array | None
-                 ) -> tuple[Array, tuple[Array, Array] | None]:
+    def __call__(self, x: Array, positions: Array, lengths: Array | None, attend: Array | None,
+                 cache: tuple[Array, Array, Array, Array] | None) -> tuple[Array, tuple[Array, Array] | None]:
         c = self.config
         q = _dense((c.num_heads, c.head_dim), ("embed", "heads", "head_dim"), c.qkv_bias, c, "q_proj")(x)
         k = _dense((c.num_kv_heads, c.head_dim), ("embed", "kv_heads", "head_dim"), c.qkv_bias, c, "k_proj")(x)
@@ -134,21 +142,30 @@ class Attention(nn.Module):
         k = self._constrain(apply_rope(k, positions, inv_freq), "activation_kv_heads")
         v = self._constrain(v, "activation_kv_heads")
 
-        if layer_cache is not None:
-            cache_axes = ("cache_batch", "cache_sequence", "cache_kv_heads", "cache_head_dim")
-            start = (0, cache_index, 0, 0)
-            k = constrain(jax.lax.dynamic_update_slice(layer_cache[0], k.astype(layer_cache[0].dtype), start),
-                          cache_axes, self.mesh, self.rules)
-            v = constrain(jax.lax.dynamic_update_slice(layer_cache[1], v.astype(layer_cache[1].dtype), start),
-                          cache_axes, self.mesh, self.rules)
-            layer_cache = (k, v)
-
-        out = self._attention(q, k, v, attend)
+        if cache is None:
+            out, new_cache = self._packed(q, k, v, lengths), None
+        else:
+            keys, values, layer, index = cache
+            start = (layer, 0, index, 0, 0)
+            keys = constrain(jax.lax.dynamic_update_slice(keys, k[None].astype(keys.dtype), start),
+                             CACHE_AXES, self.mesh, self.rules)
+            values = constrain(jax.lax.dynamic_update_slice(values, v[None].astype(values.dtype), start),
+                               CACHE_AXES, self.mesh, self.rules)
+            layer_keys = jax.lax.dynamic_index_in_dim(keys, layer, keepdims=False)
+            layer_values = jax.lax.dynamic_index_in_dim(values, layer, keepdims=False)
+            out, new_cache = self._masked(q, layer_keys, layer_values, attend), (keys, values)
+        out = self._constrain(out, "activation_heads")
         out = _dense(c.hidden_size, ("heads", "head_dim", "embed"), c.o_bias, c, "o_proj", axis=(-2, -1))(out)
-        return out, layer_cache
+        return out, new_cache
 
-    def _attention(self, q: Array, k: Array, v: Array, attend: Array) -> Array:
-        """Grouped-query attention without repeating K/V: queries are grouped per KV head."""
+    def _packed(self, q: Array, k: Array, v: Array, lengths: Array) -> Array:
+        """Causal attention over the first `lengths[b]` keys of each row (queries past them are ignored)."""
+        c = self.config
+        return jax.nn.dot_product_attention(q, k.astype(q.dtype), v.astype(q.dtype), is_causal=True,
+                                            key_value_seq_lengths=lengths, implementation=c.attention_kernel)
+
+    def _masked(self, q: Array, k: Array, v: Array, attend: Array) -> Array:
+        """Attention under an explicit [B, T, S] mask, without repeating K/V: queries grouped per KV head."""
         c = self.config
         batch, length = q.shape[:2]
         groups = c.num_heads // c.num_kv_heads
@@ -159,7 +176,7 @@ class Attention(nn.Module):
         scores = jnp.where(attend[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(c.dtype)
         out = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(c.dtype))
-        return self._constrain(out.reshape(batch, length, c.num_heads, c.head_dim), "activation_heads")
+        return out.reshape(batch, length, c.num_heads, c.head_dim)
 
     def _constrain(self, x: Array, heads_axis: str) -> Array:
         return constrain(x, ("activation_batch", "activation_length", heads_axis, None), self.mesh, self.rules)
@@ -180,28 +197,55 @@ class MLP(nn.Module):
         return _dense(c.hidden_size, ("mlp", "embed"), c.mlp_bias, c, "down_proj")(hidden)
 
 
+# Carried through the scanned layers: hidden states, the stacked cache (or None, None), the layer index.
+Carry = tuple[Array, Array | None, Array | None, Array]
+
+
 class DecoderLayer(nn.Module):
+    """One layer as the body of `nn.scan`: (carry, broadcast inputs) -> (carry, None)."""
+
     config: ModelConfig
     mesh: Mesh | None = None
     rules: LogicalRules | None = None
 
     @nn.compact
-    def __call__(self, x: Array, positions: Array, attend: Array,
-                 layer_cache: tuple[Array, Array] | None, cache_index: Array | None
-                 ) -> tuple[Array, tuple[Array, Array] | None]:
+    def __call__(self, carry: Carry, positions: Array, lengths: Array | None, attend: Array | None,
+                 cache_index: Array | None) -> tuple[Carry, None]:
         c = self.config
+        x, keys, values, layer = carry
+        cache = None if keys is None else (keys, values, layer, cache_index)
         normed = RMSNorm(c.hidden_size, c.rms_norm_eps, "norm", c.dtype, c.param_dtype, name="input_layernorm")(x)
-        attn_out, layer_cache = Attention(c, self.mesh, self.rules, name="self_attn")(
-            normed, positions, attend, layer_cache, cache_index)
+        attn_out, new_cache = Attention(c, self.mesh, self.rules, name="self_attn")(
+            normed, positions, lengths, attend, cache)
         x = x + attn_out
         normed = RMSNorm(c.hidden_size, c.rms_norm_eps, "norm", c.dtype, c.param_dtype,
                          name="post_attention_layernorm")(x)
-        x = x + MLP(c, self.mesh, self.rules, name="mlp")(normed)
-        return _constrain_hidden(x, self.mesh, self.rules), layer_cache
+        x = _constrain_hidden(x + MLP(c, self.mesh, self.rules, name="mlp")(normed), self.mesh, self.rules)
+        keys, values = (None, None) if new_cache is None else new_cache
+        return (x, keys, values, layer + 1), None
+
+
+# Named remat policies (MaxText's names): what the backward pass may keep instead of recomputing.
+REMAT_POLICIES = {
+    "none": None,  # keep every activation: fastest, most memory
+    "minimal": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # keep matmul outputs
+    "full": jax.checkpoint_policies.nothing_saveable,  # keep only each layer's input
+}
 
 
 def _constrain_hidden(x: Array, mesh: Mesh | None, rules: LogicalRules | None) -> Array:
     return constrain(x, ("activation_batch", "activation_length", "activation_embed"), mesh, rules)
+
+
+def scanned_layers(config: ModelConfig) -> type[nn.Module]:
+    """The decoder layers as one `nn.scan` over a rematerialised layer body: one compiled layer,
+    parameters stacked on a leading "layers" axis (as MaxText's scan_layers)."""
+    layer = DecoderLayer
+    if config.remat != "none":
+        layer = nn.remat(layer, policy=REMAT_POLICIES[config.remat], prevent_cse=False)
+    return nn.scan(layer, variable_axes={"params": 0}, split_rngs={"params": True},
+                   in_axes=(nn.broadcast,) * 4, length=config.num_layers,
+                   metadata_params={nn.PARTITION_NAME: "layers"})
 
 
 class Transformer(nn.Module):
@@ -220,7 +264,7 @@ class Transformer(nn.Module):
         self.embed_tokens = nn.Embed(
             num_embeddings=c.vocab_size, features=c.hidden_size, dtype=c.dtype, param_dtype=c.param_dtype,
             embedding_init=nn.with_logical_partitioning(_KERNEL_INIT, ("vocab", "embed")))
-        self.layers = [DecoderLayer(c, self.mesh, self.rules) for _ in range(c.num_layers)]
+        self.layers = scanned_layers(c)(c, self.mesh, self.rules)
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, "norm", c.dtype, c.param_dtype)
         if not c.tie_word_embeddings:
             self.lm_head = _dense(c.vocab_size, ("embed", "vocab"), False, c, None)
@@ -232,21 +276,28 @@ class Transformer(nn.Module):
 
     def hidden_states(self, input_ids: Array, positions: Array, attention_mask: Array,
                       cache: KVCache | None = None) -> tuple[Array, KVCache | None]:
-        """Final-norm hidden states [B, T, H]. With a cache, the T tokens go to slots index..index+T-1."""
+        """Final-norm hidden states [B, T, H]. With a cache, the T tokens go to slots index..index+T-1.
+
+        Without a cache each row's real tokens must be contiguous (left and/or right padding, no
+        holes): the rows are shifted so that they start at slot 0, run packed, and shifted back.
+        """
         attention_mask = attention_mask.astype(bool)
+        if cache is None:
+            lead = jnp.argmax(attention_mask, axis=1)  # padding slots before the first real token
+            to_packed, from_packed = _row_rotations(lead, input_ids.shape[1])
+            x = self._embed(jnp.take_along_axis(input_ids, to_packed, axis=1))
+            carry = (x, None, None, jnp.int32(0))
+            (x, _, _, _), _ = self.layers(carry, jnp.take_along_axis(positions, to_packed, axis=1),
+                                          attention_mask.sum(axis=1, dtype=jnp.int32), None, None)
+            return self.norm(jnp.take_along_axis(x, from_packed[..., None], axis=1)), None
         attend, cache = _attend_mask(attention_mask, cache)
-        x = _constrain_hidden(self.embed_tokens(input_ids), self.mesh, self.rules)
-        new_keys, new_values = [], []
-        for i, layer in enumerate(self.layers):
-            layer_cache = None if cache is None else (cache.keys[i], cache.values[i])
-            x, layer_cache = layer(x, positions, attend, layer_cache, None if cache is None else cache.index)
-            if layer_cache is not None:
-                new_keys.append(layer_cache[0])
-                new_values.append(layer_cache[1])
-        if cache is not None:
-            cache = cache.replace(keys=tuple(new_keys), values=tuple(new_values),
-                                  index=cache.index + input_ids.shape[1])
+        carry = (self._embed(input_ids), cache.keys, cache.values, jnp.int32(0))
+        (x, keys, values, _), _ = self.layers(carry, positions, None, attend, cache.index)
+        cache = cache.replace(keys=keys, values=values, index=cache.index + input_ids.shape[1])
         return self.norm(x), cache
+
+    def _embed(self, input_ids: Array) -> Array:
+        return _constrain_hidden(self.embed_tokens(input_ids), self.mesh, self.rules)
 
     def logits(self, hidden: Array) -> Array:
         if self.config.tie_word_embeddings:
@@ -257,12 +308,15 @@ class Transformer(nn.Module):
                          self.mesh, self.rules)
 
 
-def _attend_mask(attention_mask: Array, cache: KVCache | None) -> tuple[Array, KVCache | None]:
+def _row_rotations(lead: Array, length: int) -> tuple[Array, Array]:
+    """Gather indices [B, T] that rotate each row left by `lead` slots, and back."""
+    slots = jnp.arange(length)[None, :]
+    return (slots + lead[:, None]) % length, (slots - lead[:, None]) % length
+
+
+def _attend_mask(attention_mask: Array, cache: KVCache) -> tuple[Array, KVCache]:
     """[B, T, S] bool: query t may attend slot s (real token, not after the query's own slot)."""
     length = attention_mask.shape[1]
-    if cache is None:
-        causal = jnp.arange(length)[:, None] >= jnp.arange(length)[None, :]
-        return attention_mask[:, None, :] & causal[None], None
     valid = jax.lax.dynamic_update_slice(cache.valid, attention_mask, (0, cache.index))
     query_slots = cache.index + jnp.arange(length)
     causal = jnp.arange(valid.shape[1])[None, :] <= query_slots[:, None]

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
+from framework.backends.maxtext.compile_clock import CompileClock
 from framework.backends.maxtext.checkpoint_io import load_hf_params, resolve_checkpoint_dir, save_hf_checkpoint
 from framework.backends.maxtext.config import GRPOConfig
 from framework.rl.advantages import compute_advantages
@@ -72,8 +73,10 @@ class GRPOTrainer(BaseTrainer):
     def init(self) -> None:
         """Model, params, optimizer, sampler, data order and RNG; restore the latest checkpoint when resuming."""
         task = self.config.task
-        self.model_config = ModelConfig.from_pretrained(self.model_dir, param_dtype=task.param_dtype,
-                                                        dtype=task.compute_dtype)
+        self.compile_clock = CompileClock()  # compile seconds go into the next step's row
+        self.model_config = ModelConfig.from_pretrained(
+            self.model_dir, param_dtype=task.param_dtype, dtype=task.compute_dtype,
+        ).for_platform(self.config.remat, self.config.attention, jax.default_backend())
         model = Transformer(self.model_config, self.mesh, self.rules)
         self.params = load_hf_params(self.model_dir, self.model_config, self.mesh, self.rules)
         self.ref_params = jax.tree.map(jnp.copy, self.params) if task.beta > 0 else None
@@ -150,6 +153,7 @@ class GRPOTrainer(BaseTrainer):
             "learning_rate": float(self.schedule((step - 1) * task.ppo_epochs)),
             "rollout_time_s": rolled_out - started, "reward_time_s": scored - rolled_out,
             "update_time_s": done - scored, "step_time_s": done - started,
+            "compile_time_s": self.compile_clock.take(),  # JAX tracing + XLA compile, included in the times above
             "rollout_tokens_per_s": float(rollouts.completion_mask.sum()) / (rolled_out - started),
             "update_tokens_per_s": task.ppo_epochs * float(rollouts.attention_mask.sum()) / (done - scored),
         }
