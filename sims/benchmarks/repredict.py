@@ -34,7 +34,8 @@ def table_for(hardware: dict, stack: str) -> str | None:
 
 def table_measurements(table: str) -> list[dict]:
     """The measurements a shipped table was refitted from (empty for a table refit.yaml does not list)."""
-    spec = yaml.safe_load(SHIPPED.read_text()).get(Path(table).name)
+    shipped = Path(table).resolve().parent == SHIPPED.parent.resolve()
+    spec = yaml.safe_load(SHIPPED.read_text()).get(Path(table).name) if shipped else None
     return read_measurements([str(REPO_ROOT / f) for f in spec["files"]]) if spec else []
 
 
