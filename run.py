@@ -9,9 +9,10 @@ from framework.cli import run_guarded
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def app(cfg: DictConfig):
     from framework.core.runtime import run_from_hydra
+    from framework.core.sweep import objective_value
 
     result = run_from_hydra(cfg)
-    return result.metrics
+    return objective_value(cfg.task.get("objective"), result)  # a search's sweeper reads it (recipe=sim_search)
 
 
 def main() -> None:

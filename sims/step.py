@@ -68,7 +68,7 @@ def estimate_step(
 
     def rows() -> list[dict]:
         scaled = [_row(name, op_type, n * m, flops * m, nbytes * m, time_s * m, bound)
-                  for name, op_type, n, flops, nbytes, time_s, bound in ops.slowest_rows]
+                  for name, op_type, n, flops, nbytes, time_s, bound in ops.slowest_rows(graph)]
         return scaled + extra
 
     return StepEstimate(latency, model_flops(graph, workload), rows, ops.slowest)
@@ -76,12 +76,23 @@ def estimate_step(
 
 @dataclass(frozen=True)
 class StageOps:
-    """The ops of every pipeline stage for one micro-batch: time per stage (without send/recv),
-    the slowest stage and its per-op rows (name, op_type, executions, flops, bytes, time, bound)."""
+    """The ops of every pipeline stage for one micro-batch: time per stage (without send/recv), the
+    slowest stage, and what its per-op rows are built from when asked (a sweep mostly is not)."""
 
     stage_s: list[float]
     slowest: int
-    slowest_rows: list[tuple]
+    costs: list[OpCost | None]
+    multipliers: list[float]
+    counts: list[int]  # executions of each node on the slowest stage
+
+    def slowest_rows(self, graph: ComputationalGraph) -> list[tuple]:
+        """(name, op_type, executions, flops, bytes, time, bound) of the slowest stage's ops."""
+        return [
+            (node.name, node.op_type, n, cost.flops * n * mult, cost.bytes * n * mult, cost.time_s * n * mult,
+             cost.bound)
+            for node, cost, mult, n in zip(graph.nodes, self.costs, self.multipliers, self.counts)
+            if cost is not None and n
+        ]
 
 
 def _stage_ops(graph: ComputationalGraph, ctx: Context) -> StageOps:
@@ -89,27 +100,35 @@ def _stage_ops(graph: ComputationalGraph, ctx: Context) -> StageOps:
     micro-batch, dtype, mode; the stage sums also per pp): a sweep over dp, pp, batch and
     micro-batches costs each op once per size."""
     w = ctx.workload
-    key = (ctx.layout.tp, ctx.layout.ep, *ctx.dims.values(), w.dtype, w.mode, w.recompute)
+    binding = (ctx.layout.tp, *ctx.dims.values(), w.dtype, w.mode, w.recompute)
+    key = (ctx.layout.ep, *binding)
     cache = _step_cache(ctx.hw)
     return cache.get(graph, (key, ctx.layout.pp), lambda: _cost_stages(graph, ctx, cache.get(
-        graph, key, lambda: [op_cost(node, ctx) for node in graph.nodes])))
+        graph, key, lambda: _op_costs(graph, ctx, cache.get(graph, ("ep_free", binding), lambda: {
+            i: op_cost(node, ctx) for i, node in enumerate(graph.nodes) if not _depends_on_ep(node)})))))
+
+
+def _depends_on_ep(node) -> bool:
+    """Whether ep changes the node's cost (sims/calculator.py): collectives, grouped expert GEMMs and
+    the shuffles that split over tp only under expert parallelism. The rest is shared across ep."""
+    return node.is_comm or node.op_type == "moe_gemm" or bool(node.attrs.get("sequence_parallel_with_ep"))
+
+
+def _op_costs(graph: ComputationalGraph, ctx: Context, ep_free: dict[int, OpCost | None]) -> list[OpCost | None]:
+    return [ep_free[i] if i in ep_free else op_cost(node, ctx) for i, node in enumerate(graph.nodes)]
 
 
 def _cost_stages(graph: ComputationalGraph, ctx: Context, costs: list[OpCost | None]) -> StageOps:
-    num_layers = graph.meta["num_layers"]
-    multipliers = [passes(node, ctx.workload, num_layers)[0] for node in graph.nodes]
+    w = ctx.workload
+    multipliers = _step_cache(ctx.hw).get(graph, ("passes", w.mode, w.recompute), lambda: [
+        passes(node, w, graph.meta["num_layers"])[0] for node in graph.nodes])
     counts = stage_counts(graph, ctx.layout.pp)
     stage_s = [
         sum(c.time_s * mult * n for c, mult, n in zip(costs, multipliers, stage) if c is not None and n)
         for stage in counts
     ]
     slowest = max(range(ctx.layout.pp), key=stage_s.__getitem__)
-    rows = [
-        (node.name, node.op_type, n, cost.flops * n * mult, cost.bytes * n * mult, cost.time_s * n * mult, cost.bound)
-        for node, cost, mult, n in zip(graph.nodes, costs, multipliers, counts[slowest])
-        if cost is not None and n
-    ]
-    return StageOps(stage_s, slowest, rows)
+    return StageOps(stage_s, slowest, costs, multipliers, counts[slowest])
 
 
 _STEP_CACHES: dict[int, tuple[HardwareSpec, GraphCache]] = {}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 
 from hydra.utils import instantiate
@@ -57,7 +58,10 @@ def validate(cfg: DictConfig) -> BackendAdapter:
     check_model_architecture(cfg.model.hf_config)
     check_path_exists(cfg.model.path, "model.path", "model directory")
     check_model_dir(cfg.model.path)
-    check_path_exists(cfg.hardware.efficiency_table, "hardware.efficiency_table", "efficiency table", base=REPO_ROOT)
+    tables = cfg.hardware.efficiency_table  # a path, or {software stack: path or null}
+    for stack, table in (tables.items() if isinstance(tables, Mapping) else [(None, tables)]):
+        key = "hardware.efficiency_table" + (f".{stack}" if stack else "")
+        check_path_exists(table, key, "efficiency table", base=REPO_ROOT)
     check_targets(cfg)
     adapter = instantiate(cfg.backend.adapter)
     check_backend_runs_task(adapter, cfg.backend.name, cfg.task.name)

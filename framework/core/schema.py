@@ -7,7 +7,7 @@ these classes check that a file has exactly the keys, with the types, that the c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from framework.core.dtypes import TrainDtype
 from framework.core.errors import ConfigError
@@ -45,7 +45,8 @@ class HardwareConfig:
     hbm_tb_s: PositiveFloat
     intra_node_gb_s: Optional[PositiveFloat]  # per direction
     inter_node_gb_s: Optional[PositiveFloat]  # per direction
-    efficiency_table: Optional[str]  # a measured efficiency table (task=calibrate), or null
+    # a measured efficiency table (task=calibrate), a mapping {software stack: table or null}, or null
+    efficiency_table: Union[str, dict[str, Optional[str]], None]
     launcher: dict  # SLURM resources per node: gpus_per_node, tasks_per_node, cpus_per_task, mem_gb
 
 

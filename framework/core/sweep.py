@@ -128,3 +128,26 @@ class SweepSummaryCallback(Callback):
             message = f"{len(failed)} of {len(rows)} jobs failed (jobs {', '.join(failed)}); see {md_path}"
             log.error(message)
             FAILED_SWEEPS.append(message)
+
+
+def objective_value(objective: Any, result: Any) -> Any:
+    """What run.py returns for a job: with the task's `objective` set ({metric, direction}), that metric of
+    the run as a float, which a sweeper that optimises (hydra-optuna-sweeper) reads; a job whose input the
+    task reports as invalid (a layout that cannot run) or that does not fit in memory scores the worst
+    value (-inf when maximising, inf when minimising); a failed job returns None (the sweeper's failure).
+    Without an objective: the run's metrics."""
+    if not objective:
+        return result.metrics
+    from framework.core.errors import ConfigError
+
+    direction, metric = objective.get("direction"), objective.get("metric")
+    if direction not in ("minimize", "maximize"):
+        raise ConfigError(f"task.objective.direction: {direction!r}; valid: minimize, maximize")
+    if result.status == "invalid" or (result.success and result.metrics.get("fits") is False):
+        return float("-inf") if direction == "maximize" else float("inf")
+    if not result.success:
+        return None
+    if not isinstance(result.metrics.get(metric), (int, float)):
+        numbers = sorted(k for k, v in result.metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+        raise ConfigError(f"task.objective.metric: {metric!r} is not a number the task reports; valid: {', '.join(numbers)}")
+    return float(result.metrics[metric])

@@ -3,6 +3,12 @@
     torchrun --nproc_per_node 4 -m sims.benchmarks.layouts --out layouts_4gpu.json            # 9 of 16 layouts
     torchrun --nproc_per_node 8 -m sims.benchmarks.layouts --out layouts_8gpu.json            # all 16
     torchrun --nproc_per_node 2 -m sims.benchmarks.layouts --tiny --out /tmp/layouts.json     # CPU, gloo, seconds
+    python -m sims.benchmarks.layouts --repredict layouts_4gpu.json --out DIR/layouts.json     # no GPU: predict again
+
+Predictions are for the card the script runs on (its CUDA device name -> conf/hardware/<name>.yaml, as
+hardware=auto picks it; --hardware overrides; the CPU check keeps the recipe's). --repredict redoes the
+predictions of a saved report for the card it names (or --hardware) and its errors and summary, keeping
+every measurement.
 
 Each (tp, ep) of the recipe's sweep fills the world as the sweep fills its node: dp = world / tp replicas
 of `sim.batch` sequences each, decoding one token over `sim.context_len` tokens of KV cache, with the
@@ -22,6 +28,7 @@ The decode itself is sims/benchmarks/layouts_decode.py.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +37,7 @@ import yaml
 
 from framework.core.dtypes import SHORT
 from framework.core.errors import ConfigError
+from framework.core.hardware import GPU_FILES
 from sims import simulate
 from sims.hardware import read_hardware_file
 from sims.workload import layout_from_parallel
@@ -81,6 +89,35 @@ def plan(spec: dict, hf_config: dict, hardware: dict, world: int, layers: int) -
                      "predicted_s": short.latency_s, "predicted_full_s": full.latency_s,
                      "predicted_fits": full.fits})
     return rows
+
+
+def card_hardware(card: str) -> str | None:
+    """conf/hardware name of a device name ('NVIDIA H200' -> h200; framework.core.hardware's table), or None."""
+    return next((option for needle, option in GPU_FILES if needle.lower() in card.lower()), None)
+
+
+def repredict(saved: dict, hardware_name: str | None = None) -> dict:
+    """A saved report predicted again for `hardware_name` (default: the card it was measured on)."""
+    card = saved["environment"]["device"]
+    name = hardware_name or card_hardware(card)
+    if name is None:
+        raise SystemExit(f"no conf/hardware file for {card!r}; pass --hardware NAME")
+    spec = sweep(REPO / "recipes/sim_sweep.yaml")
+    hf_config = yaml.safe_load((REPO / f"conf/model/{spec['model']}.yaml").read_text())["hf_config"]
+    spec["sim"] = {**spec["sim"], "batch": saved["workload"]["batch_per_replica"],
+                   "context_len": saved["workload"]["context_len"], "dtype": saved["workload"]["dtype"]}
+    hardware = read_hardware_file(REPO / f"conf/hardware/{name}.yaml")
+    predicted = {(r["tp"], r["ep"]): r for r in plan(spec, hf_config, hardware, saved["environment"]["devices"],
+                                                      saved["layers_measured"])}
+    rows = []
+    for row in saved["layouts"]:
+        if row["status"] == "measured":
+            fresh = predicted[(row["tp"], row["ep"])]
+            row = {**row, **{k: fresh[k] for k in ("predicted_s", "predicted_full_s", "predicted_fits")}}
+            add_errors(row, spec["sim"]["batch"])
+        rows.append(row)
+    return {**saved, "hardware": name, "repredicted_from": saved["hardware"], "layouts": rows,
+            "summary": summarise(rows)}
 
 
 def add_errors(row: dict, batch: int) -> None:
@@ -232,13 +269,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="the JSON report")
     parser.add_argument("--recipe", default=str(REPO / "recipes/sim_sweep.yaml"))
     parser.add_argument("--layers", type=int, default=4, help="decoder layers built and predicted (default 4)")
-    parser.add_argument("--hardware", help="conf/hardware/NAME.yaml for the predictions (default: the recipe's)")
+    parser.add_argument("--hardware", help="conf/hardware/NAME.yaml for the predictions (default: the detected card's)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--eager", action="store_true", help="no CUDA graphs (if capture fails on this stack)")
     parser.add_argument("--only", help="comma-separated layouts to run, e.g. tp1_ep4,tp4_ep1")
     parser.add_argument("--tiny", action="store_true", help="tiny shapes and workload, float32 (CPU check)")
+    parser.add_argument("--repredict", metavar="REPORT", help="no measuring: predict a saved report again")
     args = parser.parse_args(argv)
+    if args.repredict:
+        report = repredict(json.loads(Path(args.repredict).read_text()), args.hardware)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=1))
+        print(json.dumps(report["summary"], indent=1))
+        return
     from sims.benchmarks.layouts_run import run
 
     run(args)

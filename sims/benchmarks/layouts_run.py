@@ -17,7 +17,7 @@ import yaml
 
 from framework.core.distributed import detect
 from framework.core.dtypes import check, torch_dtype
-from sims.benchmarks.layouts import REPO, TINY, TINY_WORKLOAD, add_errors, plan, summarise, sweep
+from sims.benchmarks.layouts import REPO, TINY, TINY_WORKLOAD, add_errors, card_hardware, plan, summarise, sweep
 from sims.benchmarks.layouts_decode import DecodeModel, Mesh, Shapes
 from sims.hardware import read_hardware_file
 
@@ -53,7 +53,7 @@ def _run(args: Namespace, world: int, device: torch.device, cuda: bool) -> dict 
         raise SystemExit("no CUDA device: the full-size layouts need GPUs (use --tiny to check the script on the CPU)")
     if check(spec["sim"]["dtype"], "sim.dtype") == "float8":
         raise SystemExit("sim.dtype float8: this decode runs bfloat16, float16 or float32 weights only")
-    hardware_name = args.hardware or spec["hardware"]
+    hardware_name = args.hardware or (_card_hardware(device) if cuda else spec["hardware"])
     hardware = read_hardware_file(REPO / f"conf/hardware/{hardware_name}.yaml")
     rows = plan(spec, hf_config, hardware, world, args.layers)
     wanted = set(args.only.split(",")) if args.only else None
@@ -89,6 +89,15 @@ def _run(args: Namespace, world: int, device: torch.device, cuda: bool) -> dict 
     report["summary"] = summarise(rows)
     _write(report, args.out)
     return report
+
+
+def _card_hardware(device: torch.device) -> str:
+    """The hardware file of the card measured: predictions for another card's bandwidth mislead."""
+    card = torch.cuda.get_device_name(device)
+    name = card_hardware(card)
+    if name is None:
+        raise SystemExit(f"no conf/hardware file for {card!r}; pass --hardware NAME")
+    return name
 
 
 def _write(report: dict, out: str) -> None:

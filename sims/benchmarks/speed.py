@@ -3,8 +3,8 @@
     python -m sims.benchmarks.speed [--seconds 2]
     python -m sims.benchmarks.speed --sweep      # also time a 64-job `python run.py -m` sweep
 
-The first sweeps layouts and batch sizes per model and workload and times the whole `simulate`
-call (input parsing, layout checks, step time, memory) on the valid layouts: the first pass over
+The first sweeps layouts and batch sizes per model and workload and times (in this process's CPU
+time, so that other jobs on a shared machine do not count) the whole `simulate` call (input parsing, layout checks, step time, memory) on the valid layouts: the first pass over
 them (graphs built, nothing costed yet: one sweep) and repeated passes. --sweep runs SWEEP_ARGS through Crucible's command line (one
 process, Hydra's basic launcher: each job composes its config, writes its run records and
 simulates) and reports the wall time and the rows of sweep_summary.csv.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import itertools
 import subprocess
 import sys
@@ -56,17 +57,18 @@ def measure(hf_config: dict, hardware: dict, workload: dict, seconds: float) -> 
         if layout_problem(build_graph(hf_config, workload["mode"]).meta, hw, parse_layout(layout),
                           parse_workload(point)) is None
     ]
-    start = time.perf_counter()
+    gc.collect()  # every measurement starts from a collected heap, not the previous one's garbage
+    start = time.process_time()  # this process's CPU time: the dev machine is shared with other jobs
     for layout, point in points:
         simulate(hf_config, hardware, layout, point)
-    first_pass_s = (time.perf_counter() - start) / len(points)
+    first_pass_s = (time.process_time() - start) / len(points)
     evaluations = 0
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
+    start = time.process_time()
+    while time.process_time() - start < seconds:
         for layout, point in points:
             simulate(hf_config, hardware, layout, point)
         evaluations += len(points)
-    return first_pass_s, evaluations, time.perf_counter() - start
+    return first_pass_s, evaluations, time.process_time() - start
 
 
 SWEEP_ARGS = [  # 4 x 4 x 2 x 2 = 64 jobs

@@ -21,6 +21,11 @@ nccl-tests' conventions: `bytes` is the all-reduce buffer, the gathered output, 
 what one rank sends in all, or the message; algbw = bytes / time; busbw = algbw * bus factor. Per
 size: warm-up, then `repeats` timings of `iters` back-to-back calls between CUDA events (on the
 CPU, perf_counter after a barrier); the median per call is kept, the slowest rank's median reported.
+On CUDA the `iters` calls are captured in a CUDA graph and replayed (`timing: cuda_graph`), which is
+what the simulator predicts (GPU time, as a decode step replaying its graph runs its collectives):
+eager calls of small messages are bound by the host's launch path (the 4 x H200 files of 2026-11-26,
+measured eagerly, fitted 30-45 us latencies). `--eager` times eager calls (`timing: cuda_events_eager`);
+a collective whose capture fails on some rank falls back to eager calls for that size.
 """
 
 from __future__ import annotations
@@ -65,12 +70,35 @@ def _buffers(torch, kind: str, nbytes: int, group_size: int, device, dtype) -> d
             "dst": torch.empty(shapes[1], device=device, dtype=dtype)}
 
 
-def _time_per_call(torch, fn, iters: int, cuda: bool, dist) -> float:
+def _captured(torch, fn, iters: int):
+    """A CUDA graph of `iters` back-to-back calls (NCCL kernels inside), after a warm-up call on a side
+    stream; None when this stack cannot capture the collective."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            for _ in range(iters):
+                fn()
+    except RuntimeError:
+        torch.cuda.synchronize()
+        return None
+    return graph
+
+
+def _time_per_call(torch, fn, iters: int, cuda: bool, dist, graph=None) -> float:
     if cuda:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(iters):
-            fn()
+        if graph is not None:
+            graph.replay()
+        else:
+            for _ in range(iters):
+                fn()
         end.record()
         end.synchronize()
         return start.elapsed_time(end) * 1e-3 / iters
@@ -81,7 +109,7 @@ def _time_per_call(torch, fn, iters: int, cuda: bool, dist) -> float:
     return (time.perf_counter() - began) / iters
 
 
-def measure(sizes: list[int], repeats: int, warmup: int, cpu: bool) -> list[dict]:
+def measure(sizes: list[int], repeats: int, warmup: int, cpu: bool, eager: bool = False) -> list[dict]:
     import torch
     import torch.distributed as dist
 
@@ -106,13 +134,18 @@ def measure(sizes: list[int], repeats: int, warmup: int, cpu: bool) -> list[dict
             one = _time_per_call(torch, fn, 1, cuda, dist)
             iters = max(1, min(100, round(TARGET_S / max(one, 1e-7))))
             iters = _agree_max(torch, dist, device, iters)  # every rank runs the same number of calls
-            per_call = statistics.median(_time_per_call(torch, fn, iters, cuda, dist) for _ in range(repeats))
+            graph = _captured(torch, fn, iters) if cuda and not eager else None
+            if cuda and not eager and _agree_max(torch, dist, device, float(graph is None)) > 0:
+                graph = None  # some rank could not capture it: all time eager calls
+            timing = "cuda_graph" if graph is not None else ("cuda_events_eager" if cuda else "perf_counter")
+            per_call = statistics.median(_time_per_call(torch, fn, iters, cuda, dist, graph) for _ in range(repeats))
             slowest = _agree_max(torch, dist, device, per_call)
             algbw = actual / slowest
             results.append({"collective": kind, "group": group_size, "link": link, "bytes": actual,
                             "time_us": slowest * 1e6, "algbw_gb_s": algbw / 1e9,
-                            "busbw_gb_s": algbw * BUS_FACTOR[kind](group_size) / 1e9, "iters": iters})
-            del buffers
+                            "busbw_gb_s": algbw * BUS_FACTOR[kind](group_size) / 1e9, "iters": iters,
+                            "timing": timing})
+            del buffers, graph
     dist.destroy_process_group()
     return results if rank == 0 else []
 
@@ -164,6 +197,7 @@ def main() -> None:
     run.add_argument("--repeats", type=int, default=10)
     run.add_argument("--warmup", type=int, default=3)
     run.add_argument("--cpu", action="store_true", help="gloo on the CPU (a check of the script)")
+    run.add_argument("--eager", action="store_true", help="time eager calls, not CUDA-graph replays")
     fit = commands.add_parser("fit", help="fit measurement files into an efficiency table")
     fit.add_argument("files", nargs="+", help="collectives_<N>.json files from `measure`")
     fit.add_argument("--hardware", required=True, help="conf/hardware/*.yaml of the measured machine")
@@ -177,7 +211,7 @@ def main() -> None:
     while size <= args.max_bytes:
         sizes.append(size)
         size *= 2
-    results = measure(sizes, args.repeats, args.warmup, args.cpu)
+    results = measure(sizes, args.repeats, args.warmup, args.cpu, args.eager)
     if results:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

@@ -42,6 +42,7 @@ def refit(files: list[str], hardware_file: str, stack: str, source: str) -> Effi
 
 def refit_shipped(out_dir: Path) -> list[Path]:
     """Every shipped table as refit.yaml describes it, written into out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, spec in yaml.safe_load(SHIPPED.read_text()).items():
         files = [str(REPO_ROOT / f) for f in spec["files"]]

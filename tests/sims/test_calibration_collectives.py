@@ -26,7 +26,7 @@ def test_measure_with_torchrun_then_fit_into_a_table(tmp_path):
     assert {r["collective"] for r in rows} == set(COLLECTIVES) and record["environment"]["backend"] == "gloo"
     assert sorted({r["bytes"] for r in rows if r["collective"] == "all_reduce"}) == [1024, 2048, 4096, 8192, 16384]
     for r in rows:
-        assert r["time_us"] > 0 and r["group"] == 2 and r["link"] == "intra_node"
+        assert r["time_us"] > 0 and r["group"] == 2 and r["link"] == "intra_node" and r["timing"] == "perf_counter"
         assert r["algbw_gb_s"] == pytest.approx(r["bytes"] / r["time_us"] / 1e3)
 
     table = tmp_path / "h100.json"

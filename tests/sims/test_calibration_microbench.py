@@ -121,6 +121,31 @@ def test_moe_nodes_are_timed_and_the_experts_module_is_split(moe_measurements):
         assert shuffles == pytest.approx(max(block["time_us"] - inner, 0.01 * block["time_us"]))
 
 
+def test_torch_fused_moe_block_and_router_are_the_plain_torch_ones_and_compute_the_moe():
+    """The torch_fused block (index_select, grouped GEMMs, weighted index_add_) gives transformers' experts
+    module's output for the same routing; its router is linear + top-k + softmax."""
+    from sims.calibration.kernels import FusedTorchKernels
+
+    kernels = FusedTorchKernels(TINY_MOE, "cpu", "fp32")
+    for weights in (kernels.experts.gate_up_proj, kernels.experts.down_proj):
+        weights.data.normal_(0.0, 0.1)
+    torch.manual_seed(0)
+    block = kernels.moe_block(12)
+    x, pair_token, pair_weights, offsets = block.make_args()
+    counts = torch.diff(offsets, prepend=offsets.new_zeros(1)).long()
+    expert_of_pair = torch.repeat_interleave(torch.arange(8), counts)  # copies are in expert order
+    index, weights, slot = torch.zeros(12, 2, dtype=torch.long), torch.zeros(12, 2), [0] * 12
+    for p, token in enumerate(pair_token.tolist()):  # back to (token, choice) -> expert, weight
+        index[token, slot[token]], weights[token, slot[token]] = expert_of_pair[p], pair_weights[p]
+        slot[token] += 1
+    assert slot == [2] * 12
+    expected = kernels.experts(x, index, weights)
+    assert torch.allclose(block.fn(x, pair_token, pair_weights, offsets), expected, atol=1e-5)
+    route = kernels.bench(build_graph(TINY_MOE, "prefill").node("router"), {"tokens": 5, "batch": 1, "seq_len": 5})
+    probabilities, chosen = route.fn(*route.make_args())
+    assert chosen.shape == (5, 2) and torch.allclose(probabilities.sum(-1), torch.ones(5))
+
+
 def test_moe_shuffles_split_the_rest_of_the_block_by_bytes():
     point = {"mode": "prefill", "batch": 1, "seq_len": 4, "kv_len": 4, "tokens": 4, "dtype": "bf16"}
     parts = [{"benchmark": op, "op": op, **point, "time_us": t}

@@ -1,11 +1,20 @@
-"""The shipped tables are exactly what their saved measurements refit to (sims/calibration/tables/refit.yaml)."""
+"""The shipped tables are exactly what their saved measurements refit to (sims/calibration/tables/refit.yaml),
+the hardware files point each software stack at its own table, and saved accuracy runs re-predict against them."""
 
 import json
 import subprocess
 import sys
 
+import pytest
 import yaml
-from sims_helpers import REPO
+from sims_helpers import REPO, hardware, model_config
+
+from sims import simulate
+from sims.benchmarks.repredict import repredict, table_measurements
+from tests.conftest import run_cli
+
+RESULTS = REPO / "sims/benchmarks/results"
+DECODE = {"mode": "decode", "batch": 8, "context_len": 2048}
 
 
 def test_shipped_tables_refit_exactly_from_their_measurements(tmp_path):
@@ -13,7 +22,63 @@ def test_shipped_tables_refit_exactly_from_their_measurements(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     listed = yaml.safe_load((REPO / "sims/calibration/tables/refit.yaml").read_text())
-    assert {"h100.json", "h200.json"} <= set(listed)
+    assert {"h100.json", "h200.json", "h200_torch_fused.json"} <= set(listed)
     for name in listed:
         shipped = json.loads((REPO / "sims/calibration/tables" / name).read_text())
         assert json.loads((tmp_path / name).read_text()) == shipped, name
+        assert shipped["stack"] == listed[name]["stack"], name
+
+
+def test_h200_tables_carry_fp8_gemms_and_fitted_collectives():
+    for name in ("h200.json", "h200_torch_fused.json"):
+        table = json.loads((REPO / "sims/calibration/tables" / name).read_text())
+        assert {g["dtype"] for g in table["gemm_measurements"]} == {"bf16", "fp8"}, name
+        fitted = {(c["collective"], c["group"]) for c in table["collectives"]}
+        assert fitted == {(kind, n) for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                                 "send_recv") for n in (2, 4)}, name
+
+
+@pytest.mark.parametrize("stack", ["transformers", "torch_fused", "xla"])
+def test_h200_maps_each_stack_to_a_table_of_that_stack(stack):
+    h200 = hardware("h200")
+    path = h200["efficiency_table"][stack]
+    result = simulate(model_config("qwen3_8b"), h200, {"tp": 2}, DECODE, stack=stack)
+    if path is None:
+        assert result.summary()["efficiency_table"] == "built-in defaults"
+        return
+    table = json.loads((REPO / path).read_text())
+    assert table["stack"] == stack
+    assert result.summary()["efficiency_table"] == table["source"]
+    assert result.summary()["warning"] == ""
+
+
+def test_a_stack_mapping_is_checked_before_the_run_and_runs(tmp_path):
+    sim = ["backend=sim", "task=sim", "model=qwen3_8b", "hardware=h200", f"hydra.run.dir={tmp_path}/run"]
+    bad = run_cli([*sim, "hardware.efficiency_table.torch_fused=/no/table.json"])
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == ("error: hardware.efficiency_table.torch_fused: efficiency table '/no/table.json' "
+                                  "does not exist")
+    good = run_cli([*sim, "sim.stack=torch_fused"])
+    assert good.returncode == 0, good.stderr[-2000:]
+    metrics = json.loads((tmp_path / "run/summary.json").read_text())["metrics"]
+    assert metrics["stack"] == "torch_fused" and "torch_fused" in metrics["efficiency_table"]
+
+
+def test_repredict_uses_the_stack_table_and_its_measurements_for_held_out():
+    h200 = hardware("h200")
+    saved = json.loads((RESULTS / "h200x4_2026-11-26/accuracy_transformers.json").read_text())
+    report = repredict(saved, h200)
+    assert report["table"] == h200["efficiency_table"]["transformers"]
+    timed = {(m.get("op"), m.get("flops"), m.get("bytes")) for m in table_measurements(report["table"])}
+    for case in report["cases"]:
+        if "work" in case:  # single kernels: held out unless the table's files timed that exact work
+            assert case["held_out"] == ((case["op"], case["work"]["flops"], case["work"]["bytes"]) not in timed)
+        assert case["error_calibrated"] == pytest.approx(case["predicted_calibrated_us"] / case["time_us"] - 1)
+    assert [c["held_out"] for c in report["cases"]].count(False) == 1
+    assert report["summary"]["calibrated"]["all"]["cases"] == 27
+
+    fused = repredict(json.loads((RESULTS / "h200x4_2026-11-26/accuracy_tp1.json").read_text()), h200)
+    assert fused["table"] == h200["efficiency_table"]["torch_fused"]
+    case = fused["cases"][0]
+    expected = simulate(fused["model"], h200, {"tp": 1}, {**case["workload"], "dtype": "bf16"}, stack="torch_fused")
+    assert case["predicted_calibrated_us"] == pytest.approx(expected.latency_s * 1e6)

@@ -11,7 +11,7 @@ import pytest
 from sims_helpers import REPO, hardware, model_config
 
 from sims import simulate
-from sims.benchmarks.layouts import plan, ranks, spearman, summarise, sweep
+from sims.benchmarks.layouts import card_hardware, plan, ranks, repredict, spearman, summarise, sweep
 
 RECIPE = REPO / "recipes/sim_sweep.yaml"
 
@@ -50,6 +50,27 @@ def test_prediction_is_for_the_same_k_layers_and_per_replica_batch(spec):
     workload = {"mode": "decode", "batch": 64 * 2, "context_len": 4096, "dtype": "bf16"}
     short = simulate({**hf, "num_hidden_layers": 2}, hardware("h100"), {"tp": 2, "dp": 2, "ep": 4}, workload)
     assert row["predicted_s"] == pytest.approx(short.latency_s)
+
+
+@pytest.mark.parametrize("card,name", [("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100"),
+                                       ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA L4", None)])
+def test_predictions_are_for_the_card_measured(card, name):
+    assert card_hardware(card) == name
+
+
+def test_a_saved_report_is_predicted_again_for_its_own_card(spec):
+    saved = json.loads((REPO / "sims/benchmarks/results/h200x4_2026-11-26/layouts_4gpu_k4.json").read_text())
+    assert saved["hardware"] == "h100" and saved["environment"]["device"] == "NVIDIA H200"
+    report = repredict(saved)
+    assert report["hardware"] == "h200" and report["repredicted_from"] == "h100"
+    fresh = {(r["tp"], r["ep"]): r for r in plan(spec, model_config("qwen3_30b_a3b"), hardware("h200"), 4, 4)}
+    for old, new in zip(saved["layouts"], report["layouts"]):
+        assert {k: v for k, v in new.items() if "predicted" not in k and "error" not in k} == \
+            {k: v for k, v in old.items() if "predicted" not in k and "error" not in k}  # measurements kept
+        if new["status"] == "measured":
+            assert new["predicted_s"] == fresh[(new["tp"], new["ep"])]["predicted_s"] != old["predicted_s"]
+            assert new["error"] == pytest.approx(new["predicted_s"] / new["measured_s"] - 1)
+    assert report["summary"] == summarise(report["layouts"])
 
 
 @pytest.mark.parametrize("world", [4, 8])

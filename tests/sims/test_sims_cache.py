@@ -60,3 +60,21 @@ def test_shared_memory_parts_follow_the_dtype():
         bf16 = simulate(cfg, hw, {}, {**mode, "batch": 4}).memory_breakdown_gb["activations"]
         fp32 = simulate(cfg, hw, {}, {**mode, "batch": 4, "dtype": "fp32"}).memory_breakdown_gb["activations"]
         assert fp32 > bf16
+
+
+def test_costs_shared_across_ep_equal_costs_computed_for_each_layout_alone():
+    """Nodes whose cost ep does not change are costed once per binding and shared between ep values;
+    each layout's answer and per-op rows equal those of a cache that never saw another layout."""
+    from sims_helpers import hardware, model_config
+
+    from sims import simulate
+
+    cfg, hw = model_config("qwen3_30b_a3b"), hardware("h100")
+    for workload in ({"mode": "decode", "batch": 32, "context_len": 2048}, {"mode": "train", "batch": 8, "seq_len": 1024}):
+        layouts = [{"tp": 2, "dp": 4, "ep": ep} for ep in (8, 1, 4, 2)]
+        shared = [simulate(cfg, hw, layout, workload) for layout in layouts]
+        for i, (layout, result) in enumerate(zip(layouts, shared)):
+            alone = simulate(cfg, {**hw, "device_name": f"fresh cache {workload['mode']} {i}"}, layout, workload)
+            assert result.latency_s == alone.latency_s
+            assert result.breakdown_rows() == alone.breakdown_rows()
+        assert len({r.latency_s for r in shared}) == 4
