@@ -29,13 +29,13 @@ def test_shipped_tables_refit_exactly_from_their_measurements(tmp_path):
         assert shipped["stack"] == listed[name]["stack"], name
 
 
-def test_h200_tables_carry_fp8_gemms_and_fitted_collectives():
+def test_h200_tables_carry_fp8_gemms_and_no_eager_timed_collectives():
+    """The H200 collectives files were timed as eager calls (host-bound latencies that made the 4-GPU
+    layouts 20% off); the shipped tables leave them out, so the built-in link model costs collectives."""
     for name in ("h200.json", "h200_torch_fused.json"):
         table = json.loads((REPO / "sims/calibration/tables" / name).read_text())
         assert {g["dtype"] for g in table["gemm_measurements"]} == {"bf16", "fp8"}, name
-        fitted = {(c["collective"], c["group"]) for c in table["collectives"]}
-        assert fitted == {(kind, n) for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-                                                 "send_recv") for n in (2, 4)}, name
+        assert not table.get("collectives"), name
 
 
 @pytest.mark.parametrize("stack", ["transformers", "torch_fused", "xla"])
