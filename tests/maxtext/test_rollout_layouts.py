@@ -144,6 +144,26 @@ def test_every_rollout_layout_decodes_the_same_tokens_and_takes_the_same_step(tm
     assert facts["completions_sharded_over"]["dp4"] in ("data", ["data", "fsdp"])
 
 
+@pytest.mark.slow
+def test_the_layouts_benchmark_records_a_failing_layout_and_times_the_others(tmp_path):
+    out = tmp_path / "layouts.json"
+    proc = subprocess.run([sys.executable, "-m", "framework.backends.maxtext.benchmarks.grpo_layouts", "--tiny",
+                           "--prompts", "3", "--micro-batch", "6", "--steps", "1", "--warmup", "1", "--out", str(out),
+                           "--layouts", "fsdp2_rollout_dp2,one_device,fsdp4_rollout_dp4"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_backend_optimization_level=0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    layouts = report["layouts"]
+    assert report["devices"] == 4 and list(layouts) == ["fsdp2_rollout_dp2", "one_device", "fsdp4_rollout_dp4"]
+    assert layouts["fsdp2_rollout_dp2"]["error"].startswith(  # 3 prompts cannot split over 2 replicas
+        "ConfigError: parallel.rollout: dp x fsdp = 2 does not divide grpo.prompts_per_step=3")
+    timed = layouts["one_device"]
+    assert timed["step_s"] > 0 and timed["reshard_s"] == 0.0 and timed["speedup_over_one_device"] == 1.0
+    assert timed["rollout_mesh"] == timed["update_mesh"] and timed["preflight_predicted_step_s"] > 0
+    assert "error" in layouts["fsdp4_rollout_dp4"]
+
+
 def _layout_checks(model_dir: str) -> dict:
     """Runs in the subprocess with 4 host devices: one GRPO step (greedy rollouts of the trainer's
     rollout.generate, then the update) on one device and on fsdp=4 with each rollout layout."""

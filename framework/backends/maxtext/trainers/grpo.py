@@ -35,8 +35,8 @@ from framework.backends.maxtext.trainers.checkpointing import (host_arrays, key_
                                                                write_arrays)
 from framework.data.math import load_split, system_prompt, train_examples
 from framework.backends.maxtext.trainers.evaluation import evaluate
-from framework.backends.maxtext.trainers.preflight import (pick_rollout_tp, predict_step, refuse_out_of_memory,
-                                                             reshard_bytes_per_device)
+from framework.backends.maxtext.trainers.preflight import (predict_step, refuse_out_of_memory,
+                                                             reshard_bytes_per_device, rollout_tp_for)
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
 from framework.core.checkpoint import CheckpointPolicy
 from framework.core.errors import BackendError, ConfigError, CrucibleError
@@ -215,16 +215,13 @@ class GRPOTrainer(BaseTrainer):
 
     def _rollout_placement(self, boxed: Any) -> rollout.RolloutPlacement:
         """The rollout's layout: parallel.rollout, its null tp picked from the memory the rollout needs beside
-        the training state (params, AdamW moments, reference: the update's shards of them)."""
-        task, model = self.config.task, self.model_config
+        the training state (preflight.rollout_tp_for)."""
+        task = self.config.task
         self.weight_bytes = float(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nn.unbox(boxed))))
 
         def fitting_tp() -> int:
-            shards = self.mesh.shape["fsdp"] * self.mesh.shape["expert"] * self.mesh.shape["tensor"]
-            resident = self.weight_bytes * (3 + int(task.beta > 0)) / shards
-            kv_per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim * jnp.dtype(model.dtype).itemsize
-            return pick_rollout_tp(self.weight_bytes, kv_per_token, resident, task, self.mesh.size,
-                                   self.config.hardware["memory_gb"])
+            return rollout_tp_for(self.model_config, self.weight_bytes, self.mesh.shape, task,
+                                  self.config.hardware["memory_gb"])
 
         chosen = self.config.parallel.rollout
         layout = (rollout_parallel(chosen, self.mesh.size, task.prompts_per_step, fitting_tp) if chosen is not None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
-from framework.core.dtypes import SHORT
+from framework.core.dtypes import BYTES, SHORT
 from framework.core.errors import ConfigError, CrucibleError
 from framework.core.parallel import ParallelConfig
 from framework.tasks.grpo import GRPOTask
@@ -122,6 +122,17 @@ def pick_rollout_tp(weight_bytes: float, kv_bytes_per_token: float, resident_byt
         if weight_bytes / tp + kv_bytes_per_token * cache_tokens / (replicas * tp) <= budget:
             return tp
     return candidates[-1]
+
+
+def rollout_tp_for(model: Any, weight_bytes: float, update_mesh: Mapping[str, int], task: GRPOTask,
+                   memory_gb: float) -> int:
+    """pick_rollout_tp for a model (a ModelConfig: layers, KV heads, head_dim, compute dtype) whose weights take
+    `weight_bytes`, trained on `update_mesh`: its shards of the params, AdamW moments and reference stay."""
+    shards = update_mesh["fsdp"] * update_mesh["expert"] * update_mesh["tensor"]
+    resident = weight_bytes * (3 + int(task.beta > 0)) / shards
+    kv_per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim * BYTES[model.dtype]
+    devices = update_mesh["data"] * shards
+    return pick_rollout_tp(weight_bytes, kv_per_token, resident, task, devices, memory_gb)
 
 
 def refuse_out_of_memory(prediction: Mapping[str, Any], hardware: Mapping[str, Any], task: GRPOTask) -> None:
