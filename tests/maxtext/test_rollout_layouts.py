@@ -112,6 +112,22 @@ def test_a_bad_rollout_layout_is_one_line_before_any_weights_load(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_two_device_run_reshards_to_replicas_each_step_and_predicts_it(tmp_path):
+    proc = run_cli(["recipe=grpo_arithmetic_cpu", "grpo.steps=2", "parallel.fsdp=2", "grpo.preflight=true",
+                    "hardware.devices_per_node=2", "hardware.intra_node_gb_s=20", "progress=false",
+                    f"hydra.run.dir={tmp_path}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "grpo: rollout mesh {'data': 2, 'fsdp': 1, 'expert': 1, 'tensor': 1}, weights resharded" in proc.stderr
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(row["reshard_time_s"] > 0 for row in rows)
+    assert all(row["step_time_s"] > row["reshard_time_s"] + row["rollout_time_s"] + row["update_time_s"] - 1e-6
+               for row in rows)
+    summary = json.loads((tmp_path / "summary.json").read_text())["result"]["metrics"]
+    assert summary["preflight_reshard_s"] > 0 and "preflight_error" not in summary
+    assert json.loads((tmp_path / "shardings.json").read_text())["rollout_mesh"]["data"] == 2
+
+
+@pytest.mark.slow
 def test_every_rollout_layout_decodes_the_same_tokens_and_takes_the_same_step(tmp_path_factory):
     from framework.core.plain import to_plain
     from framework.models.tiny import resolve_model_dir

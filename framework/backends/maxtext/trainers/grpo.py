@@ -5,7 +5,7 @@ group advantages -> old/reference log-probs when needed -> ppo_epochs updates, e
 gradients over micro-batches -> metrics. Params, optimizer state and batches are sharded on the
 mesh built from the `parallel` node with the logical axis rules (MaxText style); the rollout decodes on
 a second mesh over the same devices (`parallel.rollout`), the weights resharded to it each step
-(`reshard_s`), with the prompts split over its data ranks. Checkpoints hold
+(`reshard_time_s`), with the prompts split over its data ranks. Checkpoints hold
 everything a resume needs to continue bit for bit: params, optimizer state, the data iterator
 position and the RNG key.
 """
@@ -155,7 +155,7 @@ class GRPOTrainer(BaseTrainer):
             "zero_std_group_fraction": rollout.zero_std_group_fraction(rewards, task.num_generations),
             "truncated_prompts": truncated_prompts,
             "learning_rate": float(self.schedule((step - 1) * task.ppo_epochs)),
-            "reshard_s": reshard_s, "rollout_time_s": rolled_out - resharded, "reward_time_s": scored - rolled_out,
+            "reshard_time_s": reshard_s, "rollout_time_s": rolled_out - resharded, "reward_time_s": scored - rolled_out,
             "update_time_s": done - scored, "step_time_s": done - started,
             "rollout_tokens_per_s": float(rollouts.completion_mask.sum()) / (rolled_out - resharded),
             "update_tokens_per_s": task.ppo_epochs * float(rollouts.attention_mask.sum()) / (done - scored),
