@@ -86,6 +86,19 @@ def test_the_rollout_tp_is_the_smallest_group_that_fits_beside_the_training_stat
                            4, 80) == 2  # 2 prompts: at most 2 replicas
 
 
+def test_the_trainers_rollout_tp_counts_the_training_state_on_the_update_shards():
+    from types import SimpleNamespace
+
+    from framework.backends.maxtext.trainers.preflight import rollout_tp_for
+
+    task, gb = grpo_task(), 1e9  # beta 0: params + 2 AdamW moments stay, no reference
+    model = SimpleNamespace(num_layers=28, num_kv_heads=4, head_dim=128, dtype="bfloat16")
+    fsdp4 = {"data": 1, "fsdp": 4, "expert": 1, "tensor": 1}
+    assert rollout_tp_for(model, 2 * gb, fsdp4, task, 80) == 1  # 0.5B in float32: replicas
+    assert rollout_tp_for(model, 32 * gb, fsdp4, task, 80) == 1  # 8B: 24 GB of state + 32 GB fit in 68
+    assert rollout_tp_for(model, 48 * gb, fsdp4, task, 80) == 2  # 12B: 36 + 48 do not; 36 + 24 do
+
+
 def test_reshard_bytes_per_device_and_their_predicted_seconds():
     from framework.backends.maxtext.trainers.preflight import reshard_bytes_per_device, reshard_seconds
 
