@@ -6,7 +6,7 @@ the preflight's prediction beside each measured step; JSON to --out (rewritten a
     python -m framework.backends.maxtext.benchmarks.grpo_layouts --model qwen3_8b --layouts fsdp4_rollout_auto
 
 --hardware (the preflight's figures) defaults to this machine's file (framework.core.hardware.detect).
-Each layout compiles its own programs (about a minute each at full shapes); to stay within a time limit
+Each layout compiles its own programs; to stay within a time limit
 run a machine's own layouts, e.g. on 2 GPUs
     --layouts one_device,fsdp2_rollout_same,fsdp2_rollout_dp2,fsdp2_rollout_tp2,tp2_rollout_dp2
 and on 4 GPUs
