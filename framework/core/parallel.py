@@ -12,11 +12,17 @@ preflight predicts the very layout that runs.
     cp    context parallel (the sequence split over ranks)
 
 One axis may be -1: it takes the devices the others leave.
+
+`parallel.rollout` is the layout of a reinforcement-learning rollout (decoding) on the same devices, in
+the same axes: a policy trained under FSDP decodes fastest as data-parallel replicas, or tensor-parallel
+groups x replicas when one device cannot hold it. Its tp may be null: the backend picks the smallest
+group whose weights and KV cache fit one device. Only backend=maxtext's GRPO reads it; backends without
+a rollout ignore it.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 
 from framework.core.errors import ConfigError
 
@@ -27,6 +33,22 @@ DEVICE_AXES = ("dp", "fsdp", "tp", "pp", "cp")
 
 
 @dataclass
+class RolloutLayout:
+    """`parallel.rollout`: the rollout's layout; tp None = chosen by the backend from its memory estimate."""
+
+    dp: int
+    fsdp: int
+    tp: int | None
+    pp: int
+    ep: int
+    cp: int
+
+    def with_tp(self, tp: int) -> "ParallelConfig":
+        """The layout to resolve once tp is known: a ParallelConfig of the same axes."""
+        return ParallelConfig(**{axis: getattr(self, axis) for axis in AXES if axis != "tp"}, tp=tp)
+
+
+@dataclass
 class ParallelConfig:
     dp: int
     fsdp: int
@@ -34,10 +56,12 @@ class ParallelConfig:
     pp: int
     ep: int
     cp: int
+    # The YAML always gives it; None where a layout is built in code (the simulator's, a benchmark's).
+    rollout: RolloutLayout | None = field(default=None, kw_only=True)
 
     def resolve(self, devices: int, key: str = "parallel") -> "ParallelConfig":
         """Every axis a positive size; the -1 axis takes the remaining devices; the product equals `devices`."""
-        sizes = asdict(self)
+        sizes = self.as_dict()
         for axis, size in sizes.items():
             if size != REMAINING and size < 1:
                 raise ConfigError(f"{key}.{axis}: {size} is not valid; use an integer >= 1 or -1 (the remaining devices)")
@@ -62,7 +86,7 @@ class ParallelConfig:
         data_ranks = sizes["dp"] * sizes["fsdp"] * sizes["cp"]
         if data_ranks % sizes["ep"]:
             raise ConfigError(f"{key}.ep: {sizes['ep']} must divide dp x fsdp x cp = {data_ranks}")
-        return ParallelConfig(**sizes)
+        return ParallelConfig(**sizes, rollout=self.rollout)
 
     @property
     def devices(self) -> int:
@@ -77,4 +101,5 @@ class ParallelConfig:
         return self.dp * self.fsdp
 
     def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+        """The six axes (not the rollout layout)."""
+        return {axis: getattr(self, axis) for axis in AXES}

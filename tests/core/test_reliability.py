@@ -49,7 +49,7 @@ CASES: list[tuple[list[str], str]] = [
     ([*SIM, "parallel.tp=[1,"], "cannot parse override 'parallel.tp=[1,'"),
     ([*SIM, "sim.tpp=2"], "unknown key 'sim.tpp'; valid keys under sim:"),
     ([*SIM, "parallel.xx=2"], "unknown key 'parallel.xx'"),
-    ([*SIM, "+parallel.xp=2"], "parallel.xp: unknown key; valid: cp, dp, ep, fsdp, pp, tp"),
+    ([*SIM, "+parallel.xp=2"], "parallel.xp: unknown key; valid: cp, dp, ep, fsdp, pp, rollout, tp"),
     ([*SIM, "+sim.extra=1"], "sim.extra: unknown key for SimTask"),
     ([*SIM, "+backend.adapter.fast=true"], "backend.adapter.fast: unknown key for SimAdapter"),
     ([*SIM, "+sim.extra=${missing_key}"], "sim.extra"),

@@ -4,13 +4,14 @@ Every parameter and the main activations carry logical axis names ("embed", "hea
 Rules map each logical name to mesh axes ("data", "fsdp", "expert", "tensor"); the run's `parallel`
 node gives the mesh shape (dp -> data, fsdp -> fsdp, tp -> tensor, ep -> expert; no pp or cp). A dimension that a mesh axis does not divide evenly is
 replicated along that axis instead (e.g. 2 KV heads on tensor=4), so every model fits every mesh.
+GRPO's rollout runs on a second mesh over the same devices (`parallel.rollout`), with the same rules.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -18,13 +19,14 @@ from flax import linen as nn
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from framework.core.errors import ConfigError
-from framework.core.parallel import ParallelConfig
+from framework.core.parallel import ParallelConfig, RolloutLayout
 
 log = logging.getLogger(__name__)
 
 # Ordered from least to most communication: tensor parallelism talks on every layer, so it gets
 # the innermost (best-connected) devices.
 MESH_AXES = ("data", "fsdp", "expert", "tensor")
+ROLLOUT_KEY = "parallel.rollout"
 
 MeshAxes = str | tuple[str, ...] | None
 LogicalRules = tuple[tuple[str, MeshAxes], ...]
@@ -54,37 +56,61 @@ DEFAULT_RULES: LogicalRules = (
 )
 
 
-def mesh_shape(parallel: ParallelConfig, num_devices: int) -> dict[str, int]:
+def mesh_shape(parallel: ParallelConfig, num_devices: int, key: str = "parallel") -> dict[str, int]:
     """Mesh axis sizes for the run's `parallel` layout: dp -> data, fsdp -> fsdp, tp -> tensor, and the
     expert axis carved from fsdp (ep divides the data ranks, as ParallelConfig says)."""
-    sizes = parallel.resolve(num_devices)
-    check_supported(sizes)
+    check_supported(parallel, key)
+    sizes = parallel.resolve(num_devices, key)
     if sizes.fsdp % sizes.ep:
-        raise ConfigError(f"parallel.ep: {sizes.ep} must divide parallel.fsdp={sizes.fsdp} on backend=maxtext "
+        raise ConfigError(f"{key}.ep: {sizes.ep} must divide {key}.fsdp={sizes.fsdp} on backend=maxtext "
                           "(the expert axis is carved from the fsdp ranks)")
     return {"data": sizes.dp, "fsdp": sizes.fsdp // sizes.ep, "expert": sizes.ep, "tensor": sizes.tp}
 
 
-def check_supported(parallel: ParallelConfig) -> None:
+def check_supported(parallel: ParallelConfig | RolloutLayout, key: str = "parallel") -> None:
     """backend=maxtext has no pipeline or context parallelism; one axis at most takes the remaining devices."""
     from framework.core.parallel import DEVICE_AXES, REMAINING
 
     remaining = [axis for axis in DEVICE_AXES if getattr(parallel, axis) == REMAINING]
     if len(remaining) > 1:
-        raise ConfigError(f"parallel: only one axis may be -1, got {', '.join(remaining)}")
+        raise ConfigError(f"{key}: only one axis may be -1, got {', '.join(remaining)}")
     for axis in ("pp", "cp"):
         if getattr(parallel, axis) not in (1,):
-            raise ConfigError(f"parallel.{axis}: {getattr(parallel, axis)}; backend=maxtext has no "
+            raise ConfigError(f"{key}.{axis}: {getattr(parallel, axis)}; backend=maxtext has no "
                               f"{'pipeline' if axis == 'pp' else 'context'} parallelism (use {axis}=1)")
 
 
-def build_mesh(parallel: ParallelConfig, devices: Sequence[jax.Device] | None = None) -> Mesh:
+def build_mesh(parallel: ParallelConfig, devices: Sequence[jax.Device] | None = None, key: str = "parallel") -> Mesh:
     """A `Mesh` with axes MESH_AXES over `devices` (default: all devices), topology-aware on TPU."""
     devices = list(devices) if devices is not None else jax.devices()
-    sizes = mesh_shape(parallel, len(devices))
+    sizes = mesh_shape(parallel, len(devices), key)
     shape = tuple(sizes[axis] for axis in MESH_AXES)
     # Auto axes: shardings propagate from the parameter and constraint annotations (GSPMD).
     return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES), devices=devices)
+
+
+def rollout_parallel(rollout: RolloutLayout, devices: int, prompts: int, fitting_tp: Callable[[], int]) -> ParallelConfig:
+    """The resolved rollout layout over the update's `devices`. tp null: `fitting_tp()` (the preflight's pick
+    from its memory estimate) while another axis is -1, else the remaining devices. The data ranks
+    (dp x fsdp) must divide the prompts: each decodes whole prompts, the n samples of one stay together."""
+    from framework.core.parallel import DEVICE_AXES, REMAINING
+
+    tp = rollout.tp
+    if tp is None:
+        others_remaining = any(getattr(rollout, axis) == REMAINING for axis in DEVICE_AXES if axis != "tp")
+        tp = fitting_tp() if others_remaining else REMAINING
+    layout = rollout.with_tp(tp)
+    mesh_shape(layout, devices, ROLLOUT_KEY)
+    resolved = layout.resolve(devices, ROLLOUT_KEY)
+    if prompts % resolved.data_parallel:
+        raise ConfigError(f"{ROLLOUT_KEY}: dp x fsdp = {resolved.data_parallel} does not divide grpo.prompts_per_step="
+                          f"{prompts}; each data rank decodes whole prompts (set {ROLLOUT_KEY}.dp/tp)")
+    return resolved
+
+
+def reshard(tree: Any, shardings: Any) -> Any:
+    """Move arrays to other shardings (another mesh over the same devices), blocked until they are there."""
+    return jax.block_until_ready(jax.device_put(tree, shardings))
 
 
 def logical_axis_rules(overrides: Mapping[str, Any] | Iterable[Sequence[Any]] | None = None,

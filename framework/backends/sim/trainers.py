@@ -45,14 +45,12 @@ class SimTrainer(BaseTrainer):
 def simulate_job(job: SimJob) -> tuple[dict, list[dict]]:
     """The simulator's summary and per-op rows for the job's layout; a layout that cannot split the hardware's devices
     is an `invalid` summary (a row of a sweep), like one that cannot run the model."""
-    from dataclasses import asdict
-
     from sims.api import simulate
     from sims.workload import layout_from_parallel
 
     devices = job.hardware["devices_per_node"] * job.hardware["nodes"]
     try:
-        layout, zero = layout_from_parallel(asdict(job.parallel), devices)
+        layout, zero = layout_from_parallel(job.parallel.as_dict(), devices)  # no rollout phase here
     except ConfigError as exc:
         return {"status": "invalid", "reason": str(exc), "fits": None}, []
     result = simulate(job.hf_config, job.hardware, layout, job.task.workload(layout["dp"], zero), stack=job.task.stack)

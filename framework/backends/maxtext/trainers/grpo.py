@@ -3,7 +3,9 @@
 One step: take prompts_per_step problems -> sample num_generations completions each -> rewards ->
 group advantages -> old/reference log-probs when needed -> ppo_epochs updates, each accumulating
 gradients over micro-batches -> metrics. Params, optimizer state and batches are sharded on the
-mesh built from the `parallel` node with the logical axis rules (MaxText style). Checkpoints hold
+mesh built from the `parallel` node with the logical axis rules (MaxText style); the rollout decodes on
+a second mesh over the same devices (`parallel.rollout`), the weights resharded to it each step
+(`reshard_time_s`), with the prompts split over its data ranks. Checkpoints hold
 everything a resume needs to continue bit for bit: params, optimizer state, the data iterator
 position and the RNG key.
 """
@@ -28,13 +30,14 @@ from framework.backends.maxtext.config import GRPOConfig
 from framework.rl.advantages import compute_advantages
 from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
-from framework.backends.maxtext.sharding import build_mesh, logical_axis_rules, param_shardings
+from framework.backends.maxtext.sharding import build_mesh, logical_axis_rules, param_shardings, rollout_parallel
 from framework.backends.maxtext.trainers import rollout
 from framework.backends.maxtext.trainers.checkpointing import (host_arrays, key_from_json, key_to_json, read_state,
                                                                write_arrays)
 from framework.data.math import load_split, system_prompt, train_examples
 from framework.backends.maxtext.trainers.evaluation import evaluate
-from framework.backends.maxtext.trainers.preflight import predict_step, refuse_out_of_memory
+from framework.backends.maxtext.trainers.preflight import (predict_step, refuse_out_of_memory,
+                                                             reshard_bytes_per_device, rollout_tp_for)
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
 from framework.core.checkpoint import CheckpointPolicy
 from framework.core.errors import BackendError, ConfigError, CrucibleError
@@ -78,16 +81,17 @@ class GRPOTrainer(BaseTrainer):
             self.model_dir, param_dtype=task.param_dtype, dtype=task.compute_dtype,
         ).for_platform(self.config.remat, self.config.attention, jax.default_backend())
         model = Transformer(self.model_config, self.mesh, self.rules)
+        boxed = abstract_params(Transformer(self.model_config))
+        self.placement = self._rollout_placement(boxed)  # before any weights load: a bad layout fails fast
         self.params = load_hf_params(self.model_dir, self.model_config, self.mesh, self.rules)
         self.ref_params = jax.tree.map(jnp.copy, self.params) if task.beta > 0 else None
         self.schedule = learning_rate_schedule(task.optimizer, task.steps, task.ppo_epochs)
         optimizer = build_optimizer(task.optimizer, self.schedule)
-        boxed = abstract_params(Transformer(self.model_config))
         self.update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed),
                                    param_shardings(boxed, self.mesh, self.rules), self.mesh, self.rules)
         self.opt_state = self.update.init_opt_state(self.params)
         self.sampler = Sampler(model, eos_token_ids=self._eos_token_ids(), pad_token_id=self.tokenizer.pad_token_id,
-                               prompt_bucket=task.max_prompt_tokens)
+                               prompt_bucket=task.max_prompt_tokens, mesh=self.placement.mesh, rules=self.rules)
         self.batches = ShuffledBatches(self.train_set, task.prompts_per_step, seed=self.config.seed)
         self.rng = jax.random.key(self.config.seed)
         self.start_step = 0
@@ -135,8 +139,11 @@ class GRPOTrainer(BaseTrainer):
         self.rng, rollout_rng = jax.random.split(self.rng)
         sampling = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,
                                   top_k=task.top_k, top_p=task.top_p, num_samples=task.num_generations)
-        rollouts, truncated_prompts = rollout.generate(self.sampler, self.encoder, self.params, examples,
+        policy, reshard_s = self.placement.policy(self.params)
+        resharded = time.perf_counter()
+        rollouts, truncated_prompts = rollout.generate(self.sampler, self.encoder, policy, examples,
                                                        rollout_rng, sampling)
+        del policy  # the rollout copy of the weights: free before the update needs the memory
         rolled_out = time.perf_counter()
         rewards, metrics = rollout.score(rollouts, task.rewards)
         advantages = self._advantages(rewards)
@@ -151,10 +158,10 @@ class GRPOTrainer(BaseTrainer):
             "zero_std_group_fraction": rollout.zero_std_group_fraction(rewards, task.num_generations),
             "truncated_prompts": truncated_prompts,
             "learning_rate": float(self.schedule((step - 1) * task.ppo_epochs)),
-            "rollout_time_s": rolled_out - started, "reward_time_s": scored - rolled_out,
+            "reshard_time_s": reshard_s, "rollout_time_s": rolled_out - resharded, "reward_time_s": scored - rolled_out,
             "update_time_s": done - scored, "step_time_s": done - started,
             "compile_time_s": self.compile_clock.take(),  # JAX tracing + XLA compile, included in the times above
-            "rollout_tokens_per_s": float(rollouts.completion_mask.sum()) / (rolled_out - started),
+            "rollout_tokens_per_s": float(rollouts.completion_mask.sum()) / (rolled_out - resharded),
             "update_tokens_per_s": task.ppo_epochs * float(rollouts.attention_mask.sum()) / (done - scored),
         }
         return metrics
@@ -167,7 +174,8 @@ class GRPOTrainer(BaseTrainer):
     def _evaluate(self) -> dict[str, float]:
         started = time.perf_counter()
         batch_size = min(len(self.eval_set), self.config.task.rows_per_step)
-        metrics = evaluate(self.sampler, self.encoder, self.params, self.eval_set,
+        policy, _ = self.placement.policy(self.params)
+        metrics = evaluate(self.sampler, self.encoder, policy, self.eval_set,
                            self.config.task.eval.max_new_tokens, batch_size)
         return metrics | {"eval_time_s": time.perf_counter() - started}
 
@@ -206,7 +214,26 @@ class GRPOTrainer(BaseTrainer):
                         self.config.hardware["name"], expected, len(devices), devices[0].platform)
         mesh = build_mesh(self.config.parallel, devices)
         log.info("grpo: mesh %s over %d %s device(s)", dict(mesh.shape), len(devices), devices[0].platform)
+        self.devices = devices
         return mesh
+
+    def _rollout_placement(self, boxed: Any) -> rollout.RolloutPlacement:
+        """The rollout's layout: parallel.rollout, its null tp picked from the memory the rollout needs beside
+        the training state (preflight.rollout_tp_for)."""
+        task = self.config.task
+        self.weight_bytes = float(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nn.unbox(boxed))))
+
+        def fitting_tp() -> int:
+            return rollout_tp_for(self.model_config, self.weight_bytes, self.mesh.shape, task,
+                                  self.config.hardware["memory_gb"])
+
+        chosen = self.config.parallel.rollout
+        layout = (rollout_parallel(chosen, self.mesh.size, task.prompts_per_step, fitting_tp) if chosen is not None
+                  else self.config.parallel.resolve(self.mesh.size))
+        placement = rollout.RolloutPlacement(layout, self.devices, self.mesh, boxed, self.rules)
+        log.info("grpo: rollout mesh %s%s", dict(placement.mesh.shape),
+                 " (the update's)" if placement.same_as_update else ", weights resharded to it each step")
+        return placement
 
     def _eos_token_ids(self) -> list[int]:
         """The tokenizer's EOS plus generation_config.json's (Qwen ends turns with <|im_end|> or <|endoftext|>)."""
@@ -229,8 +256,9 @@ class GRPOTrainer(BaseTrainer):
 
     def _preflight(self) -> dict[str, Any]:
         try:
+            reshard_bytes = reshard_bytes_per_device(self.weight_bytes, self.mesh.shape, self.placement.mesh.shape)
             prediction = predict_step(self.model_config.hf_config, self.config.hardware, self.config.parallel,
-                                      self.mesh.size, self.config.task)
+                                      self.mesh.size, self.config.task, self.placement.layout, reshard_bytes)
         except CrucibleError as error:  # advisory: a model the simulator cannot handle still trains
             log.warning("preflight: %s", error)
             return {"preflight_error": str(error)}
@@ -251,7 +279,8 @@ class GRPOTrainer(BaseTrainer):
                  for key, array in jax.tree_util.tree_leaves_with_path(self.params)}
         path = self.run.path(SHARDINGS_FILE)
         if self.run.is_main:
-            record = {"mesh": dict(self.mesh.shape), "devices": self.mesh.size, "params": specs}
+            record = {"mesh": dict(self.mesh.shape), "rollout_mesh": dict(self.placement.mesh.shape),
+                      "devices": self.mesh.size, "params": specs}
             write_atomic(path, json.dumps(record, indent=2) + "\n")
         return path
 

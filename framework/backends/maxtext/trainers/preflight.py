@@ -4,21 +4,28 @@ A GRPO step is simulated as its phases: the prompts' prefill, max_new_tokens dec
 whole group batch (at the average context), the extra forward passes (old log-probs when
 ppo_epochs > 1, reference log-probs when beta > 0) and ppo_epochs x (batch / micro-batch)
 training micro-steps. The simulator reads the run's own `parallel` node (sims.workload.layout_from_parallel:
-dp x fsdp replicas, fsdp shards the optimizer state), so the prediction is of the very layout that runs.
+dp x fsdp replicas, fsdp shards the optimizer state), so the prediction is of the very layout that runs:
+prefill and decode in the rollout layout (`parallel.rollout`), the rest in the update layout, plus the
+resharding of the weights between them, costed as bytes / link bandwidth of the hardware file (not by
+the simulator's collective model).
+
+The rollout layout's tp, when the config leaves it null, is picked here from a memory estimate.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
 from typing import Any, Mapping
 
-from framework.core.dtypes import SHORT
+from framework.core.dtypes import BYTES, SHORT
 from framework.core.errors import ConfigError, CrucibleError
 from framework.core.parallel import ParallelConfig
 from framework.tasks.grpo import GRPOTask
 
 log = logging.getLogger(__name__)
+ROLLOUT_PHASES = ("prefill", "decode")
+# Share of device memory the rollout may plan for: the rest is for decode activations, logits and XLA's buffers.
+MEMORY_HEADROOM = 0.85
 
 
 def grpo_phases(task: GRPOTask, zero: bool) -> list[tuple[str, dict, int]]:
@@ -41,10 +48,13 @@ def grpo_phases(task: GRPOTask, zero: bool) -> list[tuple[str, dict, int]]:
 
 
 def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], parallel: ParallelConfig,
-                 devices: int, task: GRPOTask) -> dict[str, Any]:
+                 devices: int, task: GRPOTask, rollout: ParallelConfig | None = None,
+                 reshard_bytes: float = 0.0) -> dict[str, Any]:
     """Predicted seconds per GRPO step (and per phase) and the peak memory per device of its phases.
 
-    Returns {} when the simulator is not installed; raises CrucibleError when it cannot model the run.
+    `rollout`: the resolved rollout layout (None: the update's); `reshard_bytes`: what each device receives
+    when the weights move to it (reshard_bytes_per_device). Returns {} when the simulator is not installed;
+    raises CrucibleError when it cannot model the run.
     """
     try:
         from sims.api import simulate
@@ -53,11 +63,14 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
     except ImportError:
         log.warning("preflight: the simulator (sims) is not importable; no prediction")
         return {}
-    layout, zero = layout_from_parallel(asdict(parallel), devices)
-    prediction: dict[str, Any] = {"preflight_predicted_step_s": 0.0}
+    layout, zero = layout_from_parallel(parallel.as_dict(), devices)
+    rollout_layout = layout_from_parallel((rollout or parallel).as_dict(), devices)[0]
+    reshard_s = reshard_seconds(reshard_bytes, hardware)
+    prediction: dict[str, Any] = {"preflight_predicted_step_s": reshard_s, "preflight_reshard_s": reshard_s}
     memory, fits = 0.0, True
     for name, workload, repeats in grpo_phases(task, zero):
-        summary = simulate(hf_config, hardware, layout, workload, stack=stack_for_backend("maxtext")).summary()
+        phase_layout = rollout_layout if name in ROLLOUT_PHASES else layout
+        summary = simulate(hf_config, hardware, phase_layout, workload, stack=stack_for_backend("maxtext")).summary()
         if summary["status"] != "ok":
             raise CrucibleError(f"preflight: the simulator cannot model the {name} phase: {summary['reason']}")
         seconds = summary["latency_s"] * repeats
@@ -67,6 +80,59 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
         fits = fits and bool(summary["fits"])
     prediction |= {"preflight_memory_per_device_gb": memory, "preflight_fits": fits}
     return prediction
+
+
+def reshard_bytes_per_device(weight_bytes: float, update_mesh: Mapping[str, int],
+                              rollout_mesh: Mapping[str, int]) -> float:
+    """Bytes each device receives when the weights go from the update's shards to the rollout's.
+
+    A device holds 1/u of the weights (u = the update's fsdp x expert x tensor shards) and needs 1/r
+    (r = the rollout's shards); of that it already holds 1/(u r) (e.g. FSDP -> replicas: an all-gather,
+    W (u - 1) / u). Equal meshes move nothing; a replicated update (u = 1) neither.
+    """
+    if dict(update_mesh) == dict(rollout_mesh):
+        return 0.0
+    update_shards, rollout_shards = (mesh["fsdp"] * mesh["expert"] * mesh["tensor"] for mesh in (update_mesh, rollout_mesh))
+    return weight_bytes / rollout_shards * (1.0 - 1.0 / update_shards)
+
+
+def reshard_seconds(bytes_per_device: float, hardware: Mapping[str, Any]) -> float:
+    """bytes / the hardware file's per-direction device link (intra_node_gb_s; inter_node_gb_s over several
+    nodes); without a link figure (one host's CPU devices share memory) its memory bandwidth."""
+    if bytes_per_device <= 0:
+        return 0.0
+    link_gb_s = hardware.get("inter_node_gb_s") if hardware.get("nodes", 1) > 1 else hardware.get("intra_node_gb_s")
+    if not link_gb_s:
+        link_gb_s = 1000.0 * hardware["hbm_tb_s"]
+    return bytes_per_device / (link_gb_s * 1e9)
+
+
+def pick_rollout_tp(weight_bytes: float, kv_bytes_per_token: float, resident_bytes: float, task: GRPOTask,
+                    devices: int, memory_gb: float) -> int:
+    """The rollout's tensor-parallel size when `parallel.rollout.tp` is null: the smallest divisor of `devices`
+    whose replicas (devices / tp) split the prompts evenly and whose share of the weights and of the KV cache
+    fits beside the training state that stays on the device (`resident_bytes`); the largest such tp when none
+    fits (the preflight's memory check then speaks)."""
+    candidates = [tp for tp in range(1, devices + 1)
+                  if devices % tp == 0 and task.prompts_per_step % (devices // tp) == 0]
+    budget = memory_gb * 1e9 * MEMORY_HEADROOM - resident_bytes
+    cache_tokens = task.rows_per_step * (task.max_prompt_tokens + task.max_new_tokens)
+    for tp in candidates:
+        replicas = devices // tp
+        if weight_bytes / tp + kv_bytes_per_token * cache_tokens / (replicas * tp) <= budget:
+            return tp
+    return candidates[-1]
+
+
+def rollout_tp_for(model: Any, weight_bytes: float, update_mesh: Mapping[str, int], task: GRPOTask,
+                   memory_gb: float) -> int:
+    """pick_rollout_tp for a model (a ModelConfig: layers, KV heads, head_dim, compute dtype) whose weights take
+    `weight_bytes`, trained on `update_mesh`: its shards of the params, AdamW moments and reference stay."""
+    shards = update_mesh["fsdp"] * update_mesh["expert"] * update_mesh["tensor"]
+    resident = weight_bytes * (3 + int(task.beta > 0)) / shards
+    kv_per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim * BYTES[model.dtype]
+    devices = update_mesh["data"] * shards
+    return pick_rollout_tp(weight_bytes, kv_per_token, resident, task, devices, memory_gb)
 
 
 def refuse_out_of_memory(prediction: Mapping[str, Any], hardware: Mapping[str, Any], task: GRPOTask) -> None:

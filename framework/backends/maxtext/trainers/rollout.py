@@ -2,17 +2,25 @@
 
 Every prompt is left-padded to exactly `max_prompt_tokens` (longer ones keep their last tokens),
 so the sampler and the update compile once per run instead of once per prompt length.
+
+The rollout runs in its own layout (`parallel.rollout`, RolloutPlacement): a mesh over the update's
+devices on which the weights are resharded each step, as verl's hybrid engine moves an FSDP-trained
+policy to tensor-parallel inference.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, Sequence
 
 import jax
 import numpy as np
+from jax.sharding import Mesh
 
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
+from framework.backends.maxtext.sharding import ROLLOUT_KEY, LogicalRules, build_mesh, param_shardings, reshard
+from framework.core.parallel import ParallelConfig
 from framework.data.gsm8k import MathExample
 from framework.data.prompts import render_prompts
 from framework.rl.rewards import compute_rewards, correctness
@@ -52,6 +60,26 @@ class PromptEncoder:
     def decode(self, completion_ids: np.ndarray, completion_mask: np.ndarray) -> list[str]:
         rows = [row[: int(length)].tolist() for row, length in zip(completion_ids, completion_mask.sum(axis=1))]
         return self.tokenizer.batch_decode(rows, skip_special_tokens=True)
+
+
+class RolloutPlacement:
+    """The rollout's mesh over the update's devices, the policy's shardings on it (the same logical axes and
+    rules, so any parameter tree works), and the move of the weights there."""
+
+    def __init__(self, layout: ParallelConfig, devices: Sequence[jax.Device], update_mesh: Mesh, boxed_params: Any,
+                 rules: LogicalRules):
+        self.layout = layout  # resolved
+        self.mesh = build_mesh(layout, devices, ROLLOUT_KEY)
+        self.same_as_update = self.mesh == update_mesh  # one layout for both phases: nothing to move
+        self.shardings = param_shardings(boxed_params, self.mesh, rules)
+
+    def policy(self, params: Any) -> tuple[Any, float]:
+        """The params in the rollout layout and the seconds the resharding took (blocked until ready)."""
+        if self.same_as_update:
+            return params, 0.0
+        started = time.perf_counter()
+        moved = reshard(params, self.shardings)
+        return moved, time.perf_counter() - started
 
 
 def generate(sampler: Sampler, encoder: PromptEncoder, params: Any, examples: Sequence[MathExample],

@@ -1,0 +1,207 @@
+"""Issue 14: the GRPO step with the rollout and the update each in its own layout, on 1, 2 and 4 GPUs, with
+the preflight's prediction beside each measured step; JSON to --out (rewritten after every layout).
+
+    python -m framework.backends.maxtext.benchmarks.grpo_layouts --out grpo_layouts.json    # Qwen2.5-0.5B shapes
+    python -m framework.backends.maxtext.benchmarks.grpo_layouts --tiny --out /tmp/l.json  # CPU check, 4 host devices
+    python -m framework.backends.maxtext.benchmarks.grpo_layouts --model qwen3_8b --layouts fsdp4_rollout_auto
+
+--hardware (the preflight's figures) defaults to this machine's file (framework.core.hardware.detect).
+Each layout compiles its own programs; to stay within a time limit
+run a machine's own layouts, e.g. on 2 GPUs
+    --layouts one_device,fsdp2_rollout_same,fsdp2_rollout_dp2,fsdp2_rollout_tp2,tp2_rollout_dp2
+and on 4 GPUs
+    --layouts one_device,fsdp4_rollout_same,fsdp4_rollout_dp4,fsdp4_rollout_dp2_tp2,fsdp4_rollout_auto
+
+The work of a step is benchmarks/grpo_step.py's (random weights, random prompts of exactly --prompt-tokens,
+EOS disabled so every completion has --new-tokens tokens, random rewards, one update) plus the resharding
+of the weights from the update's layout to the rollout's, which the trainer does each step. Layouts that
+need more devices than there are are skipped; one that fails (out of memory, say) is recorded with its
+error and the others still run. Each layout: --warmup steps, then the median of --steps timed steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from framework.backends.maxtext.benchmarks.grpo_step import grpo_task
+from framework.backends.maxtext.benchmarks.shapes import parse_args, step_report
+from framework.core.paths import load_conf
+
+TINY_PROMPTS = 4  # --tiny: enough prompts for 4 rollout replicas
+UPDATE = {"dp": 1, "fsdp": 1, "tp": 1, "pp": 1, "ep": 1, "cp": 1}
+# name -> (devices, the update's axes, the rollout's axes: None = the update's layout, tp None = the trainer's pick)
+LAYOUTS = {
+    "one_device": (1, {}, None),
+    "fsdp2_rollout_same": (2, {"fsdp": 2}, None),  # before issue 14: decoding in the FSDP layout
+    "fsdp2_rollout_dp2": (2, {"fsdp": 2}, {"dp": 2, "tp": 1}),
+    "fsdp2_rollout_tp2": (2, {"fsdp": 2}, {"dp": 1, "tp": 2}),
+    "tp2_rollout_dp2": (2, {"tp": 2}, {"dp": 2, "tp": 1}),
+    "fsdp4_rollout_same": (4, {"fsdp": 4}, None),
+    "fsdp4_rollout_dp4": (4, {"fsdp": 4}, {"dp": 4, "tp": 1}),
+    "fsdp4_rollout_dp2_tp2": (4, {"fsdp": 4}, {"dp": 2, "tp": 2}),
+    "fsdp4_rollout_auto": (4, {"fsdp": 4}, {"dp": -1, "tp": None}),
+}
+
+
+def build_layout(args: argparse.Namespace, task, config, devices: list, update_layout, rollout_axes: dict | None):
+    """Params and optimizer state on the update's mesh over `devices`, the rollout's placement and sampler."""
+    import jax
+    import jax.numpy as jnp
+    from flax import linen as nn
+
+    from framework.backends.maxtext.models import Transformer, abstract_params
+    from framework.backends.maxtext.sampler import Sampler
+    from framework.backends.maxtext.sharding import DEFAULT_RULES, build_mesh, param_shardings, rollout_parallel
+    from framework.backends.maxtext.trainers.preflight import rollout_tp_for
+    from framework.backends.maxtext.trainers.rollout import RolloutPlacement
+    from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
+    from framework.core.parallel import RolloutLayout
+
+    mesh = build_mesh(update_layout, devices)
+    model = Transformer(config, mesh, DEFAULT_RULES)
+    boxed = abstract_params(Transformer(config))
+    shardings = param_shardings(boxed, mesh, DEFAULT_RULES)
+    ids = jnp.zeros((1, 1), jnp.int32)
+    init = jax.jit(lambda: nn.unbox(model.init(jax.random.key(0), ids, ids, jnp.ones((1, 1), bool))["params"]),
+                   out_shardings=shardings)
+    params = init()
+    weight_bytes = float(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params)))
+    if rollout_axes is None:
+        layout = update_layout.resolve(len(devices))
+    else:
+        memory_gb = load_conf("hardware", args.hardware)["hardware"]["memory_gb"]
+        layout = rollout_parallel(RolloutLayout(**{**UPDATE, **rollout_axes}), len(devices), task.prompts_per_step,
+                                  lambda: rollout_tp_for(config, weight_bytes, mesh.shape, task, memory_gb))
+    placement = RolloutPlacement(layout, devices, mesh, boxed, DEFAULT_RULES)
+    optimizer = build_optimizer(task.optimizer, learning_rate_schedule(task.optimizer, task.steps, 1))
+    update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed), shardings, mesh, DEFAULT_RULES)
+    opt_state = update.init_opt_state(params)
+    # An EOS id the model cannot emit: every completion runs to new_tokens (fixed work per step).
+    sampler = Sampler(model, eos_token_ids=[config.vocab_size], pad_token_id=0, prompt_bucket=args.prompt_tokens,
+                      mesh=placement.mesh, rules=DEFAULT_RULES)
+    return mesh, placement, sampler, update, params, opt_state, weight_bytes
+
+
+def run_step(task, placement, sampler, update, params, opt_state, step: int):
+    """One GRPO step as the trainer runs it; returns params, state and (reshard s, rollout s, update s)."""
+    import jax
+    import numpy as np
+
+    from framework.backends.maxtext.sampler import SamplingParams
+    from framework.rl.advantages import compute_advantages
+
+    data = np.random.default_rng(step)
+    prompts = data.integers(1, sampler.model.config.vocab_size, (task.prompts_per_step, task.max_prompt_tokens))
+    sampling = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,
+                              num_samples=task.num_generations)
+    policy, reshard_s = placement.policy(params)
+    start = time.perf_counter()
+    out = jax.device_get(sampler.generate(policy, prompts.tolist(), jax.random.key(step), sampling))
+    del policy
+    rolled_out = time.perf_counter()
+    arrays = {"input_ids": np.concatenate([out.prompt_ids, out.completion_ids], 1).astype(np.int32),
+              "attention_mask": np.concatenate([out.prompt_mask, out.completion_mask], 1).astype(np.int32),
+              "completion_mask": np.asarray(out.completion_mask, np.float32),
+              "advantages": compute_advantages(data.random(task.rows_per_step).astype(np.float32),
+                                               task.num_generations)}
+    params, opt_state, _ = update.run(params, opt_state, None, arrays)
+    jax.block_until_ready(params)
+    return params, opt_state, (reshard_s, rolled_out - start, time.perf_counter() - rolled_out)
+
+
+def predicted(args: argparse.Namespace, task, update_layout, mesh, placement, weight_bytes: float) -> dict:
+    """The preflight's prediction of this layout's step (or why there is none)."""
+    from framework.backends.maxtext.trainers.preflight import predict_step, reshard_bytes_per_device
+
+    try:
+        prediction = predict_step(load_conf("model", args.model)["hf_config"],
+                                  load_conf("hardware", args.hardware)["hardware"], update_layout, mesh.size, task,
+                                  placement.layout, reshard_bytes_per_device(weight_bytes, mesh.shape, placement.mesh.shape))
+    except Exception as error:  # advisory, as in the trainer
+        return {"preflight_error": str(error).splitlines()[0]}
+    return {key: value for key, value in prediction.items() if key.startswith("preflight_")}
+
+
+def time_layout(args: argparse.Namespace, name: str, devices: list) -> dict:
+    from framework.backends.maxtext.models import ModelConfig
+    from framework.core.parallel import ParallelConfig
+
+    count, update_axes, rollout_axes = LAYOUTS[name]
+    update_layout = ParallelConfig(**{**UPDATE, **update_axes})
+    task = grpo_task(args)
+    config = ModelConfig.from_hf_config(load_conf("model", args.model)["hf_config"], param_dtype="float32",
+                                        dtype=args.dtype)
+    mesh, placement, sampler, update, params, opt_state, weight_bytes = build_layout(
+        args, task, config, devices[:count], update_layout, rollout_axes)
+    timings = []
+    for step in range(args.warmup + args.steps):
+        params, opt_state, timing = run_step(task, placement, sampler, update, params, opt_state, step)
+        if step >= args.warmup:
+            timings.append(timing)
+    reshard_s, rollout_s, update_s = (statistics.median(t[i] for t in timings) for i in range(3))
+    step_s = statistics.median(sum(t) for t in timings)
+    result = {"devices": count, "update_mesh": dict(mesh.shape), "rollout_mesh": dict(placement.mesh.shape),
+              "reshard_s": reshard_s, **step_report(args, task.rows_per_step, step_s, rollout_s, update_s),
+              **predicted(args, task, update_layout, mesh, placement, weight_bytes)}
+    if "preflight_predicted_step_s" in result:
+        result["measured_over_predicted"] = step_s / result["preflight_predicted_step_s"]
+    return result
+
+
+def with_speedups(results: dict) -> dict:
+    base = results.get("one_device", {}).get("step_s")
+    for result in results.values():
+        if base and "step_s" in result:
+            result["speedup_over_one_device"] = base / result["step_s"]
+    return results
+
+
+def main(argv: list[str] | None = None) -> dict:
+    extra = {"--out": {"type": Path, "default": Path("grpo_layouts.json"), "help": "the JSON report"},
+             "--layouts": {"default": ",".join(LAYOUTS), "help": f"comma-separated, of {', '.join(LAYOUTS)}"}}
+    args = parse_args(__doc__.splitlines()[0], argv, extra)
+    given = argv if argv is not None else sys.argv
+    if args.tiny and "--prompts" not in given:
+        args.prompts = TINY_PROMPTS
+    if not args.tiny and "--hardware" not in given:  # this machine's file (h200 on an H200): the preflight's figures
+        from framework.core.hardware import detect
+
+        args.hardware = detect().option
+    names = [name for name in args.layouts.split(",") if name]
+    unknown = [name for name in names if name not in LAYOUTS]
+    if unknown:
+        raise SystemExit(f"--layouts: unknown {', '.join(unknown)}; valid: {', '.join(LAYOUTS)}")
+    import jax
+
+    if args.tiny:  # the host as 4 devices, before JAX starts its backends
+        jax.config.update("jax_num_cpu_devices", max(LAYOUTS[name][0] for name in names))
+    devices = jax.devices()
+    report = {"benchmark": "grpo_layouts", "jax": jax.__version__, "device": devices[0].device_kind,
+              "hardware": args.hardware,
+              "devices": len(devices), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "layouts": {}}
+    for name in names:
+        if LAYOUTS[name][0] > len(devices):
+            report["layouts"][name] = {"skipped": f"needs {LAYOUTS[name][0]} devices, {len(devices)} here"}
+        else:
+            try:
+                report["layouts"][name] = time_layout(args, name, devices)
+            except Exception as error:  # one layout's failure (out of memory, a bad mesh) keeps the others
+                report["layouts"][name] = {"error": f"{type(error).__name__}: {str(error).splitlines()[0][:500]}",
+                                           "traceback": traceback.format_exc()[-2000:]}
+            jax.clear_caches()
+            gc.collect()
+        with_speedups(report["layouts"])
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
+        print(json.dumps({name: report["layouts"][name]}), flush=True)
+    return report
+
+
+if __name__ == "__main__":
+    main()
