@@ -30,7 +30,7 @@ import time
 import traceback
 from pathlib import Path
 
-from framework.backends.maxtext.benchmarks.grpo_step import grpo_task
+from framework.backends.maxtext.benchmarks.grpo_step import OPTIONS, grpo_task
 from framework.backends.maxtext.benchmarks.shapes import parse_args, step_report
 from framework.core.paths import load_conf
 
@@ -130,6 +130,8 @@ def predicted(args: argparse.Namespace, task, update_layout, mesh, placement, we
 
 
 def time_layout(args: argparse.Namespace, name: str, devices: list) -> dict:
+    import jax
+
     from framework.backends.maxtext.models import ModelConfig
     from framework.core.parallel import ParallelConfig
 
@@ -137,7 +139,8 @@ def time_layout(args: argparse.Namespace, name: str, devices: list) -> dict:
     update_layout = ParallelConfig(**{**UPDATE, **update_axes})
     task = grpo_task(args)
     config = ModelConfig.from_hf_config(load_conf("model", args.model)["hf_config"], param_dtype="float32",
-                                        dtype=args.dtype)
+                                        dtype=args.dtype).for_platform(args.remat, args.attention,
+                                                                       jax.default_backend())
     mesh, placement, sampler, update, params, opt_state, weight_bytes = build_layout(
         args, task, config, devices[:count], update_layout, rollout_axes)
     timings = []
@@ -165,7 +168,8 @@ def with_speedups(results: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     extra = {"--out": {"type": Path, "default": Path("grpo_layouts.json"), "help": "the JSON report"},
-             "--layouts": {"default": ",".join(LAYOUTS), "help": f"comma-separated, of {', '.join(LAYOUTS)}"}}
+             "--layouts": {"default": ",".join(LAYOUTS), "help": f"comma-separated, of {', '.join(LAYOUTS)}"},
+             **OPTIONS}
     args = parse_args(__doc__.splitlines()[0], argv, extra)
     given = argv if argv is not None else sys.argv
     if args.tiny and "--prompts" not in given:
