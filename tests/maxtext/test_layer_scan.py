@@ -78,3 +78,20 @@ def test_bad_execution_options_are_one_line_config_errors():
         _config(2, attention_kernel="flash")
     with pytest.raises(ConfigError, match="cudnn has no float32 kernel"):
         _config(2).for_platform("none", "cudnn", "gpu")
+
+
+def test_a_decode_step_reads_each_layer_in_place(qwen3):
+    """With a cache the layers run unrolled on per-layer weights and cache buffers: a decode step
+    slices nothing out of a stack (a scanned decode copied each layer's weights and cache per token)."""
+    from framework.backends.maxtext.models import KVCache
+    from framework.backends.maxtext.models.transformer import unstack_layers
+
+    config = qwen3["config"]
+    model = Transformer(config)
+    cache = KVCache.create(config, 2, 8)
+    one = jnp.ones((2, 1), jnp.int32)
+    params = unstack_layers(qwen3["params"])
+    assert len(params["layers"]) == config.num_layers
+    jaxpr = str(jax.make_jaxpr(lambda p, c: model.apply({"params": p}, one, one, one, c))(params, cache))
+    assert "dynamic_slice" not in jaxpr and "scan" not in jaxpr
+    assert jaxpr.count("dynamic_update_slice") == 2 * config.num_layers + 1  # K and V per layer, the valid mask

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from framework.backends.maxtext.models.transformer import KVCache, Transformer, positions_from_mask
+from framework.backends.maxtext.models.transformer import KVCache, Transformer, positions_from_mask, unstack_layers
 from framework.backends.maxtext.sharding import LogicalRules, put
 from framework.core.errors import ConfigError, DataError
 
@@ -127,9 +127,9 @@ def _generate(model: Transformer, params: Any, prompt_ids: Array, prompt_mask: A
     batch, prompt_length = prompt_ids.shape
     n = sampling.num_samples
     max_new = sampling.max_new_tokens
-    # Decoding is bound by reading the weights every token: read them once in the compute dtype
-    # (float32 master weights would be read, and converted, at every step).
-    variables = {"params": jax.tree.map(lambda p: p.astype(config.dtype), params)}
+    # Decoding is bound by reading the weights every token: cast them to the compute dtype and split
+    # the layer stack into per-layer arrays once, before the loop.
+    variables = {"params": unstack_layers(jax.tree.map(lambda p: p.astype(config.dtype), params))}
 
     positions = positions_from_mask(prompt_mask)
     cache = KVCache.create(config, batch, prompt_length + max_new, model.mesh, model.rules)

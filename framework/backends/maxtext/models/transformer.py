@@ -1,12 +1,14 @@
 """Flax (linen) decoder for Llama, Qwen2/2.5 and Qwen3: one module family, switched by ModelConfig flags.
 
 RoPE (optionally llama3-scaled), grouped-query attention, RMSNorm, SwiGLU, tied or untied embeddings.
-Every parameter carries logical axis names (see sharding.DEFAULT_RULES). The layers are one
-`nn.scan` over a rematerialised layer body (parameters stacked on a leading "layers" axis), so a
-24-layer model compiles one layer. Attention works on "slots": without a cache the rows are packed
-(real tokens from slot 0) and attention is one fused causal kernel; with a KVCache the slots are the
-cache entries, written at `cache.index`, and a query attends to the slots at or before its own that
-hold real tokens. Left padding never leaks into attention, and RoPE uses the explicit `positions`.
+Every parameter carries logical axis names (see sharding.DEFAULT_RULES). Parameters of the layers
+are stacked on a leading "layers" axis. Without a cache (training, log-probs) the layers are one
+`nn.scan` over a rematerialised layer body, so a 24-layer model compiles one layer; the rows are
+packed (real tokens from slot 0) and attention is one fused causal kernel. With a KVCache (prefill,
+decode) the layers run unrolled, each on its own weights and cache buffer (a scanned decode copied
+each layer's slice of the stacks on every token), the slots are the cache entries written at
+`cache.index`, and a query attends to the slots at or before its own that hold real tokens. Left
+padding never leaks into attention, and RoPE uses the explicit `positions`.
 """
 
 from __future__ import annotations
@@ -24,36 +26,41 @@ from framework.backends.maxtext.models.config import ModelConfig
 from framework.backends.maxtext.sharding import LogicalRules, constrain
 
 Array = jax.Array
-CACHE_AXES = ("cache_layers", "cache_batch", "cache_sequence", "cache_kv_heads", "cache_head_dim")
+CACHE_AXES = ("cache_batch", "cache_sequence", "cache_kv_heads", "cache_head_dim")
 _KERNEL_INIT = nn.initializers.normal(stddev=0.02)  # HF initializer_range; real weights are loaded
 
 
 @flax.struct.dataclass
 class KVCache:
-    """Key/value buffers of every layer, stacked (one array, so the scanned layers update it in place),
-    plus which slots hold real (non-padding) tokens."""
+    """Per-layer key/value buffers of fixed length, plus which slots hold real (non-padding) tokens.
 
-    keys: Array  # [layers, batch, max_length, kv_heads, head_dim]
-    values: Array
+    One buffer per layer (not one stacked array): a decode step writes one slot of each and reads
+    each whole, with no per-token copy of a layer's slice out of a stack.
+    """
+
+    keys: tuple[Array, ...]  # each [batch, max_length, kv_heads, head_dim]
+    values: tuple[Array, ...]
     valid: Array  # [batch, max_length] bool
     index: Array  # int32 scalar: the next slot to write
 
     @classmethod
     def create(cls, config: ModelConfig, batch_size: int, max_length: int,
                mesh: Mesh | None = None, rules: LogicalRules | None = None) -> "KVCache":
-        shape = (config.num_layers, batch_size, max_length, config.num_kv_heads, config.head_dim)
+        shape = (batch_size, max_length, config.num_kv_heads, config.head_dim)
 
         def buffer() -> Array:
             return constrain(jnp.zeros(shape, config.dtype), CACHE_AXES, mesh, rules)
 
-        return cls(keys=buffer(), values=buffer(), valid=jnp.zeros((batch_size, max_length), bool),
-                   index=jnp.zeros((), jnp.int32))
+        return cls(keys=tuple(buffer() for _ in range(config.num_layers)),
+                   values=tuple(buffer() for _ in range(config.num_layers)),
+                   valid=jnp.zeros((batch_size, max_length), bool), index=jnp.zeros((), jnp.int32))
 
     def repeat(self, repeats: int) -> "KVCache":
         """Each sequence `repeats` times in a row (n samples per prompt share one prefill)."""
-        return self.replace(keys=jnp.repeat(self.keys, repeats, axis=1),
-                            values=jnp.repeat(self.values, repeats, axis=1),
-                            valid=jnp.repeat(self.valid, repeats, axis=0))
+        def rep(x: Array) -> Array:
+            return jnp.repeat(x, repeats, axis=0)
+        return self.replace(keys=tuple(map(rep, self.keys)), values=tuple(map(rep, self.values)),
+                            valid=rep(self.valid))
 
 
 def positions_from_mask(attention_mask: Array) -> Array:
@@ -119,8 +126,8 @@ class Attention(nn.Module):
     Packed (no cache): every row's real tokens are contiguous from slot 0 (Transformer.hidden_states
     shifts left padding away), so causal attention over `lengths` real keys is exact and runs as one
     fused kernel (jax.nn.dot_product_attention; cuDNN flash attention on GPU with attention="cudnn").
-    Cached: the new keys/values are written into the stacked cache at (layer, index) and the queries
-    attend to the slots `attend` allows (left padding, causality).
+    Cached: the new keys/values are written into the layer's cache at `index` and the queries attend
+    to the slots `attend` allows (left padding, causality).
     """
 
     config: ModelConfig
@@ -129,7 +136,7 @@ class Attention(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array, positions: Array, lengths: Array | None, attend: Array | None,
-                 cache: tuple[Array, Array, Array, Array] | None) -> tuple[Array, tuple[Array, Array] | None]:
+                 cache: tuple[Array, Array, Array] | None) -> tuple[Array, tuple[Array, Array] | None]:
         c = self.config
         q = _dense((c.num_heads, c.head_dim), ("embed", "heads", "head_dim"), c.qkv_bias, c, "q_proj")(x)
         k = _dense((c.num_kv_heads, c.head_dim), ("embed", "kv_heads", "head_dim"), c.qkv_bias, c, "k_proj")(x)
@@ -145,15 +152,13 @@ class Attention(nn.Module):
         if cache is None:
             out, new_cache = self._packed(q, k, v, lengths), None
         else:
-            keys, values, layer, index = cache
-            start = (layer, 0, index, 0, 0)
-            keys = constrain(jax.lax.dynamic_update_slice(keys, k[None].astype(keys.dtype), start),
+            keys, values, index = cache
+            start = (0, index, 0, 0)
+            keys = constrain(jax.lax.dynamic_update_slice(keys, k.astype(keys.dtype), start),
                              CACHE_AXES, self.mesh, self.rules)
-            values = constrain(jax.lax.dynamic_update_slice(values, v[None].astype(values.dtype), start),
+            values = constrain(jax.lax.dynamic_update_slice(values, v.astype(values.dtype), start),
                                CACHE_AXES, self.mesh, self.rules)
-            layer_keys = jax.lax.dynamic_index_in_dim(keys, layer, keepdims=False)
-            layer_values = jax.lax.dynamic_index_in_dim(values, layer, keepdims=False)
-            out, new_cache = self._masked(q, layer_keys, layer_values, attend), (keys, values)
+            out, new_cache = self._masked(q, keys, values, attend), (keys, values)
         out = self._constrain(out, "activation_heads")
         out = _dense(c.hidden_size, ("heads", "head_dim", "embed"), c.o_bias, c, "o_proj", axis=(-2, -1))(out)
         return out, new_cache
@@ -197,23 +202,18 @@ class MLP(nn.Module):
         return _dense(c.hidden_size, ("mlp", "embed"), c.mlp_bias, c, "down_proj")(hidden)
 
 
-# Carried through the scanned layers: hidden states, the stacked cache (or None, None), the layer index.
-Carry = tuple[Array, Array | None, Array | None, Array]
-
-
 class DecoderLayer(nn.Module):
-    """One layer as the body of `nn.scan`: (carry, broadcast inputs) -> (carry, None)."""
+    """One layer: (x, broadcast inputs, the layer's cache or None) -> (x, the updated cache or None).
+    Scanned (no cache) or called once per layer (with a cache)."""
 
     config: ModelConfig
     mesh: Mesh | None = None
     rules: LogicalRules | None = None
 
     @nn.compact
-    def __call__(self, carry: Carry, positions: Array, lengths: Array | None, attend: Array | None,
-                 cache_index: Array | None) -> tuple[Carry, None]:
+    def __call__(self, x: Array, positions: Array, lengths: Array | None, attend: Array | None,
+                 cache: tuple[Array, Array, Array] | None) -> tuple[Array, tuple[Array, Array] | None]:
         c = self.config
-        x, keys, values, layer = carry
-        cache = None if keys is None else (keys, values, layer, cache_index)
         normed = RMSNorm(c.hidden_size, c.rms_norm_eps, "norm", c.dtype, c.param_dtype, name="input_layernorm")(x)
         attn_out, new_cache = Attention(c, self.mesh, self.rules, name="self_attn")(
             normed, positions, lengths, attend, cache)
@@ -221,8 +221,7 @@ class DecoderLayer(nn.Module):
         normed = RMSNorm(c.hidden_size, c.rms_norm_eps, "norm", c.dtype, c.param_dtype,
                          name="post_attention_layernorm")(x)
         x = _constrain_hidden(x + MLP(c, self.mesh, self.rules, name="mlp")(normed), self.mesh, self.rules)
-        keys, values = (None, None) if new_cache is None else new_cache
-        return (x, keys, values, layer + 1), None
+        return x, new_cache
 
 
 # Named remat policies (MaxText's names): what the backward pass may keep instead of recomputing.
@@ -246,6 +245,17 @@ def scanned_layers(config: ModelConfig) -> type[nn.Module]:
     return nn.scan(layer, variable_axes={"params": 0}, split_rngs={"params": True},
                    in_axes=(nn.broadcast,) * 4, length=config.num_layers,
                    metadata_params={nn.PARTITION_NAME: "layers"})
+
+
+def unstack_layers(params: Any) -> Any:
+    """The params with the stacked "layers" entry as a tuple of per-layer trees: what decoding reads
+    (each layer's weights as their own arrays; slicing the stack inside the decode loop would copy
+    them on every token). Stacked params work too, sliced where they are used."""
+    layers = params["layers"]
+    if isinstance(layers, tuple):
+        return params
+    count = jax.tree.leaves(layers)[0].shape[0]
+    return {**params, "layers": tuple(jax.tree.map(lambda p, i=i: p[i], layers) for i in range(count))}
 
 
 class Transformer(nn.Module):
@@ -286,14 +296,20 @@ class Transformer(nn.Module):
             lead = jnp.argmax(attention_mask, axis=1)  # padding slots before the first real token
             to_packed, from_packed = _row_rotations(lead, input_ids.shape[1])
             x = self._embed(jnp.take_along_axis(input_ids, to_packed, axis=1))
-            carry = (x, None, None, jnp.int32(0))
-            (x, _, _, _), _ = self.layers(carry, jnp.take_along_axis(positions, to_packed, axis=1),
-                                          attention_mask.sum(axis=1, dtype=jnp.int32), None, None)
+            x, _ = self.layers(x, jnp.take_along_axis(positions, to_packed, axis=1),
+                               attention_mask.sum(axis=1, dtype=jnp.int32), None, None)
             return self.norm(jnp.take_along_axis(x, from_packed[..., None], axis=1)), None
         attend, cache = _attend_mask(attention_mask, cache)
-        carry = (self._embed(input_ids), cache.keys, cache.values, jnp.int32(0))
-        (x, keys, values, _), _ = self.layers(carry, positions, None, attend, cache.index)
-        cache = cache.replace(keys=keys, values=values, index=cache.index + input_ids.shape[1])
+        x = self._embed(input_ids)
+        layer = DecoderLayer(self.config, self.mesh, self.rules, parent=None)
+        layers = unstack_layers({"layers": self.variables["params"]["layers"]})["layers"]
+        keys, values = [], []
+        for i, layer_params in enumerate(layers):  # unrolled: decoding is bound by reading each layer once
+            x, (k, v) = layer.apply({"params": layer_params}, x, positions, None, attend,
+                                    (cache.keys[i], cache.values[i], cache.index))
+            keys.append(k)
+            values.append(v)
+        cache = cache.replace(keys=tuple(keys), values=tuple(values), index=cache.index + input_ids.shape[1])
         return self.norm(x), cache
 
     def _embed(self, input_ids: Array) -> Array:
