@@ -166,6 +166,7 @@ def test_llama3_rope_scaling_matches_transformers():
 
 @pytest.mark.parametrize("name, flags", [
     ("qwen2_5_0_5b_instruct", dict(qkv_bias=True, o_bias=False, qk_norm=False, tie_word_embeddings=True, head_dim=64)),
+    ("qwen2_5_1_5b_instruct", dict(qkv_bias=True, o_bias=False, qk_norm=False, tie_word_embeddings=True, head_dim=128)),
     ("qwen3_8b", dict(qkv_bias=False, qk_norm=True, tie_word_embeddings=False, head_dim=128)),
     ("llama3_1_8b", dict(qkv_bias=False, mlp_bias=False, qk_norm=False, num_kv_heads=8)),
 ])

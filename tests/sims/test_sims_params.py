@@ -24,6 +24,7 @@ PUBLISHED_TOTAL = {
     "llama3_1_8b": 8.03e9,
     "qwen2_5_7b": 7.61e9,
     "qwen2_5_0_5b_instruct": 0.49e9,
+    "qwen2_5_1_5b_instruct": 1.54e9,  # model card: 1.54B (1.31B non-embedding)
 }
 
 
