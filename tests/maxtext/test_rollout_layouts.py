@@ -147,13 +147,9 @@ def test_every_rollout_layout_decodes_the_same_tokens_and_takes_the_same_step(tm
 
     model_dir = resolve_model_dir(to_plain(compose_config(["model=tiny_qwen2"]).model),
                                   tmp_path_factory.getbasetemp() / "tiny_models")
-    env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run([sys.executable, __file__, str(model_dir)], env=env, capture_output=True, text=True,
-                            timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    facts = json.loads(result.stdout.strip().splitlines()[-1])
+    from tests.maxtext.forced_devices import facts_on_cpu_devices
+
+    facts = facts_on_cpu_devices(__file__, 4, str(model_dir), timeout=600)
     print(json.dumps({key: value for key, value in facts.items() if key != "meshes"}, indent=1))
 
     assert facts["meshes"]["dp4"] == {"data": 4, "fsdp": 1, "expert": 1, "tensor": 1}

@@ -6,8 +6,6 @@ is imported, and the pytest process has imported jax already.
 
 import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -93,14 +91,9 @@ def test_sharded_load_forward_and_sampling_on_8_devices(tmp_path_factory):
 
     model_cfg = yaml.safe_load((REPO / "conf" / "model" / "tiny_qwen2.yaml").read_text())
     model_dir = build_tiny_model(model_cfg, tmp_path_factory.getbasetemp() / "tiny_models" / "tiny_qwen2")
-    # Unoptimised CPU code generation: these programs run once, so compile time is what counts.
-    env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run([sys.executable, __file__, str(model_dir)], env=env, capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    facts = json.loads(result.stdout.strip().splitlines()[-1])
+    from tests.maxtext.forced_devices import facts_on_cpu_devices
+
+    facts = facts_on_cpu_devices(__file__, 8, str(model_dir), timeout=300)
 
     assert facts["devices"] == 8
     assert facts["tpu_v5p_mesh"] == {"data": 1, "fsdp": 8, "expert": 1, "tensor": 1}

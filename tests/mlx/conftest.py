@@ -31,22 +31,9 @@ def mlx_cache(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_dir(mlx_cache) -> Path:
     """tiny_qwen2 with noise on every tensor (HF init leaves biases 0 and norms 1, hiding layout mistakes)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from tests.perturbed import perturbed_model_dir
 
-    from framework.models.tiny import build_tiny_model
-
-    source = build_tiny_model(tiny_cfg(), mlx_cache / "tiny_qwen2")
-    out = mlx_cache / "tiny_qwen2_perturbed"
-    if not (out / "model.safetensors").is_file():
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
-        noise = torch.Generator().manual_seed(1)
-        with torch.no_grad():
-            for param in model.parameters():
-                param.add_(torch.randn(param.shape, generator=noise) * 0.1)
-        model.save_pretrained(out)
-        AutoTokenizer.from_pretrained(source).save_pretrained(out)
-    return out
+    return perturbed_model_dir("tiny_qwen2", mlx_cache)
 
 
 @pytest.fixture(scope="session")

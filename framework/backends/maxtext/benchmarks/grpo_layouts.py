@@ -30,7 +30,7 @@ import time
 import traceback
 from pathlib import Path
 
-from framework.backends.maxtext.benchmarks.grpo_step import OPTIONS, grpo_task
+from framework.backends.maxtext.benchmarks.grpo_step import OPTIONS, grpo_task, model_config, random_model
 from framework.backends.maxtext.benchmarks.shapes import parse_args, step_report
 from framework.core.paths import load_conf
 
@@ -53,25 +53,17 @@ LAYOUTS = {
 def build_layout(args: argparse.Namespace, task, config, devices: list, update_layout, rollout_axes: dict | None):
     """Params and optimizer state on the update's mesh over `devices`, the rollout's placement and sampler."""
     import jax
-    import jax.numpy as jnp
     from flax import linen as nn
 
-    from framework.backends.maxtext.models import Transformer, abstract_params
     from framework.backends.maxtext.sampler import Sampler
-    from framework.backends.maxtext.sharding import DEFAULT_RULES, build_mesh, param_shardings, rollout_parallel
+    from framework.backends.maxtext.sharding import DEFAULT_RULES, build_mesh, rollout_parallel
     from framework.backends.maxtext.trainers.preflight import rollout_tp_for
     from framework.backends.maxtext.trainers.rollout import RolloutPlacement
     from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
     from framework.core.parallel import RolloutLayout
 
     mesh = build_mesh(update_layout, devices)
-    model = Transformer(config, mesh, DEFAULT_RULES)
-    boxed = abstract_params(Transformer(config))
-    shardings = param_shardings(boxed, mesh, DEFAULT_RULES)
-    ids = jnp.zeros((1, 1), jnp.int32)
-    init = jax.jit(lambda: nn.unbox(model.init(jax.random.key(0), ids, ids, jnp.ones((1, 1), bool))["params"]),
-                   out_shardings=shardings)
-    params = init()
+    model, boxed, shardings, params = random_model(config, mesh)
     weight_bytes = float(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params)))
     if rollout_axes is None:
         layout = update_layout.resolve(len(devices))
@@ -130,17 +122,12 @@ def predicted(args: argparse.Namespace, task, update_layout, mesh, placement, we
 
 
 def time_layout(args: argparse.Namespace, name: str, devices: list) -> dict:
-    import jax
-
-    from framework.backends.maxtext.models import ModelConfig
     from framework.core.parallel import ParallelConfig
 
     count, update_axes, rollout_axes = LAYOUTS[name]
     update_layout = ParallelConfig(**{**UPDATE, **update_axes})
     task = grpo_task(args)
-    config = ModelConfig.from_hf_config(load_conf("model", args.model)["hf_config"], param_dtype="float32",
-                                        dtype=args.dtype).for_platform(args.remat, args.attention,
-                                                                       jax.default_backend())
+    config = model_config(args)
     mesh, placement, sampler, update, params, opt_state, weight_bytes = build_layout(
         args, task, config, devices[:count], update_layout, rollout_axes)
     timings = []

@@ -42,28 +42,45 @@ def grpo_task(args: argparse.Namespace):
     return build(GRPOTask, values, "grpo")
 
 
-def build_components(args: argparse.Namespace):
+def model_config(args: argparse.Namespace):
+    """The --model architecture with float32 master weights, --dtype compute, --remat and --attention."""
+    import jax
+
+    from framework.backends.maxtext.models import ModelConfig
+
+    return ModelConfig.from_hf_config(load_conf("model", args.model)["hf_config"], param_dtype="float32",
+                                      dtype=args.dtype).for_platform(args.remat, args.attention, jax.default_backend())
+
+
+def random_model(config, mesh):
+    """(model on the mesh, its boxed abstract params, their shardings, random params placed by them)."""
     import jax
     import jax.numpy as jnp
     from flax import linen as nn
 
-    from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params
-    from framework.backends.maxtext.sampler import Sampler
-    from framework.backends.maxtext.sharding import DEFAULT_RULES, build_mesh, param_shardings
-    from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
+    from framework.backends.maxtext.models import Transformer, abstract_params
+    from framework.backends.maxtext.sharding import DEFAULT_RULES, param_shardings
 
-    task = grpo_task(args)
-    config = ModelConfig.from_hf_config(load_conf("model", args.model)["hf_config"], param_dtype="float32",
-                                        dtype=args.dtype).for_platform(args.remat, args.attention,
-                                                                       jax.default_backend())
-    mesh = build_mesh(ParallelConfig(dp=1, fsdp=-1, tp=1, pp=1, ep=1, cp=1))
     model = Transformer(config, mesh, DEFAULT_RULES)
     boxed = abstract_params(Transformer(config))
     shardings = param_shardings(boxed, mesh, DEFAULT_RULES)
     ids = jnp.zeros((1, 1), jnp.int32)
     init = jax.jit(lambda: nn.unbox(model.init(jax.random.key(0), ids, ids, jnp.ones((1, 1), bool))["params"]),
                    out_shardings=shardings)
-    params = init()
+    return model, boxed, shardings, init()
+
+
+def build_components(args: argparse.Namespace):
+    from flax import linen as nn
+
+    from framework.backends.maxtext.sampler import Sampler
+    from framework.backends.maxtext.sharding import DEFAULT_RULES, build_mesh
+    from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
+
+    task = grpo_task(args)
+    config = model_config(args)
+    mesh = build_mesh(ParallelConfig(dp=1, fsdp=-1, tp=1, pp=1, ep=1, cp=1))
+    model, boxed, shardings, params = random_model(config, mesh)
     optimizer = build_optimizer(task.optimizer, learning_rate_schedule(task.optimizer, task.steps, 1))
     update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed), shardings, mesh, DEFAULT_RULES)
     opt_state = update.init_opt_state(params)
