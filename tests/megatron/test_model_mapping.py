@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from framework.backends.megatron import hf_weights
-from framework.backends.megatron.model import check_layout, decoder_shape, rope_of
+from framework.backends.megatron.model import check_layout, decoder_shape
 from framework.core.errors import ConfigError
 from tests.conftest import compose_config
 
@@ -22,11 +22,20 @@ def test_decoder_shape_of_each_family(model, qkv_bias, qk_norm, tied):
     assert shape.rope_theta == 10000.0 and shape.rope_scaling_factor is None
 
 
+LLAMA31_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192}
+
+
 def test_rope_from_transformers5_parameters_and_llama3_scaling():
-    assert rope_of({"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}}) == (1e6, None)
-    assert rope_of({"rope_theta": 5e5, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}) == (5e5, 8.0)
-    with pytest.raises(ConfigError, match="rope type 'yarn'"):
-        rope_of({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4}})
+    base = dict(compose_config(["model=tiny_llama"]).model.hf_config)
+    default = decoder_shape({**base, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}})
+    assert (default.rope_theta, default.rope_scaling_factor) == (1e6, None)
+    scaled = decoder_shape({**base, "rope_theta": 5e5, "rope_scaling": LLAMA31_SCALING})
+    assert (scaled.rope_theta, scaled.rope_scaling_factor) == (5e5, 8.0)
+    with pytest.raises(ConfigError, match="rope type 'yarn' does not run on backend=megatron"):
+        decoder_shape({**base, "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4}})
+    with pytest.raises(ConfigError, match="megatron-core fixes them"):  # other llama3 values: refused, not ignored
+        decoder_shape({**base, "rope_scaling": {**LLAMA31_SCALING, "high_freq_factor": 2.0}})
 
 
 @pytest.mark.parametrize("tp, pp, message", [(3, 1, "parallel.tp: 3 does not divide the model's num_attention_heads"),

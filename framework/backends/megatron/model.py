@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from framework.core.errors import ConfigError, DataError
+from framework.models.hf_config import DecoderArchitecture, read_decoder
 
 LAYER_SPECS = ("local", "local_sdpa", "te")
-ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+LLAMA31_ROPE = (1.0, 4.0, 8192)  # low_freq_factor, high_freq_factor, original_max_position_embeddings
 
 
 @dataclass(frozen=True)
@@ -40,38 +41,27 @@ class DecoderShape:
     qk_norm: bool
 
 
-def rope_of(hf: Mapping[str, Any]) -> tuple[float, float | None]:
-    """(theta, llama3 scaling factor or None); transformers 5 writes `rope_parameters`, 4 `rope_theta`."""
-    params = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
-    theta = hf.get("rope_theta", params.get("rope_theta", 10000.0))
-    kind = params.get("rope_type", params.get("type", "default"))
-    if kind in (None, "default"):
-        return float(theta), None
-    if kind == "llama3":
-        return float(theta), float(params["factor"])
-    raise ConfigError(f"model.hf_config: rope type {kind!r} is not supported by backend=megatron; "
-                      f"valid: default, llama3")
-
-
 def decoder_shape(hf: Mapping[str, Any]) -> DecoderShape:
-    model_type = hf.get("model_type")
-    if model_type not in ARCHITECTURES:
-        raise ConfigError(f"model.hf_config.model_type: {model_type!r} does not run on backend=megatron; "
-                          f"valid: {', '.join(ARCHITECTURES)}")
-    if hf.get("hidden_act", "silu") != "silu":
-        raise ConfigError(f"model.hf_config.hidden_act: {hf['hidden_act']!r}; backend=megatron maps silu (SwiGLU)")
-    heads = int(hf["num_attention_heads"])
-    theta, scaling = rope_of(hf)
+    arch = read_decoder(hf, "megatron")
     return DecoderShape(
-        model_type=model_type, vocab_size=int(hf["vocab_size"]), hidden_size=int(hf["hidden_size"]),
-        ffn_hidden_size=int(hf["intermediate_size"]), num_layers=int(hf["num_hidden_layers"]), num_heads=heads,
-        num_query_groups=int(hf.get("num_key_value_heads") or heads),
-        head_dim=int(hf.get("head_dim") or int(hf["hidden_size"]) // heads),
-        rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)), rope_theta=theta, rope_scaling_factor=scaling,
-        max_position_embeddings=int(hf.get("max_position_embeddings", 4096)),
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        qkv_bias=model_type == "qwen2" or bool(hf.get("attention_bias", False)),
-        qk_norm=model_type == "qwen3")
+        model_type=arch.model_type, vocab_size=arch.vocab_size, hidden_size=arch.hidden_size,
+        ffn_hidden_size=arch.intermediate_size, num_layers=arch.num_layers, num_heads=arch.num_heads,
+        num_query_groups=arch.num_kv_heads, head_dim=arch.head_dim, rms_norm_eps=arch.rms_norm_eps,
+        rope_theta=arch.rope_theta, rope_scaling_factor=llama3_factor(arch),
+        max_position_embeddings=arch.max_position_embeddings, tie_embeddings=arch.tie_word_embeddings,
+        qkv_bias=arch.qkv_bias, qk_norm=arch.qk_norm)
+
+
+def llama3_factor(arch: DecoderArchitecture) -> float | None:
+    """megatron's rope scaling takes the factor and fixes the rest at Llama 3.1's values; others are refused."""
+    if arch.rope_llama3 is None:
+        return None
+    factor, low, high, original = arch.rope_llama3
+    if (low, high, original) != LLAMA31_ROPE:
+        raise ConfigError(f"model.hf_config.rope_scaling: llama3 low/high_freq_factor and "
+                          f"original_max_position_embeddings {(low, high, original)} do not run on backend=megatron; "
+                          f"valid: {LLAMA31_ROPE} (megatron-core fixes them)")
+    return factor
 
 
 def read_hf_config(model_dir: str | Path) -> dict:
