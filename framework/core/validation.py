@@ -59,7 +59,10 @@ def type_error(value: Any, tp: Any) -> str | None:
         others = [r for arg, r in zip(arms, reasons) if arg is not type(None)]
         if len(others) == 1:  # Optional[X]: X's reason (a range, a type), with null allowed
             return f"{others[0]} (or null)"
-        return f"expected {_type_name(tp)}, got {value!r}"
+        # X | Literal[...]: each arm's expectation, once the value: "expected an integer or one of ['auto'], got 'x'"
+        wants = [reason.rsplit(", got ", 1)[0] for reason in others]
+        wants = [wants[0], *(want.removeprefix("expected ") for want in wants[1:])]
+        return f"{' or '.join(wants)}, got {value!r}"
     if origin is Literal:
         options = typing.get_args(tp)
         return None if value in options else f"expected one of {list(options)}, got {value!r}"

@@ -43,7 +43,9 @@ class GRPOTask:
     kl_importance_correction: bool
     loss_normalization: Literal["token", "sequence", "fixed"]  # docs/grpo.md: TRL dapo | grpo | dr_grpo
     ppo_epochs: Count  # optimizer updates per batch of rollouts
-    micro_batch_size: Count  # sequences per forward/backward; gradients accumulate over the batch
+    # sequences per forward/backward (gradients accumulate over the batch), or auto: the largest the
+    # backend's memory estimate fits (maxtext: the preflight's simulator)
+    micro_batch_size: Count | Literal["auto"]
     logprob_chunk_size: Count  # completion positions per chunk of the vocabulary projection
     rewards: dict[str, float]  # reward function name -> weight (framework.rl.rewards)
     optimizer: OptimizerConfig
@@ -69,7 +71,7 @@ def check_grpo_values(task: GRPOTask, key: str = "grpo") -> None:
     if task.num_generations < 2 and task.advantage_estimator in ("grpo", "rloo"):
         raise ConfigError(f"{key}.num_generations: {task.num_generations} must be >= 2 for advantage_estimator="
                           f"{task.advantage_estimator} (a group needs two completions to compare)")
-    if task.rows_per_step % task.micro_batch_size:
+    if task.micro_batch_size != "auto" and task.rows_per_step % task.micro_batch_size:
         raise ConfigError(f"{key}.micro_batch_size: {task.micro_batch_size} must divide prompts_per_step x "
                           f"num_generations = {task.rows_per_step}")
     check_optimizer(task.optimizer, f"{key}.optimizer")

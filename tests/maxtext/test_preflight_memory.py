@@ -19,3 +19,59 @@ def test_a_predicted_out_of_memory_names_what_to_lower():
     with pytest.raises(ConfigError, match=r"grpo: the preflight predicts 59 GB per device and hardware=cpu holds 24 GB; "
                                           r"lower grpo.max_prompt_tokens \(2000\)"):
         refuse_out_of_memory({"preflight_fits": False, "preflight_memory_per_device_gb": 59.0}, hardware, task)
+
+
+def _qwen_05b_task(**overrides):
+    cfg = compose_config(["recipe=grpo_gsm8k", "data=gsm8k_sample", *[f"grpo.{k}={v}" for k, v in overrides.items()]])
+    return build(GRPOTask, cfg.grpo, "grpo"), dict(cfg.model.hf_config), dict(cfg.hardware)
+
+
+def _memory_of(task, hf, hardware, size, recompute=False) -> float:
+    from dataclasses import replace
+
+    from framework.backends.maxtext.trainers.preflight import predict_step
+    from framework.core.parallel import ParallelConfig
+
+    one = ParallelConfig(dp=1, fsdp=1, tp=1, pp=1, ep=1, cp=1)
+    return predict_step(hf, hardware, one, 1, replace(task, micro_batch_size=size),
+                        recompute=recompute)["preflight_memory_per_device_gb"]
+
+
+def test_auto_micro_batch_is_the_largest_that_the_preflight_fits():
+    """micro_batch_size=auto: the largest divisor of the 128 rows whose predicted memory fits 85% of the
+    device; a smaller device gets a smaller micro-batch, and recompute (remat=full) a larger one."""
+    from framework.backends.maxtext.trainers.preflight import MEMORY_HEADROOM, pick_micro_batch
+    from framework.core.parallel import ParallelConfig
+
+    task, hf, hardware = _qwen_05b_task(micro_batch_size="auto")
+    one = ParallelConfig(dp=1, fsdp=1, tp=1, pp=1, ep=1, cp=1)
+    assert task.micro_batch_size == "auto" and task.rows_per_step == 128
+    # a device that holds the micro-batch of 32 but not 64 (both predicted, not assumed)
+    between = (_memory_of(task, hf, hardware, 32) + _memory_of(task, hf, hardware, 64)) / 2 / MEMORY_HEADROOM
+    small = {**hardware, "memory_gb": between}
+    assert pick_micro_batch(hf, small, one, 1, task, recompute=False) == 32
+    assert pick_micro_batch(hf, {**hardware, "memory_gb": 10_000}, one, 1, task, recompute=False) == 128
+    assert pick_micro_batch(hf, small, one, 1, task, recompute=True) > 32  # layer inputs only: more rows fit
+    tiny = {**hardware, "memory_gb": 0.001}
+    assert pick_micro_batch(hf, tiny, one, 1, task, recompute=False) == 1  # the preflight then refuses the run
+
+
+def test_auto_micro_batch_keeps_whole_rows_per_replica():
+    from framework.backends.maxtext.trainers.preflight import pick_micro_batch
+    from framework.core.parallel import ParallelConfig
+
+    task, hf, hardware = _qwen_05b_task(micro_batch_size="auto", prompts_per_step=3, num_generations=2)
+    hardware["devices_per_node"] = 2
+    four = ParallelConfig(dp=1, fsdp=2, tp=1, pp=1, ep=1, cp=1)
+    assert pick_micro_batch(hf, {**hardware, "memory_gb": 10_000}, four, 2, task, recompute=False) == 6
+    assert pick_micro_batch(hf, {**hardware, "memory_gb": 0.001}, four, 2, task, recompute=False) == 2
+
+
+def test_auto_micro_batch_without_a_simulator_model_is_a_config_error():
+    from framework.backends.maxtext.trainers.preflight import pick_micro_batch
+    from framework.core.parallel import ParallelConfig
+
+    task, hf, hardware = _qwen_05b_task(micro_batch_size="auto")
+    two = ParallelConfig(dp=1, fsdp=2, tp=1, pp=1, ep=1, cp=1)  # on a one-GPU hardware file
+    with pytest.raises(ConfigError, match="grpo.micro_batch_size: auto needs the simulator's memory estimate"):
+        pick_micro_batch(hf, hardware, two, 2, task, recompute=False)

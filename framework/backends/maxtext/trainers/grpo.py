@@ -12,6 +12,7 @@ position and the RNG key.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import statistics
@@ -36,7 +37,7 @@ from framework.backends.maxtext.trainers.checkpointing import (host_arrays, key_
                                                                write_arrays)
 from framework.data.math import load_split, system_prompt, train_examples
 from framework.backends.maxtext.trainers.evaluation import evaluate
-from framework.backends.maxtext.trainers.preflight import (predict_step, refuse_out_of_memory,
+from framework.backends.maxtext.trainers.preflight import (pick_micro_batch, predict_step, refuse_out_of_memory,
                                                              reshard_bytes_per_device, rollout_tp_for)
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
 from framework.core.checkpoint import CheckpointPolicy
@@ -75,11 +76,11 @@ class GRPOTrainer(BaseTrainer):
 
     def init(self) -> None:
         """Model, params, optimizer, sampler, data order and RNG; restore the latest checkpoint when resuming."""
-        task = self.config.task
         self.compile_clock = CompileClock()  # compile seconds go into the next step's row
         self.model_config = ModelConfig.from_pretrained(
-            self.model_dir, param_dtype=task.param_dtype, dtype=task.compute_dtype,
+            self.model_dir, param_dtype=self.config.task.param_dtype, dtype=self.config.task.compute_dtype,
         ).for_platform(self.config.remat, self.config.attention, jax.default_backend())
+        task = self._resolve_micro_batch()
         model = Transformer(self.model_config, self.mesh, self.rules)
         boxed = abstract_params(Transformer(self.model_config))
         self.placement = self._rollout_placement(boxed)  # before any weights load: a bad layout fails fast
@@ -254,11 +255,22 @@ class GRPOTrainer(BaseTrainer):
     def _due(self, step: int, every: int) -> bool:
         return every > 0 and (step % every == 0 or step == self.config.task.steps)
 
+    def _resolve_micro_batch(self) -> Any:
+        """grpo.micro_batch_size=auto -> the preflight's pick (logged); the task as the update will run it."""
+        task = self.config.task
+        if task.micro_batch_size == "auto":
+            size = pick_micro_batch(self.model_config.hf_config, self.config.hardware, self.config.parallel,
+                                    self.mesh.size, task, recompute=self.model_config.remat == "full")
+            log.info("grpo: micro_batch_size auto -> %d (the preflight's memory estimate)", size)
+            self.config.task = task = dataclasses.replace(task, micro_batch_size=size)
+        return task
+
     def _preflight(self) -> dict[str, Any]:
         try:
             reshard_bytes = reshard_bytes_per_device(self.weight_bytes, self.mesh.shape, self.placement.mesh.shape)
             prediction = predict_step(self.model_config.hf_config, self.config.hardware, self.config.parallel,
-                                      self.mesh.size, self.config.task, self.placement.layout, reshard_bytes)
+                                      self.mesh.size, self.config.task, self.placement.layout, reshard_bytes,
+                                      recompute=self.model_config.remat == "full")
         except CrucibleError as error:  # advisory: a model the simulator cannot handle still trains
             log.warning("preflight: %s", error)
             return {"preflight_error": str(error)}

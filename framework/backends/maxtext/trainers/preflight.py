@@ -28,8 +28,9 @@ ROLLOUT_PHASES = ("prefill", "decode")
 MEMORY_HEADROOM = 0.85
 
 
-def grpo_phases(task: GRPOTask, zero: bool) -> list[tuple[str, dict, int]]:
-    """(name, simulator workload, how many times it runs per step) for one GRPO step."""
+def grpo_phases(task: GRPOTask, zero: bool, recompute: bool = False) -> list[tuple[str, dict, int]]:
+    """(name, simulator workload, how many times it runs per step) for one GRPO step; `recompute`: the
+    update rematerialises each layer (backend.adapter.remat=full)."""
     dtype = SHORT[task.compute_dtype]
     prompt, new, rows = task.max_prompt_tokens, task.max_new_tokens, task.rows_per_step
     sequence = prompt + new
@@ -39,7 +40,7 @@ def grpo_phases(task: GRPOTask, zero: bool) -> list[tuple[str, dict, int]]:
         ("prefill", {"mode": "prefill", "batch": task.prompts_per_step, "seq_len": prompt, "dtype": dtype}, 1),
         ("decode", {"mode": "decode", "batch": rows, "context_len": prompt + new // 2, "dtype": dtype}, new),
         ("train", {"mode": "train", "batch": task.micro_batch_size, "seq_len": sequence, "dtype": dtype,
-                   "zero": zero}, task.ppo_epochs * micro_steps),
+                   "zero": zero, "recompute": recompute}, task.ppo_epochs * micro_steps),
     ]
     if extra_forwards:
         phases.append(("forward", {"mode": "prefill", "batch": task.micro_batch_size, "seq_len": sequence,
@@ -49,7 +50,7 @@ def grpo_phases(task: GRPOTask, zero: bool) -> list[tuple[str, dict, int]]:
 
 def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], parallel: ParallelConfig,
                  devices: int, task: GRPOTask, rollout: ParallelConfig | None = None,
-                 reshard_bytes: float = 0.0) -> dict[str, Any]:
+                 reshard_bytes: float = 0.0, recompute: bool = False) -> dict[str, Any]:
     """Predicted seconds per GRPO step (and per phase) and the peak memory per device of its phases.
 
     `rollout`: the resolved rollout layout (None: the update's); `reshard_bytes`: what each device receives
@@ -68,7 +69,7 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
     reshard_s = reshard_seconds(reshard_bytes, hardware)
     prediction: dict[str, Any] = {"preflight_predicted_step_s": reshard_s, "preflight_reshard_s": reshard_s}
     memory, fits = 0.0, True
-    for name, workload, repeats in grpo_phases(task, zero):
+    for name, workload, repeats in grpo_phases(task, zero, recompute):
         phase_layout = rollout_layout if name in ROLLOUT_PHASES else layout
         summary = simulate(hf_config, hardware, phase_layout, workload, stack=stack_for_backend("maxtext")).summary()
         if summary["status"] != "ok":
@@ -80,6 +81,32 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
         fits = fits and bool(summary["fits"])
     prediction |= {"preflight_memory_per_device_gb": memory, "preflight_fits": fits}
     return prediction
+
+
+def pick_micro_batch(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], parallel: ParallelConfig,
+                     devices: int, task: GRPOTask, recompute: bool) -> int:
+    """grpo.micro_batch_size=auto: the largest divisor of the step's rows (a multiple of the data-parallel
+    replicas, so every device gets whole rows) whose training micro-step the simulator fits in
+    MEMORY_HEADROOM of the device; the smallest candidate when none fits (the preflight's memory check
+    then refuses the run). Larger micro-batches ran the update faster (docs/benchmarks.md)."""
+    from sims.api import simulate
+    from sims.stacks import stack_for_backend
+    from sims.workload import layout_from_parallel
+
+    layout, zero = layout_from_parallel(parallel.as_dict(), devices)
+    rows = task.rows_per_step
+    candidates = [m for m in range(rows, 0, -1) if rows % m == 0 and m % layout["dp"] == 0] or [1]
+    budget_gb = hardware["memory_gb"] * MEMORY_HEADROOM
+    for size in candidates:
+        train = {"mode": "train", "batch": size, "seq_len": task.max_prompt_tokens + task.max_new_tokens,
+                 "dtype": SHORT[task.compute_dtype], "zero": zero, "recompute": recompute}
+        summary = simulate(hf_config, hardware, layout, train, stack=stack_for_backend("maxtext")).summary()
+        if summary["status"] != "ok":
+            raise ConfigError(f"grpo.micro_batch_size: auto needs the simulator's memory estimate, which cannot "
+                              f"model this run ({summary['reason']}); set a number that divides {rows}")
+        if summary["fits"] and summary["memory_per_device_gb"] <= budget_gb:
+            return size
+    return candidates[-1]
 
 
 def reshard_bytes_per_device(weight_bytes: float, update_mesh: Mapping[str, int],
