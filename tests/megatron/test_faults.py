@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conformance import check_non_finite_stops, check_signal_stops_and_resumes
+from tests.conformance import (check_non_finite_stops, check_one_rank_signal_stops_every_rank,
+                               check_signal_stops_and_resumes)
 
 RECIPE = ["recipe=pretrain_megatron_cpu", "pretrain.eval.every=0", "pretrain.export_hf=false",
           "backend.adapter.preflight=false"]
@@ -28,3 +29,9 @@ def test_a_non_finite_loss_fails_the_run_and_keeps_the_last_good_checkpoint(tmp_
 def test_a_signal_checkpoints_at_the_step_boundary_and_the_run_resumes(signal_name, tmp_path, cache_dir):
     overrides = [*RECIPE, "pretrain.steps=2000", "pretrain.checkpoint.every=5000"]
     check_signal_stops_and_resumes(tmp_path, overrides, "pretrain.steps", signal_name, env=_env(cache_dir))
+
+
+@pytest.mark.slow
+def test_a_signal_to_one_rank_stops_both_ranks_at_one_checkpoint(tmp_path, cache_dir):
+    overrides = [*RECIPE, "pretrain.steps=2000", "pretrain.checkpoint.every=5000"]  # dp=2
+    check_one_rank_signal_stops_every_rank(tmp_path, overrides, "pretrain.steps", env=_env(cache_dir), timeout_s=300)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conformance import check_non_finite_stops, check_signal_stops_and_resumes
+from tests.conformance import (check_non_finite_stops, check_one_rank_signal_stops_every_rank,
+                               check_signal_stops_and_resumes)
 
 # learning_rate 1e30 without warmup: step 1 (loss from the initial weights) is finite and saved, its update
 # blows the LoRA weights up, and step 2's loss and grad norm are NaN
@@ -28,3 +29,10 @@ def test_a_signal_checkpoints_at_the_step_boundary_and_the_run_resumes(signal_na
     overrides = ["recipe=sft_torch_cpu", "sft.steps=500", "sft.checkpoint.every=1000", "sft.eval.every=0",
                  "sft.export_hf=false"]
     check_signal_stops_and_resumes(tmp_path, overrides, "sft.steps", signal_name)
+
+
+@pytest.mark.slow
+def test_a_signal_to_one_rank_stops_both_ranks_at_one_checkpoint(tmp_path):
+    overrides = ["recipe=sft_torch_cpu", "sft.steps=500", "sft.checkpoint.every=1000", "sft.eval.every=0",
+                 "sft.export_hf=false", "parallel.dp=-1", "parallel.fsdp=1"]
+    check_one_rank_signal_stops_every_rank(tmp_path, overrides, "sft.steps", timeout_s=300)
