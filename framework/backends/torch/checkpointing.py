@@ -74,7 +74,8 @@ class CrucibleCheckpointing:
             return
         folder = Path(checkpoint)
         groups = json.loads((folder / "optimizer.json").read_text())
-        tensors = load_file(folder / "optimizer.safetensors", device=str(self.args.device))
+        device = self.args.device  # a DDP rank on the CPU is "cpu:0", a name safetensors refuses
+        tensors = load_file(folder / "optimizer.safetensors", device="cpu" if device.type == "cpu" else str(device))
         self.optimizer.load_state_dict(optimizer_from_safetensors(tensors, groups))
         self.lr_scheduler.load_state_dict(json.loads((folder / "scheduler.json").read_text()))
 

@@ -23,6 +23,7 @@ from framework.backends.megatron.model import check_layout, decoder_shape, read_
 from framework.backends.megatron.trainers.batches import collate, masked_mean_loss, sample_indices
 from framework.core.errors import ConfigError
 from framework.core.result import TrainingResult
+from framework.core.stopping import check_finite
 from framework.core.trainer import BaseTrainer
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ EXPORT_DIR = "hf_export"
 
 class PretrainTrainer(BaseTrainer):
     config: MegatronPretrainConfig
+    handles_stop_requests = True  # SIGINT/SIGTERM: every rank checkpoints after the current step, then stops
 
     def setup(self) -> None:
         """Layout checks, process groups, the model directory, tokenizer and the token data set (built once,
@@ -112,28 +114,47 @@ class PretrainTrainer(BaseTrainer):
         rows, step_times = {}, []
         steps = range(self.start_step + 1, task.steps + 1)
         last_checkpoint = self.store.root / f"step_{self.start_step}" if self.start_step else None
+        done = saved = self.start_step
         with self.run.progress(steps, total=len(steps), desc="pretrain", unit="step") as bar:
             for step in bar:
+                if self._stop_agreed():  # a signal during init or the last step: stop before this one
+                    break
                 rows = self._train_step(step)
+                check_finite(rows, step)  # a NaN/inf loss is neither logged nor saved (every rank sees it)
                 step_times.append(rows["step_time_s"])
                 if task.eval.every and task.eval.iters and (step % task.eval.every == 0 or step == task.steps):
                     rows |= self._evaluate()
                 self.run.logger.log(rows, step)
                 bar.set_postfix(loss=f"{rows['loss']:.4f}")
+                done = step
                 if task.checkpoint.due(step, task.steps):
-                    last_checkpoint = self._save(step)
+                    last_checkpoint, saved = self._save(step), step
+        interrupted = done < task.steps
+        if interrupted and done > saved and task.checkpoint.every > 0:  # stopped: resume from this step
+            last_checkpoint = self._save(done)
         artifacts = {"last_checkpoint": str(last_checkpoint)} if last_checkpoint else {}
-        if task.export_hf:
+        if task.export_hf and not interrupted:  # an interrupted run's model is not the final one
             out = self.engine.export_hf(self.model_dir, self.run.run_dir / EXPORT_DIR, self.config.model["dtype"])
             artifacts["hf_export"] = str(self.run.run_dir / EXPORT_DIR)
             if out is not None:
                 log.info("pretrain: HF export in %s", out)
         summary |= {k: v for k, v in rows.items() if isinstance(v, (int, float))}
-        summary |= {"steps_completed": task.steps, "resumed_from_step": self.start_step,
+        summary |= {"steps_completed": done, "resumed_from_step": self.start_step,
                     "measured_step_s": statistics.median(step_times[1:] or step_times) if step_times else None,
                     "layout": self.layout.as_dict(), "num_microbatches": self.num_microbatches}
-        return TrainingResult(success=True, metrics=summary, wall_time_s=time.perf_counter() - started,
-                              samples=len(steps) * task.global_batch_size, artifacts=artifacts)
+        return TrainingResult(success=not interrupted, metrics=summary, wall_time_s=time.perf_counter() - started,
+                              samples=(done - self.start_step) * task.global_batch_size, artifacts=artifacts,
+                              status="interrupted" if interrupted else "ok",
+                              error=f"stopped after step {done} of {task.steps}" if interrupted else None)
+
+    def _stop_agreed(self) -> bool:
+        """Whether any rank got SIGINT/SIGTERM: every rank stops (and joins the checkpoint) at the same step."""
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.tensor([int(self.run.stop_requested)], device=self.engine.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
 
     def _microbatches(self, dataset, step: int, count: int):
         from megatron.core import parallel_state

@@ -23,6 +23,7 @@ from framework.backends.mlx.batching import DataCursor
 from framework.core.dtypes import mlx_dtype
 from framework.core.errors import ConfigError
 from framework.core.result import TrainingResult
+from framework.core.stopping import check_finite
 from framework.core.trainer import BaseTrainer
 
 RNG_STRIDE = 1_000_003  # the RNG seed of step k is seed * RNG_STRIDE + k
@@ -32,6 +33,7 @@ class MLXTrainer(BaseTrainer):
     """Subclasses set `key` and implement encode, collate, loss_fn, metrics and evaluate."""
 
     key: str
+    handles_stop_requests = True  # SIGINT/SIGTERM: checkpoint after the current step, status interrupted
 
     def setup(self) -> None:
         self.task = self.config.task
@@ -86,24 +88,34 @@ class MLXTrainer(BaseTrainer):
 
     def run_train(self) -> TrainingResult:
         steps, metrics, resumed_from = self.task.steps, {}, self.start_step
+        done = saved = self.start_step
         for step in self.run.progress(range(self.start_step + 1, steps + 1), total=steps - self.start_step,
                                       desc=f"{self.key} (mlx)", unit="step"):
+            if self.run.stop_requested:  # a signal during init or the last step: stop before this one
+                break
             tic = time.perf_counter()
             metrics = self.train_step(step)
+            check_finite(metrics, step)  # a NaN/inf loss is neither logged nor saved
             metrics["step_time_s"] = time.perf_counter() - tic
             metrics.update(self.throughput(metrics["step_time_s"]))
             if self.eval_examples and (step % self.task.eval.every == 0 or step == steps):
                 metrics.update(self.evaluate(self.eval_examples))
             self.run.logger.log(metrics, step)
+            done = step
             if self.task.checkpoint.due(step, steps):
-                self.last_checkpoint = self.save(step)
-        result = TrainingResult(success=True, metrics={**metrics, "steps": steps},
-                                samples=(steps - resumed_from) * self.task.global_batch_size)
+                self.last_checkpoint, saved = self.save(step), step
+        interrupted = done < steps
+        if interrupted and done > saved and self.task.checkpoint.every > 0:  # stopped: resume from this step
+            self.last_checkpoint = self.save(done)
+        result = TrainingResult(success=not interrupted, metrics={**metrics, "steps": steps, "steps_completed": done},
+                                samples=(done - resumed_from) * self.task.global_batch_size,
+                                status="interrupted" if interrupted else "ok",
+                                error=f"stopped after step {done} of {steps}" if interrupted else None)
         if resumed_from:
             result.metrics["resumed_from_step"] = resumed_from
         if self.last_checkpoint is not None:
             result.artifacts["last_checkpoint"] = str(self.last_checkpoint)
-        if self.run.is_main:
+        if self.run.is_main and not interrupted:  # an interrupted run's model is not the final one: no export
             result.artifacts.update(self.export())
         return result
 

@@ -56,6 +56,7 @@ def training_arguments(config: TorchConfig, output_dir: str) -> dict[str, Any]:
         bf16=mixed and task.compute_dtype == "bfloat16", fp16=mixed and task.compute_dtype == "float16",
         use_cpu=config.device == "cpu", **no_activation_checkpointing(),
         logging_strategy="steps", logging_steps=1, report_to="none", disable_tqdm=True,
+        logging_nan_inf_filter=False,  # a NaN/inf loss is logged as such, so check_finite stops the run
         save_strategy="no",  # RunCallback asks for saves; CrucibleCheckpointing writes them (no pickles)
         eval_strategy="steps" if has_eval else "no", eval_steps=task.eval.every if has_eval else None,
         dataloader_num_workers=config.dataloader_num_workers, ddp_find_unused_parameters=False,
@@ -64,6 +65,7 @@ def training_arguments(config: TorchConfig, output_dir: str) -> dict[str, Any]:
 
 class TRLTrainer(BaseTrainer):
     config: TorchConfig
+    handles_stop_requests = True  # RunCallback ends training at the next step boundary, with a checkpoint
 
     def setup(self) -> None:
         import datasets
@@ -119,17 +121,20 @@ class TRLTrainer(BaseTrainer):
         self.trainer.train(resume_from_checkpoint=str(self.resume.path) if self.resume else None)
         metrics = dict(self.callback.last)
         metrics["resumed_from_step"] = self.resume.step if self.resume else 0
-        metrics["steps_completed"] = self.trainer.state.global_step
+        done, steps = self.trainer.state.global_step, self.config.task.steps
+        metrics["steps_completed"] = done
         artifacts = {}
         last = self.trainer.crucible_last_checkpoint or (self.resume.path if self.resume else None)
         if last is not None:
             artifacts["last_checkpoint"] = str(last)
-        if self.config.task.export_hf and self.run.is_main:
+        interrupted = self.callback.stopped
+        if self.config.task.export_hf and self.run.is_main and not interrupted:  # not the final model: no export
             model = self.trainer.accelerator.unwrap_model(self.trainer.model)
             artifacts.update(export_hf(model, self.tokenizer, self.run.run_dir / "hf_export"))
-        return TrainingResult(success=True, metrics=metrics, wall_time_s=time.perf_counter() - start,
-                              samples=self.trainer.state.global_step * self.config.task.global_batch_size,
-                              artifacts=artifacts)
+        return TrainingResult(success=not interrupted, metrics=metrics, wall_time_s=time.perf_counter() - start,
+                              samples=done * self.config.task.global_batch_size,
+                              artifacts=artifacts, status="interrupted" if interrupted else "ok",
+                              error=f"stopped after step {done} of {steps}" if interrupted else None)
 
     def cleanup(self) -> None:
         import torch
