@@ -9,7 +9,7 @@ import torch
 from framework.backends.maxtext.checkpoint_io import (hf_tensor_name, hf_to_flax, load_hf_params, per_layer,
                                                       save_hf_checkpoint)
 from framework.backends.maxtext.models import KVCache, ModelConfig, Transformer, abstract_params, forward
-from framework.backends.maxtext.models.transformer import positions_from_mask, rope_inverse_frequencies
+from framework.backends.maxtext.models.rope import positions_from_mask, rope_inverse_frequencies
 from framework.backends.maxtext.trainers.update import completion_log_probs
 from framework.core.errors import CheckpointError, ConfigError, DataError
 from tests.maxtext.tiny_checkpoints import load_tiny, model_cfg

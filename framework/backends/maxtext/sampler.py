@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from framework.backends.maxtext.models.transformer import KVCache, Transformer, positions_from_mask, unstack_layers
+from framework.backends.maxtext.models.rope import positions_from_mask
+from framework.backends.maxtext.models.transformer import KVCache, Transformer, unstack_layers
 from framework.backends.maxtext.sharding import LogicalRules, put
 from framework.core.errors import ConfigError, DataError
 

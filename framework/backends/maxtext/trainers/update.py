@@ -19,7 +19,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from framework.tasks.common import OptimizerConfig
 from framework.tasks.grpo import GRPOTask
 from framework.backends.maxtext.grpo.loss import grpo_loss, masked_mean
-from framework.backends.maxtext.models.transformer import Transformer, positions_from_mask
+from framework.backends.maxtext.models.rope import positions_from_mask
+from framework.backends.maxtext.models.transformer import Transformer
 from framework.backends.maxtext.sharding import LogicalRules, put
 
 Array = jax.Array
