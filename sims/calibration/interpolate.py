@@ -10,6 +10,7 @@ maximum before interpolating).
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_left
 from collections.abc import Callable
@@ -101,20 +102,29 @@ class GemmInterpolator:
             self._cache[key] = self._interpolate(m, n, k, dtype) if dtype in self._points else None
         return self._cache[key]
 
-    def _fraction(self, m: float, n: float, k: float, dtype: str) -> float:
-        query = (math.log2(max(m, 1)), math.log2(max(n, 1)), math.log2(max(k, 1)))
-        nearest = sorted((sum((a - b) ** 2 for a, b in zip(query, p)), f) for p, f in self._points[dtype])
-        nearest = nearest[: self.NEIGHBOURS]
-        if nearest[0][0] == 0.0:
-            return nearest[0][1]
-        weights = [1.0 / d for d, _ in nearest]
-        return sum(w * f for w, (_, f) in zip(weights, nearest)) / sum(weights)
+    def _fractions(self, ms: list[float], n: float, k: float, dtype: str) -> list[float]:
+        """The inverse-distance-weighted fraction of the NEIGHBOURS nearest shapes (ties by fraction)
+        at each m, for one (n, k): the n and k terms of every squared distance are computed once."""
+        points = self._points[dtype]
+        qn, qk = math.log2(max(n, 1)), math.log2(max(k, 1))
+        nk_terms = [((qn - pn) ** 2, (qk - pk) ** 2, pm, f) for (pm, pn, pk), f in points]
+        out = []
+        for m in ms:
+            qm = math.log2(max(m, 1))
+            nearest = heapq.nsmallest(self.NEIGHBOURS, [((qm - pm) ** 2 + dn + dk, f) for dn, dk, pm, f in nk_terms])
+            if nearest[0][0] == 0.0:
+                out.append(nearest[0][1])
+                continue
+            weights = [1.0 / d for d, _ in nearest]
+            out.append(sum(w * f for w, (_, f) in zip(weights, nearest)) / sum(weights))
+        return out
 
     def _above_floor_curve(self, n: float, k: float, dtype: str) -> list[float]:
         key = (n, k, dtype)
         if key not in self._curves:
             grid = self._m_grid[dtype]
-            raw = [self._roofline_s(m, n, k, dtype) / self._fraction(m, n, k, dtype) for m in grid]
+            fractions = self._fractions(grid, n, k, dtype)
+            raw = [self._roofline_s(m, n, k, dtype) / f for m, f in zip(grid, fractions)]
             self._curves[key] = _isotonic(raw)
         return self._curves[key]
 
