@@ -1,6 +1,8 @@
 """The decoder's layers as one scanned body (issue 15): the program does not grow with the layer
 count, remat policies change memory and not the maths, and the execution options are checked."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -58,9 +60,17 @@ def test_remat_policies_give_the_same_loss_and_gradients(qwen3, policy):
 
     base_loss, base_grads = loss_and_grads(qwen3["config"])
     loss, grads = loss_and_grads(qwen3["config"].replace(remat=policy))
+    assert _remat_regions(qwen3["config"].replace(remat=policy)) == _remat_regions(qwen3["config"]) + 1
     np.testing.assert_allclose(float(loss), float(base_loss), rtol=1e-6)
     for ours, theirs in zip(jax.tree.leaves(grads), jax.tree.leaves(base_grads)):
         np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-4, atol=2e-5)  # float32 reordering
+
+
+def _remat_regions(config: ModelConfig) -> int:
+    """checkpoint (remat) regions in the traced forward (the chunked vocabulary projection has its own)."""
+    model, (ids, mask) = Transformer(config), padded_batch(seed=7)
+    variables = jax.eval_shape(lambda: model.init(jax.random.key(0), ids, ids, jnp.asarray(mask, bool)))
+    return str(jax.make_jaxpr(lambda v: model.apply(v, ids, ids, mask))(variables)).count("remat2[")
 
 
 def test_attention_auto_picks_cudnn_only_on_a_gpu_in_bfloat16():
@@ -93,5 +103,18 @@ def test_a_decode_step_reads_each_layer_in_place(qwen3):
     params = unstack_layers(qwen3["params"])
     assert len(params["layers"]) == config.num_layers
     jaxpr = str(jax.make_jaxpr(lambda p, c: model.apply({"params": p}, one, one, one, c))(params, cache))
-    assert "dynamic_slice" not in jaxpr and "scan" not in jaxpr
+    assert not re.findall(r"\b(?:dynamic_)?slice\[", jaxpr) and "scan[" not in jaxpr
     assert jaxpr.count("dynamic_update_slice") == 2 * config.num_layers + 1  # K and V per layer, the valid mask
+    with pytest.raises(ValueError, match="needs per-layer params"):  # the stack is never sliced per token
+        model.apply({"params": qwen3["params"]}, one, one, one, cache)
+
+
+def test_the_update_refuses_rows_the_packed_attention_would_attend_wrongly():
+    from framework.backends.maxtext.trainers.update import check_one_run_per_row
+    from framework.core.errors import DataError
+
+    check_one_run_per_row(np.array([[0, 1, 1, 0], [1, 1, 1, 1], [0, 0, 1, 0]]))  # left and/or right padding
+    with pytest.raises(DataError, match="row 1 of the batch has 2 runs of real tokens"):
+        check_one_run_per_row(np.array([[1, 1, 0, 0], [1, 0, 1, 1]]))
+    with pytest.raises(DataError, match="row 0 of the batch has 0 runs"):
+        check_one_run_per_row(np.array([[0, 0, 0, 0]]))

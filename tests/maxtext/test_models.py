@@ -30,10 +30,11 @@ def qwen3(tmp_path_factory) -> dict:
 
 
 def padded_batch(seed: int = 0, vocab: int = 512):
-    ids = np.random.default_rng(seed).integers(3, vocab, size=(3, 10))
+    ids = np.random.default_rng(seed).integers(3, vocab, size=(4, 10))
     mask = np.ones_like(ids)
     mask[1, :3] = 0  # left padding
     mask[2, 6:] = 0  # right padding
+    mask[3, :2], mask[3, 7:] = 0, 0  # both: a GRPO row (left-padded prompt, padding after EOS)
     return ids, mask
 
 
@@ -86,7 +87,7 @@ def test_chunked_log_probs_match_transformers(tiny):
     ref_logits = torch.tensor(hf_logits(tiny["hf"], ids, mask)[:, :-1]) / temperature
     reference = torch.log_softmax(ref_logits, -1).gather(-1, torch.tensor(ids[:, 1:, None]))[..., 0].numpy()
     real = (mask[:, :-1] * mask[:, 1:]).astype(bool)
-    assert log_probs.shape == (3, 9)
+    assert log_probs.shape == (4, 9)
     np.testing.assert_allclose(np.asarray(log_probs)[real], reference[real], atol=1e-4)
 
 

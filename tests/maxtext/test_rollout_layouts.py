@@ -50,7 +50,7 @@ def test_rollout_layout_resolution_and_its_one_line_errors():
     from framework.backends.maxtext.sharding import rollout_parallel
 
     def fit(tp: int):
-        return lambda: tp
+        return lambda free: tp
 
     assert rollout_parallel(rollout_layout(), 4, 16, fit(1)).as_dict() == {**UPDATE, "dp": 4, "fsdp": 1}
     assert (rollout_parallel(rollout_layout(), 4, 16, fit(2)).dp, rollout_parallel(rollout_layout(), 4, 16, fit(2)).tp) == (2, 2)
@@ -58,6 +58,9 @@ def test_rollout_layout_resolution_and_its_one_line_errors():
     assert (explicit.dp, explicit.tp) == (2, 2)
     fixed_dp = rollout_parallel(rollout_layout(dp=2), 4, 16, fit(1))  # tp null, no -1 axis: tp takes the rest
     assert (fixed_dp.dp, fixed_dp.tp) == (2, 2)
+    offered = []  # the memory pick chooses among the devices the fixed axes leave: 4 / dp=2
+    rollout_parallel(rollout_layout(dp=2, fsdp=-1), 4, 16, lambda free: offered.append(free) or 1)
+    assert offered == [2]
     errors = {
         "parallel.rollout: 4 devices do not split into the fixed axes' product 3": rollout_layout(dp=3),
         "parallel.rollout: dp x fsdp = 4 does not divide grpo.prompts_per_step=6": rollout_layout(tp=1),
@@ -84,6 +87,8 @@ def test_the_rollout_tp_is_the_smallest_group_that_fits_beside_the_training_stat
     assert pick_rollout_tp(50 * gb, 1e7, 0, task, 4, 80) == 1
     assert pick_rollout_tp(2 * gb, 1e3, 0, grpo_task("grpo.prompts_per_step=2", "grpo.micro_batch_size=16"),
                            4, 80) == 2  # 2 prompts: at most 2 replicas
+    # 14 query / 2 KV heads (Qwen2.5-0.5B): tp=4 would replicate the KV heads, so it is never picked
+    assert pick_rollout_tp(400 * gb, 1e3, 0, task, 4, 80, heads=(14, 2)) == 2
 
 
 def test_the_trainers_rollout_tp_counts_the_training_state_on_the_update_shards():
@@ -92,11 +97,15 @@ def test_the_trainers_rollout_tp_counts_the_training_state_on_the_update_shards(
     from framework.backends.maxtext.trainers.preflight import rollout_tp_for
 
     task, gb = grpo_task(), 1e9  # beta 0: params + 2 AdamW moments stay, no reference
-    model = SimpleNamespace(num_layers=28, num_kv_heads=4, head_dim=128, dtype="bfloat16")
+    model = SimpleNamespace(num_layers=28, num_heads=28, num_kv_heads=4, head_dim=128, dtype="bfloat16",
+                            param_dtype="float32")
     fsdp4 = {"data": 1, "fsdp": 4, "expert": 1, "tensor": 1}
+    # the rollout holds the resharded float32 policy and the sampler's bf16 copy of it: 1.5x the weights
     assert rollout_tp_for(model, 2 * gb, fsdp4, task, 80) == 1  # 0.5B in float32: replicas
-    assert rollout_tp_for(model, 32 * gb, fsdp4, task, 80) == 1  # 8B: 24 GB of state + 32 GB fit in 68
-    assert rollout_tp_for(model, 48 * gb, fsdp4, task, 80) == 2  # 12B: 36 + 48 do not; 36 + 24 do
+    assert rollout_tp_for(model, 24 * gb, fsdp4, task, 80) == 1  # 6B: 18 GB of state + 36 GB fit in 68
+    assert rollout_tp_for(model, 32 * gb, fsdp4, task, 80) == 2  # 8B: 24 + 48 do not; 24 + 24 do
+    assert rollout_tp_for(model, 48 * gb, fsdp4, task, 80) == 4  # 12B: 36 + 36 do not; 36 + 18 do
+    assert rollout_tp_for(model, 48 * gb, fsdp4, task, 80, devices=2) == 2  # fixed axes left 2: at most 2
 
 
 def test_reshard_bytes_per_device_and_their_predicted_seconds():

@@ -38,6 +38,13 @@ def test_rope_from_transformers5_parameters_and_llama3_scaling():
         decoder_shape({**base, "rope_scaling": {**LLAMA31_SCALING, "high_freq_factor": 2.0}})
 
 
+@pytest.mark.parametrize("key", ["attention_bias", "mlp_bias"])
+def test_biases_megatron_would_drop_are_refused(key):
+    base = dict(compose_config(["model=tiny_llama"]).model.hf_config)
+    with pytest.raises(ConfigError, match=f"model.hf_config.{key}: true does not run on backend=megatron"):
+        decoder_shape({**base, key: True})
+
+
 @pytest.mark.parametrize("tp, pp, message", [(3, 1, "parallel.tp: 3 does not divide the model's num_attention_heads"),
                                              (4, 1, "num_key_value_heads \\(2\\)"),
                                              (1, 3, "parallel.pp: 3 does not divide the model's num_hidden_layers")])

@@ -4,8 +4,9 @@ Flax parameter paths mirror the HF names: layer i of `layers/self_attn/q_proj/ke
 are scanned, so each layer parameter is stacked on a leading "layers" axis) is
 `model.layers.<i>.self_attn.q_proj.weight`; kernels are the transposed HF weights, with the head
 dimensions split out (q_proj: [hidden, heads, head_dim], o_proj: [heads, head_dim, hidden]).
-Loading reads one tensor at a time from the safetensors files and places it straight onto its
-shards, so the full model never sits on one device (nor in host memory at once).
+Loading reads one parameter kind at a time (a layer parameter: that kind of every layer, stacked in
+one host array) and places it straight onto its shards, so the full model never sits on one device
+(nor in host memory at once).
 """
 
 from __future__ import annotations
@@ -119,10 +120,11 @@ def load_hf_params(model_dir_or_hub_id: str | Path, config: ModelConfig, mesh: M
     def load(path: tuple[str, ...], box: nn.LogicallyPartitioned) -> jax.Array:
         layers, shape, names = per_layer(path, box)
         if layers is None:
-            array = read(path, shape, names, None)
-        else:  # one parameter kind of every layer at a time, stacked
-            array = np.stack([read(path, shape, names, i) for i in range(layers)])
-        array = np.ascontiguousarray(array)
+            array = np.ascontiguousarray(read(path, shape, names, None))
+        else:  # one parameter kind of every layer at a time, filled in place (one copy on the host)
+            array = np.empty((layers, *shape), target_dtype)
+            for i in range(layers):
+                array[i] = read(path, shape, names, i)
         if mesh is None:
             return jax.device_put(array)
         return jax.device_put(array, named_sharding(mesh, rules, box.names, array.shape))

@@ -89,16 +89,19 @@ def build_mesh(parallel: ParallelConfig, devices: Sequence[jax.Device] | None = 
     return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES), devices=devices)
 
 
-def rollout_parallel(rollout: RolloutLayout, devices: int, prompts: int, fitting_tp: Callable[[], int]) -> ParallelConfig:
-    """The resolved rollout layout over the update's `devices`. tp null: `fitting_tp()` (the preflight's pick
-    from its memory estimate) while another axis is -1, else the remaining devices. The data ranks
-    (dp x fsdp) must divide the prompts: each decodes whole prompts, the n samples of one stay together."""
+def rollout_parallel(rollout: RolloutLayout, devices: int, prompts: int,
+                     fitting_tp: Callable[[int], int]) -> ParallelConfig:
+    """The resolved rollout layout over the update's `devices`. tp null: `fitting_tp(free)` (the preflight's
+    pick from its memory estimate, among the `free` devices the fixed axes leave) while another axis is -1,
+    else the remaining devices. The data ranks (dp x fsdp) must divide the prompts: each decodes whole
+    prompts, the n samples of one stay together."""
     from framework.core.parallel import DEVICE_AXES, REMAINING
 
     tp = rollout.tp
     if tp is None:
         others_remaining = any(getattr(rollout, axis) == REMAINING for axis in DEVICE_AXES if axis != "tp")
-        tp = fitting_tp() if others_remaining else REMAINING
+        fixed = math.prod(max(getattr(rollout, axis), 1) for axis in DEVICE_AXES if axis != "tp")
+        tp = fitting_tp(max(devices // fixed, 1)) if others_remaining else REMAINING
     layout = rollout.with_tp(tp)
     mesh_shape(layout, devices, ROLLOUT_KEY)
     resolved = layout.resolve(devices, ROLLOUT_KEY)

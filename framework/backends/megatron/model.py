@@ -43,6 +43,10 @@ class DecoderShape:
 
 def decoder_shape(hf: Mapping[str, Any]) -> DecoderShape:
     arch = read_decoder(hf, "megatron")
+    for key, present in (("attention_bias", arch.o_bias), ("mlp_bias", arch.mlp_bias)):
+        if present:  # the GPT layers here have biases on q/k/v only (add_bias_linear=False)
+            raise ConfigError(f"model.hf_config.{key}: true does not run on backend=megatron (biases on q/k/v "
+                              f"only); valid: false")
     return DecoderShape(
         model_type=arch.model_type, vocab_size=arch.vocab_size, hidden_size=arch.hidden_size,
         ffn_hidden_size=arch.intermediate_size, num_layers=arch.num_layers, num_heads=arch.num_heads,

@@ -70,7 +70,7 @@ def build_layout(args: argparse.Namespace, task, config, devices: list, update_l
     else:
         memory_gb = load_conf("hardware", args.hardware)["hardware"]["memory_gb"]
         layout = rollout_parallel(RolloutLayout(**{**UPDATE, **rollout_axes}), len(devices), task.prompts_per_step,
-                                  lambda: rollout_tp_for(config, weight_bytes, mesh.shape, task, memory_gb))
+                                  lambda free: rollout_tp_for(config, weight_bytes, mesh.shape, task, memory_gb, free))
     placement = RolloutPlacement(layout, devices, mesh, boxed, DEFAULT_RULES)
     optimizer = build_optimizer(task.optimizer, learning_rate_schedule(task.optimizer, task.steps, 1))
     update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed), shardings, mesh, DEFAULT_RULES)
@@ -115,7 +115,8 @@ def predicted(args: argparse.Namespace, task, update_layout, mesh, placement, we
     try:
         prediction = predict_step(load_conf("model", args.model)["hf_config"],
                                   load_conf("hardware", args.hardware)["hardware"], update_layout, mesh.size, task,
-                                  placement.layout, reshard_bytes_per_device(weight_bytes, mesh.shape, placement.mesh.shape))
+                                  placement.layout, reshard_bytes_per_device(weight_bytes, mesh.shape, placement.mesh.shape),
+                                  recompute=args.remat == "full")
     except Exception as error:  # advisory, as in the trainer
         return {"preflight_error": str(error).splitlines()[0]}
     return {key: value for key, value in prediction.items() if key.startswith("preflight_")}

@@ -216,9 +216,9 @@ def scanned_layers(config: ModelConfig) -> type[nn.Module]:
 
 
 def unstack_layers(params: Any) -> Any:
-    """The params with the stacked "layers" entry as a tuple of per-layer trees: what decoding reads
-    (each layer's weights as their own arrays; slicing the stack inside the decode loop would copy
-    them on every token). Stacked params work too, sliced where they are used."""
+    """The params with the stacked "layers" entry as a tuple of per-layer trees: what decoding with a
+    KVCache reads (each layer's weights as their own arrays; slicing the stack inside the decode loop
+    would copy them on every token). Split once, before the loop."""
     layers = params["layers"]
     if isinstance(layers, tuple):
         return params
@@ -270,7 +270,9 @@ class Transformer(nn.Module):
         attend, cache = _attend_mask(attention_mask, cache)
         x = self._embed(input_ids)
         layer = DecoderLayer(self.config, self.mesh, self.rules, parent=None)
-        layers = unstack_layers({"layers": self.variables["params"]["layers"]})["layers"]
+        layers = self.variables["params"]["layers"]
+        if not isinstance(layers, tuple):  # slicing the stack here would copy every layer on every token
+            raise ValueError("Transformer with a KVCache needs per-layer params: pass unstack_layers(params)")
         keys, values = [], []
         for i, layer_params in enumerate(layers):  # unrolled: decoding is bound by reading each layer once
             x, (k, v) = layer.apply({"params": layer_params}, x, positions, None, attend,
@@ -319,4 +321,6 @@ def forward(model: Transformer, params: Any, input_ids: Array, attention_mask: A
     """Logits (float32) and updated cache; positions default to those implied by the padding mask."""
     if positions is None:
         positions = positions_from_mask(attention_mask)
+    if cache is not None:
+        params = unstack_layers(params)
     return model.apply({"params": params}, input_ids, positions, attention_mask, cache)

@@ -76,7 +76,7 @@ class GRPOTrainer(BaseTrainer):
 
     def init(self) -> None:
         """Model, params, optimizer, sampler, data order and RNG; restore the latest checkpoint when resuming."""
-        self.compile_clock = CompileClock()  # compile seconds go into the next step's row
+        self.compile_clock = CompileClock()  # compiles of init, then of each step
         self.model_config = ModelConfig.from_pretrained(
             self.model_dir, param_dtype=self.config.task.param_dtype, dtype=self.config.task.compute_dtype,
         ).for_platform(self.config.remat, self.config.attention, jax.default_backend())
@@ -100,6 +100,7 @@ class GRPOTrainer(BaseTrainer):
         self.policy = CheckpointPolicy(every=checkpoint.every, keep=checkpoint.keep, resume=checkpoint.resume)
         self.store = self.run.checkpoints(self.policy)  # the runtime refused a run dir this run may not resume
         self._restore_latest()
+        self.init_compile_s = self.compile_clock.take()  # step rows then hold only their own compiles
 
     def run_train(self) -> TrainingResult:
         task = self.config.task
@@ -125,7 +126,8 @@ class GRPOTrainer(BaseTrainer):
         artifacts = self._artifacts(export=not interrupted)
         summary |= {k: v for k, v in rows.items() if isinstance(v, (int, float))}
         summary |= {"steps_completed": done, "resumed_from_step": self.start_step,
-                    "measured_step_s": _steady_state(step_times)}
+                    "measured_step_s": _steady_state(step_times), "micro_batch_size": task.micro_batch_size,
+                    "init_compile_time_s": self.init_compile_s}
         return TrainingResult(success=not interrupted, metrics=summary, wall_time_s=time.perf_counter() - start,
                               samples=(done - self.start_step) * task.rows_per_step, artifacts=artifacts,
                               warnings=_preflight_warnings(summary), status="interrupted" if interrupted else "ok",
@@ -161,7 +163,7 @@ class GRPOTrainer(BaseTrainer):
             "learning_rate": float(self.schedule((step - 1) * task.ppo_epochs)),
             "reshard_time_s": reshard_s, "rollout_time_s": rolled_out - resharded, "reward_time_s": scored - rolled_out,
             "update_time_s": done - scored, "step_time_s": done - started,
-            "compile_time_s": self.compile_clock.take(),  # JAX tracing + XLA compile, included in the times above
+            "compile_time_s": self.compile_clock.take(),  # JAX tracing + XLA compile during this step
             "rollout_tokens_per_s": float(rollouts.completion_mask.sum()) / (rolled_out - resharded),
             "update_tokens_per_s": task.ppo_epochs * float(rollouts.attention_mask.sum()) / (done - scored),
         }
@@ -224,9 +226,9 @@ class GRPOTrainer(BaseTrainer):
         task = self.config.task
         self.weight_bytes = float(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nn.unbox(boxed))))
 
-        def fitting_tp() -> int:
+        def fitting_tp(free_devices: int) -> int:
             return rollout_tp_for(self.model_config, self.weight_bytes, self.mesh.shape, task,
-                                  self.config.hardware["memory_gb"])
+                                  self.config.hardware["memory_gb"], free_devices)
 
         chosen = self.config.parallel.rollout
         layout = (rollout_parallel(chosen, self.mesh.size, task.prompts_per_step, fitting_tp) if chosen is not None
@@ -259,8 +261,13 @@ class GRPOTrainer(BaseTrainer):
         """grpo.micro_batch_size=auto -> the preflight's pick (logged); the task as the update will run it."""
         task = self.config.task
         if task.micro_batch_size == "auto":
+            weights = abstract_params(Transformer(self.model_config))
+            weight_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nn.unbox(weights)))
+            shards = self.mesh.shape["fsdp"] * self.mesh.shape["expert"] * self.mesh.shape["tensor"]
+            reference = weight_bytes / shards if task.beta > 0 else 0.0  # not in the simulator's train memory
             size = pick_micro_batch(self.model_config.hf_config, self.config.hardware, self.config.parallel,
-                                    self.mesh.size, task, recompute=self.model_config.remat == "full")
+                                    self.mesh.size, task, recompute=self.model_config.remat == "full",
+                                    resident_bytes=reference)
             log.info("grpo: micro_batch_size auto -> %d (the preflight's memory estimate)", size)
             self.config.task = task = dataclasses.replace(task, micro_batch_size=size)
         return task

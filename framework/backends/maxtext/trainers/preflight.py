@@ -84,19 +84,27 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
 
 
 def pick_micro_batch(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], parallel: ParallelConfig,
-                     devices: int, task: GRPOTask, recompute: bool) -> int:
+                     devices: int, task: GRPOTask, recompute: bool, resident_bytes: float = 0.0) -> int:
     """grpo.micro_batch_size=auto: the largest divisor of the step's rows (a multiple of the data-parallel
     replicas, so every device gets whole rows) whose training micro-step the simulator fits in
-    MEMORY_HEADROOM of the device; the smallest candidate when none fits (the preflight's memory check
+    MEMORY_HEADROOM of the device beside `resident_bytes` (what the simulator does not count: the
+    reference model with beta > 0); the smallest candidate when none fits (the preflight's memory check
     then refuses the run). Larger micro-batches ran the update faster (docs/benchmarks.md)."""
-    from sims.api import simulate
-    from sims.stacks import stack_for_backend
-    from sims.workload import layout_from_parallel
+    try:
+        from sims.api import simulate
+        from sims.stacks import stack_for_backend
+        from sims.workload import layout_from_parallel
+    except ImportError as error:
+        raise ConfigError("grpo.micro_batch_size: auto needs the simulator (sims) to estimate memory; "
+                          "set a number") from error
 
     layout, zero = layout_from_parallel(parallel.as_dict(), devices)
     rows = task.rows_per_step
-    candidates = [m for m in range(rows, 0, -1) if rows % m == 0 and m % layout["dp"] == 0] or [1]
-    budget_gb = hardware["memory_gb"] * MEMORY_HEADROOM
+    candidates = [m for m in range(rows, 0, -1) if rows % m == 0 and m % layout["dp"] == 0]
+    if not candidates:
+        raise ConfigError(f"grpo.micro_batch_size: auto finds no divisor of the {rows} rows per step that splits over "
+                          f"the {layout['dp']} data-parallel replicas; set a number")
+    budget_gb = hardware["memory_gb"] * MEMORY_HEADROOM - resident_bytes / 1e9
     for size in candidates:
         train = {"mode": "train", "batch": size, "seq_len": task.max_prompt_tokens + task.max_new_tokens,
                  "dtype": SHORT[task.compute_dtype], "zero": zero, "recompute": recompute}
@@ -134,32 +142,38 @@ def reshard_seconds(bytes_per_device: float, hardware: Mapping[str, Any]) -> flo
     return bytes_per_device / (link_gb_s * 1e9)
 
 
-def pick_rollout_tp(weight_bytes: float, kv_bytes_per_token: float, resident_bytes: float, task: GRPOTask,
-                    devices: int, memory_gb: float) -> int:
+def pick_rollout_tp(rollout_weight_bytes: float, kv_bytes_per_token: float, resident_bytes: float, task: GRPOTask,
+                    devices: int, memory_gb: float, heads: tuple[int, ...] = ()) -> int:
     """The rollout's tensor-parallel size when `parallel.rollout.tp` is null: the smallest divisor of `devices`
-    whose replicas (devices / tp) split the prompts evenly and whose share of the weights and of the KV cache
-    fits beside the training state that stays on the device (`resident_bytes`); the largest such tp when none
-    fits (the preflight's memory check then speaks)."""
+    (the devices the rollout's fixed axes leave) that divides every head count in `heads` (the rules would
+    replicate heads a tp does not divide), whose replicas (devices / tp) split the prompts evenly, and whose
+    share of the rollout's weights (`rollout_weight_bytes`: the resharded policy and its compute-dtype copy)
+    and of the KV cache fits beside the training state that stays on the device (`resident_bytes`); the
+    largest such tp when none fits (the preflight's memory check then speaks)."""
     candidates = [tp for tp in range(1, devices + 1)
-                  if devices % tp == 0 and task.prompts_per_step % (devices // tp) == 0]
+                  if devices % tp == 0 and task.prompts_per_step % (devices // tp) == 0
+                  and all(count % tp == 0 for count in heads)] or [1]
     budget = memory_gb * 1e9 * MEMORY_HEADROOM - resident_bytes
     cache_tokens = task.rows_per_step * (task.max_prompt_tokens + task.max_new_tokens)
     for tp in candidates:
         replicas = devices // tp
-        if weight_bytes / tp + kv_bytes_per_token * cache_tokens / (replicas * tp) <= budget:
+        if rollout_weight_bytes / tp + kv_bytes_per_token * cache_tokens / (replicas * tp) <= budget:
             return tp
     return candidates[-1]
 
 
 def rollout_tp_for(model: Any, weight_bytes: float, update_mesh: Mapping[str, int], task: GRPOTask,
-                   memory_gb: float) -> int:
-    """pick_rollout_tp for a model (a ModelConfig: layers, KV heads, head_dim, compute dtype) whose weights take
-    `weight_bytes`, trained on `update_mesh`: its shards of the params, AdamW moments and reference stay."""
+                   memory_gb: float, devices: int | None = None) -> int:
+    """pick_rollout_tp for a model (a ModelConfig: heads, layers, KV heads, head_dim, dtypes) whose weights take
+    `weight_bytes`, trained on `update_mesh`: its shards of the params, AdamW moments and reference stay.
+    `devices`: what the rollout's fixed axes leave for tp (default: every device of the update)."""
     shards = update_mesh["fsdp"] * update_mesh["expert"] * update_mesh["tensor"]
     resident = weight_bytes * (3 + int(task.beta > 0)) / shards
+    rollout_weights = weight_bytes * (1 + BYTES[model.dtype] / BYTES[model.param_dtype])  # + the sampler's copy
     kv_per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim * BYTES[model.dtype]
-    devices = update_mesh["data"] * shards
-    return pick_rollout_tp(weight_bytes, kv_per_token, resident, task, devices, memory_gb)
+    devices = devices or update_mesh["data"] * shards
+    return pick_rollout_tp(rollout_weights, kv_per_token, resident, task, devices, memory_gb,
+                           heads=(model.num_heads, model.num_kv_heads))
 
 
 def refuse_out_of_memory(prediction: Mapping[str, Any], hardware: Mapping[str, Any], task: GRPOTask) -> None:

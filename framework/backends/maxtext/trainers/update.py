@@ -22,6 +22,7 @@ from framework.backends.maxtext.grpo.loss import grpo_loss, masked_mean
 from framework.backends.maxtext.models.rope import positions_from_mask
 from framework.backends.maxtext.models.transformer import Transformer
 from framework.backends.maxtext.sharding import LogicalRules, put
+from framework.core.errors import DataError
 
 Array = jax.Array
 Batch = dict[str, Array]
@@ -159,6 +160,7 @@ class PolicyUpdate:
 
     def micro_batches(self, arrays: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
         """Host arrays [N, ...] split into micro-batches of micro_batch_size rows."""
+        check_one_run_per_row(arrays["attention_mask"])
         size = self.task.micro_batch_size
         count = len(arrays["input_ids"]) // size
         return [{name: value[i * size:(i + 1) * size] for name, value in arrays.items()} for i in range(count)]
@@ -190,6 +192,17 @@ class PolicyUpdate:
             grad_norms.append(grad_norm)
         host_metrics, grad_norms = jax.device_get((metrics, grad_norms))
         return params, opt_state, summarize(host_metrics, tokens * self.task.ppo_epochs, len(batches), grad_norms)
+
+
+def check_one_run_per_row(attention_mask: np.ndarray) -> None:
+    """The packed attention (models/transformer.py) needs each row's real tokens in one run: padding on the
+    left and/or right, none inside. A row with none or with a hole would be attended wrongly, silently."""
+    mask = np.asarray(attention_mask) != 0
+    runs = (mask & ~np.pad(mask, ((0, 0), (1, 0)))[:, :-1]).sum(axis=1)  # 0 -> 1 transitions per row
+    if (runs != 1).any():
+        row = int(np.argmax(runs != 1))
+        raise DataError(f"grpo update: row {row} of the batch has {int(runs[row])} runs of real tokens in its "
+                        f"attention mask; the packed attention needs exactly one (padding only before and after)")
 
 
 def summarize(metrics: list[dict], tokens: list[float], batches_per_epoch: int, grad_norms: list) -> dict[str, float]:
