@@ -30,7 +30,7 @@ import time
 import traceback
 from pathlib import Path
 
-from framework.backends.maxtext.benchmarks.grpo_step import OPTIONS, grpo_task, model_config, random_model
+from framework.backends.maxtext.benchmarks.grpo_step import OPTIONS, grpo_task, model_config, random_model, run_step
 from framework.backends.maxtext.benchmarks.shapes import parse_args, step_report
 from framework.core.paths import load_conf
 
@@ -81,33 +81,6 @@ def build_layout(args: argparse.Namespace, task, config, devices: list, update_l
     return mesh, placement, sampler, update, params, opt_state, weight_bytes
 
 
-def run_step(task, placement, sampler, update, params, opt_state, step: int):
-    """One GRPO step as the trainer runs it; returns params, state and (reshard s, rollout s, update s)."""
-    import jax
-    import numpy as np
-
-    from framework.backends.maxtext.sampler import SamplingParams
-    from framework.rl.advantages import compute_advantages
-
-    data = np.random.default_rng(step)
-    prompts = data.integers(1, sampler.model.config.vocab_size, (task.prompts_per_step, task.max_prompt_tokens))
-    sampling = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,
-                              num_samples=task.num_generations)
-    policy, reshard_s = placement.policy(params)
-    start = time.perf_counter()
-    out = jax.device_get(sampler.generate(policy, prompts.tolist(), jax.random.key(step), sampling))
-    del policy
-    rolled_out = time.perf_counter()
-    arrays = {"input_ids": np.concatenate([out.prompt_ids, out.completion_ids], 1).astype(np.int32),
-              "attention_mask": np.concatenate([out.prompt_mask, out.completion_mask], 1).astype(np.int32),
-              "completion_mask": np.asarray(out.completion_mask, np.float32),
-              "advantages": compute_advantages(data.random(task.rows_per_step).astype(np.float32),
-                                               task.num_generations)}
-    params, opt_state, _ = update.run(params, opt_state, None, arrays)
-    jax.block_until_ready(params)
-    return params, opt_state, (reshard_s, rolled_out - start, time.perf_counter() - rolled_out)
-
-
 def predicted(args: argparse.Namespace, task, update_layout, mesh, placement, weight_bytes: float) -> dict:
     """The preflight's prediction of this layout's step (or why there is none)."""
     from framework.backends.maxtext.trainers.preflight import predict_step, reshard_bytes_per_device
@@ -123,6 +96,8 @@ def predicted(args: argparse.Namespace, task, update_layout, mesh, placement, we
 
 
 def time_layout(args: argparse.Namespace, name: str, devices: list) -> dict:
+    import jax
+
     from framework.core.parallel import ParallelConfig
 
     count, update_axes, rollout_axes = LAYOUTS[name]
@@ -131,9 +106,9 @@ def time_layout(args: argparse.Namespace, name: str, devices: list) -> dict:
     config = model_config(args)
     mesh, placement, sampler, update, params, opt_state, weight_bytes = build_layout(
         args, task, config, devices[:count], update_layout, rollout_axes)
-    timings = []
+    timings, rng = [], jax.random.key(0)
     for step in range(args.warmup + args.steps):
-        params, opt_state, timing = run_step(task, placement, sampler, update, params, opt_state, step)
+        params, opt_state, timing = run_step(task, sampler, update, params, opt_state, rng, step, placement)
         if step >= args.warmup:
             timings.append(timing)
     reshard_s, rollout_s, update_s = (statistics.median(t[i] for t in timings) for i in range(3))
