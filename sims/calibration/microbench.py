@@ -30,7 +30,8 @@ from sims.hardware import read_hardware_file
 from sims.builders import build_graph
 from sims.calculator import OP_CLASS, bind_dims
 from sims.calibration.fit import fit_table
-from sims.calibration.kernels import KERNELS_BY_STACK, Bench, HFKernels, kernels_for
+from sims.calibration.kernels import Bench, HFKernels
+from sims.calibration.kernels_fused import KERNELS_BY_STACK, kernels_for
 from sims.calibration.table import save_table
 from sims.calibration.timing import rotations, time_call
 from sims.workload import Layout, parse_workload

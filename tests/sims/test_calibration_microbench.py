@@ -124,7 +124,7 @@ def test_moe_nodes_are_timed_and_the_experts_module_is_split(moe_measurements):
 def test_torch_fused_moe_block_and_router_are_the_plain_torch_ones_and_compute_the_moe():
     """The torch_fused block (index_select, grouped GEMMs, weighted index_add_) gives transformers' experts
     module's output for the same routing; its router is linear + top-k + softmax."""
-    from sims.calibration.kernels import FusedTorchKernels
+    from sims.calibration.kernels_fused import FusedTorchKernels
 
     kernels = FusedTorchKernels(TINY_MOE, "cpu", "fp32")
     for weights in (kernels.experts.gate_up_proj, kernels.experts.down_proj):
