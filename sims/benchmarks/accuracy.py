@@ -23,14 +23,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib
 import json
 import os
 import platform
-import statistics
 import traceback
 from collections.abc import Mapping
-from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -42,12 +39,13 @@ from sims.calibration.fit import fit_table
 from sims.calibration.kernels import HFKernels, build_hf_model
 from sims.calibration.table import save_table
 from sims.calibration.timing import rotations, time_call
+from sims.benchmarks.accuracy_report import markdown, print_table, summarise
+from sims.benchmarks.hf_steps import time_model
 from sims.calculator import bind_dims
 from sims.builders import build_graph
 from sims.workload import Layout, parse_workload
 
 REPO = Path(__file__).resolve().parents[2]
-MASK_BUILDERS = ("create_causal_mask", "create_sliding_window_causal_mask")
 MOE_PARTS = ("moe_permute", "experts_gate_up", "experts_act", "experts_down", "moe_unpermute")
 TINY_MOE = {
     "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 64,
@@ -119,140 +117,6 @@ def suite(tiny: bool) -> dict:
         "moe_block": [decode(32, 2048), prefill(1, 3072)],
         "whole": [(name, w) for name in models for w in model_points],
     }
-
-
-class FixedCache:
-    """A static KV cache whose write position stays put: each call writes its new tokens at the
-    end of `kv_len` positions (index_copy_, as transformers' StaticCache) and attention reads all
-    of them, so one decode step can be replayed. Duck-types the one method attention calls."""
-
-    def __init__(self, layers: int, batch: int, kv_heads: int, head_dim: int, kv_len: int, new: int, device, dtype):
-        import torch
-
-        shape = (batch, kv_heads, kv_len, head_dim)
-        self.keys = [torch.randn(shape, device=device, dtype=dtype) for _ in range(layers)]
-        self.values = [torch.randn(shape, device=device, dtype=dtype) for _ in range(layers)]
-        self.positions = torch.arange(kv_len - new, kv_len, device=device)
-
-    def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
-        self.keys[layer_idx].index_copy_(2, self.positions, key_states)
-        self.values[layer_idx].index_copy_(2, self.positions, value_states)
-        return self.keys[layer_idx], self.values[layer_idx]
-
-
-def time_model(model, workload: Mapping, device: str, warmup: int, repeats: int, profile: bool = False) -> dict:
-    """One forward step of the whole model: CUDA graph replay and eager (on CPU: wall clock)."""
-    import torch
-
-    w = parse_workload(workload)
-    config = model.config
-    heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    cache = FixedCache(config.num_hidden_layers, w.batch, config.num_key_value_heads, head_dim, w.kv_len,
-                       w.query_len, device, model.dtype)
-    ids = torch.randint(0, config.vocab_size, (w.batch, w.query_len), device=device)
-    positions = torch.arange(w.kv_len - w.query_len, w.kv_len, device=device).expand(w.batch, -1)
-
-    def step():
-        return model(input_ids=ids, position_ids=positions, past_key_values=cache, use_cache=True,
-                     logits_to_keep=1).logits
-
-    with torch.inference_mode(), no_padding_masks(model):
-        natural = None
-        if moe_routers(model):
-            natural = time_call(step, [()], device, warmup, repeats, graphs=True, target_ms=0.0)
-            natural_census = routing_census(model, step)
-        with balanced_routing(model, w.batch * w.query_len):
-            graphed = time_call(step, [()], device, warmup, repeats, graphs=True, target_ms=0.0)
-            eager = time_call(step, [()], device, warmup, repeats, graphs=False)
-            result = {"time_us": graphed.time_us, "timing": graphed.mode, "spread": graphed.spread,
-                      "eager_us": eager.time_us}
-            if profile:
-                result["kernels"] = kernel_census(step)
-            if natural is not None:
-                result.update(routing=routing_census(model, step), natural_routing_us=natural.time_us,
-                              natural_routing=natural_census)
-    return result
-
-
-def moe_routers(model) -> list:
-    return [layer.mlp.gate for layer in model.model.layers if hasattr(layer.mlp, "experts")]
-
-
-@contextmanager
-def balanced_routing(model, tokens: int):
-    """Each token's experts drawn uniformly at random (fixed per layer), as the simulator assumes
-    and a router trained with a load-balancing loss comes close to. The router still runs (its
-    kernels stay in the step); only its choice of experts is replaced. A random-weight router,
-    left alone, concentrates tokens on a few experts in later layers."""
-    import torch
-
-    hooks = []
-    for router in moe_routers(model):
-        weight = router.weight
-        choice = torch.rand(tokens, router.num_experts, device=weight.device).topk(router.top_k, dim=-1).indices
-
-        def replace(module, args, output, choice=choice):
-            return (*output[:-1], choice)
-
-        hooks.append(router.register_forward_hook(replace))
-    try:
-        yield
-    finally:
-        for hook in hooks:
-            hook.remove()
-
-
-def routing_census(model, step) -> list[dict] | None:
-    """Per MoE layer of one step: experts touched and the busiest expert's load over the mean
-    (the simulator assumes balanced routing: 1.0)."""
-    routers = moe_routers(model)
-    chosen = []
-    hooks = [r.register_forward_hook(lambda module, args, output: chosen.append(output[-1])) for r in routers]
-    try:
-        step()
-    finally:
-        for hook in hooks:
-            hook.remove()
-    census = []
-    for index in chosen:
-        load = index.flatten().bincount(minlength=routers[0].num_experts).float()
-        census.append({"touched": int((load > 0).sum()), "max_over_mean": float(load.max() / load.mean())})
-    return census
-
-
-def kernel_census(step, top: int = 12) -> dict:
-    """The GPU kernels of one eager step (torch.profiler): how many, their summed time, the largest."""
-    from torch.profiler import ProfilerActivity, profile
-
-    try:
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            step()
-        events = [e for e in prof.events() if e.device_type.name == "CUDA"]
-    except Exception as error:  # diagnostics only: never lose the case's timing over it
-        return {"error": f"{type(error).__name__}: {error}"}
-    by_name: dict[str, list[float]] = {}
-    for event in events:
-        by_name.setdefault(event.name[:80], []).append(getattr(event, "device_time", 0.0))
-    largest = sorted(by_name.items(), key=lambda item: -sum(item[1]))[:top]
-    return {"count": len(events), "total_us": sum(sum(times) for times in by_name.values()),
-            "largest": [{"name": name, "count": len(times), "us": sum(times)} for name, times in largest]}
-
-
-@contextmanager
-def no_padding_masks(model):
-    """Without padding, transformers' mask builders return None for these steps (sdpa's is_causal in
-    prefill, no mask for one query token); with FixedCache they would ask it for sizes it does not
-    track, so stand in for them with None while timing."""
-    module = importlib.import_module(type(model.model).__module__)
-    saved = {name: getattr(module, name) for name in MASK_BUILDERS if hasattr(module, name)}
-    for name in saved:
-        setattr(module, name, lambda *args, **kwargs: None)
-    try:
-        yield
-    finally:
-        for name, builder in saved.items():
-            setattr(module, name, builder)
 
 
 def calibrate(models: Mapping[str, dict], hardware: dict, plan: microbench.Plan, device: str) -> list[dict]:
@@ -331,20 +195,6 @@ def _predict_us(case: dict, cfg: dict, hw: dict) -> float:
         return simulate(cfg, hw, {}, case["workload"]).latency_s * 1e6
     ops = MOE_PARTS if case["kind"] == "moe_block" else (case["op"],)
     return sum(predict_op(cfg, hw, case["workload"], op)["time_s"] for op in ops) * 1e6
-
-
-def summarise(cases: list[dict]) -> dict:
-    done = [c for c in cases if "error_calibrated" in c]
-    out = {"cases": len(cases), "measured": len(done), "failed": [c["name"] for c in cases if "error" in c]}
-    for label in ("default", "calibrated"):
-        kinds = ("gemm", "attention", "moe_block", "model")
-        groups = {"all": done, **{kind: [c for c in done if c["kind"] == kind] for kind in kinds}}
-        out[label] = {
-            group: {"median_abs_error": statistics.median(errors), "worst_abs_error": max(errors), "cases": len(errors)}
-            for group, members in groups.items()
-            if (errors := [abs(c[f"error_{label}"]) for c in members if c.get("held_out", True)])
-        }
-    return out
 
 
 def mark_held_out(cases: list[dict], measurements: list[dict]) -> None:
@@ -434,41 +284,6 @@ def environment(device: str) -> dict:
         "cuda": torch.version.cuda,
         "transformers": transformers.__version__,
     }
-
-
-def markdown(report: dict) -> str:
-    """The cases and the summary as Markdown tables (what docs/benchmarks.md shows)."""
-    lines = ["| case | measured (us) | eager (us) | built-in | calibrated | held out |", "|---|---|---|---|---|---|"]
-    for c in report["cases"]:
-        if "error_calibrated" not in c:
-            lines.append(f"| {c['name']} | failed: {c.get('error', '?')} | | | | |")
-            continue
-        eager = f"{c['eager_us']:.0f}" if "eager_us" in c else ""
-        lines.append(f"| {c['name']} | {c['time_us']:.1f} | {eager} | {c['error_default']:+.1%} | "
-                     f"{c['error_calibrated']:+.1%} | {'yes' if c['held_out'] else 'no'} |")
-    lines += ["", "| held-out cases | built-in: median / worst abs. error | calibrated: median / worst |",
-              "|---|---|---|"]
-    summary = report["summary"]
-    for group, stats in summary["calibrated"].items():
-        default = summary["default"][group]
-        lines.append(f"| {group} ({stats['cases']}) | {default['median_abs_error']:.1%} / "
-                     f"{default['worst_abs_error']:.1%} | {stats['median_abs_error']:.1%} / "
-                     f"{stats['worst_abs_error']:.1%} |")
-    return "\n".join(lines) + "\n"
-
-
-def print_table(cases: list[dict], summary: dict) -> None:
-    print(f"\n{'case':<52} {'measured':>11} {'default':>9} {'calib.':>9}  held-out")
-    for c in cases:
-        if "error_calibrated" not in c:
-            print(f"{c['name']:<52} {'failed: ' + c.get('error', '?')[:60]}")
-            continue
-        print(f"{c['name']:<52} {c['time_us']:>9.1f}us {c['error_default']:>+9.1%} {c['error_calibrated']:>+9.1%}  "
-              f"{'yes' if c['held_out'] else 'no'}")
-    for label in ("default", "calibrated"):
-        for group, stats in summary[label].items():
-            print(f"{label:<10} {group:<9} median |error| {stats['median_abs_error']:6.1%}  "
-                  f"worst {stats['worst_abs_error']:6.1%}  ({stats['cases']} cases)")
 
 
 def main() -> None:

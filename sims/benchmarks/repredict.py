@@ -23,6 +23,7 @@ from pathlib import Path
 import yaml
 
 from sims.benchmarks import accuracy, torch_fused
+from sims.benchmarks.accuracy_report import summarise
 from sims.calibration.refit import SHIPPED, read_measurements
 from sims.hardware import REPO_ROOT, read_hardware_file
 
@@ -49,7 +50,7 @@ def repredict(saved: dict, hardware: dict) -> dict:
     if stack == "transformers":
         accuracy.mark_held_out(cases, table_measurements(table) if table else [])
         accuracy.predict(cases, accuracy.suite(False), builtin, table)
-        summary = accuracy.summarise(cases)
+        summary = summarise(cases)
     else:
         torch_fused.predict(cases, saved["model"], builtin, table)
         summary = torch_fused.summarise(cases)

@@ -142,7 +142,7 @@ def test_tp1_decode_matches_transformers_qwen3_moe_with_the_same_weights_cache_a
     import torch
     import torch.distributed as dist
 
-    from sims.benchmarks.accuracy import FixedCache, no_padding_masks
+    from sims.benchmarks.hf_steps import FixedCache, no_padding_masks
     from sims.benchmarks.layouts import TINY
     from sims.benchmarks.layouts_decode import DecodeModel, Mesh, Shapes
     from sims.calibration.kernels import build_hf_model
