@@ -283,74 +283,21 @@ class GraphBuilder:
         # Token copies gathered into expert order (sort by expert, gather, group offsets) and, after the
         # experts, weighted by the router and summed back per token. tp ranks split the tokens with ep > 1.
         token_split = {"sequence_parallel_with_ep": True}
-        self.add(
-            "moe_permute",
-            "elementwise",
-            layers,
-            [("routed_tokens", h)],
-            [("routed_tokens", h)],
-            attrs={"flops_per_element": 0, **token_split},
-            **moe,
-        )
-        self.add(
-            "moe_dispatch",
-            "all_to_all",
-            layers,
-            [("routed_tokens", h)],
-            [("routed_tokens", h)],
-            parallel=ParallelSpec(group="ep", when="ep_gt_1"),
-            **moe,
-        )
-        self.add(
-            "experts_gate_up",
-            "moe_gemm",
-            layers,
-            [("routed_tokens", h)],
-            [("routed_tokens", 2 * expert_intermediate)],
-            [(experts, h, 2 * expert_intermediate)],
-            ParallelSpec(**expert_split),
-            attrs={"top_k": top_k},
-            **moe,
-        )
-        self.add(
-            "experts_act",
-            "elementwise",
-            layers,
-            [("routed_tokens", 2 * expert_intermediate)],
-            [("routed_tokens", expert_intermediate)],
-            parallel=SHARDED,
-            attrs={"flops_per_element": 5},
-            **moe,
-        )
-        self.add(
-            "experts_down",
-            "moe_gemm",
-            layers,
-            [("routed_tokens", expert_intermediate)],
-            [("routed_tokens", h)],
-            [(experts, expert_intermediate, h)],
-            ParallelSpec(**{**expert_split, "tp_mode": "row", "tp_dim": -2}),
-            attrs={"top_k": top_k},
-            **moe,
-        )
-        self.add(
-            "moe_combine",
-            "all_to_all",
-            layers,
-            [("routed_tokens", h)],
-            [("routed_tokens", h)],
-            parallel=ParallelSpec(group="ep", when="ep_gt_1"),
-            **moe,
-        )
-        self.add(
-            "moe_unpermute",
-            "elementwise",
-            layers,
-            [("routed_tokens", h)],
-            [("tokens", h)],
-            attrs={"flops_per_element": 2 * top_k, **token_split},
-            **moe,
-        )
+        routed = [("routed_tokens", h)]
+        exchange = {"parallel": ParallelSpec(group="ep", when="ep_gt_1"), **moe}  # dispatch and combine
+        self.add("moe_permute", "elementwise", layers, routed, routed,
+                 attrs={"flops_per_element": 0, **token_split}, **moe)
+        self.add("moe_dispatch", "all_to_all", layers, routed, routed, **exchange)
+        self.add("experts_gate_up", "moe_gemm", layers, routed, [("routed_tokens", 2 * expert_intermediate)],
+                 [(experts, h, 2 * expert_intermediate)], ParallelSpec(**expert_split), attrs={"top_k": top_k}, **moe)
+        self.add("experts_act", "elementwise", layers, [("routed_tokens", 2 * expert_intermediate)],
+                 [("routed_tokens", expert_intermediate)], parallel=SHARDED, attrs={"flops_per_element": 5}, **moe)
+        self.add("experts_down", "moe_gemm", layers, [("routed_tokens", expert_intermediate)], routed,
+                 [(experts, expert_intermediate, h)], ParallelSpec(**{**expert_split, "tp_mode": "row", "tp_dim": -2}),
+                 attrs={"top_k": top_k}, **moe)
+        self.add("moe_combine", "all_to_all", layers, routed, routed, **exchange)
+        self.add("moe_unpermute", "elementwise", layers, routed, [("tokens", h)],
+                 attrs={"flops_per_element": 2 * top_k, **token_split}, **moe)
         # Shared experts are tp-split, so their partial sums need the all-reduce even with ep > 1.
         self.nodes.append(tp_comm("moe_all_reduce", layers, h, when="always" if shared_intermediate else "ep_is_1"))
 
