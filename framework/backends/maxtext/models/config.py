@@ -10,34 +10,16 @@ from typing import Any, Mapping
 from framework.backends.maxtext.config import ATTENTION_KERNELS, REMAT_NAMES, check_choice
 from framework.core.errors import ConfigError, DataError
 from framework.core.plain import to_plain
-from framework.models.hf_config import read_decoder
+from framework.models.hf_config import DecoderArchitecture, read_decoder
 
 TRAINABLE = ("float32", "bfloat16")  # framework.core.dtypes names this backend trains in
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(DecoderArchitecture):
     """Everything the Flax modules need; hashable, so it can be a module field or a static jit arg.
-    The architecture fields come from framework.models.hf_config.read_decoder (shared by every backend)."""
+    The architecture fields are framework.models.hf_config's (read once for every backend)."""
 
-    model_type: str
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    rms_norm_eps: float
-    rope_theta: float
-    rope_type: str = "default"
-    # llama3 rope scaling: (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings)
-    rope_llama3: tuple[float, float, float, int] | None = None
-    qkv_bias: bool = False
-    o_bias: bool = False
-    mlp_bias: bool = False
-    qk_norm: bool = False
-    tie_word_embeddings: bool = False
     param_dtype: str = "float32"
     dtype: str = "float32"  # compute dtype of matmuls; norms, softmax and logits stay in float32
     hf_config_json: str = "{}"  # the source HF config, written back by save_hf_checkpoint
@@ -74,17 +56,9 @@ class ModelConfig:
         if hf_config.get("use_sliding_window"):
             raise ConfigError("model.hf_config.use_sliding_window: sliding-window attention is not supported; "
                               "set it to false")
-        return cls(
-            model_type=arch.model_type, vocab_size=arch.vocab_size, hidden_size=arch.hidden_size,
-            intermediate_size=arch.intermediate_size, num_layers=arch.num_layers, num_heads=arch.num_heads,
-            num_kv_heads=arch.num_kv_heads, head_dim=arch.head_dim, rms_norm_eps=arch.rms_norm_eps,
-            rope_theta=arch.rope_theta, rope_type=arch.rope_type, rope_llama3=arch.rope_llama3,
-            qkv_bias=arch.qkv_bias, o_bias=arch.o_bias, mlp_bias=arch.mlp_bias, qk_norm=arch.qk_norm,
-            tie_word_embeddings=arch.tie_word_embeddings,
-            param_dtype=_dtype(param_dtype, "model.dtype"),
-            dtype=_dtype(dtype or param_dtype, "compute dtype"),
-            hf_config_json=json.dumps(to_plain(hf_config), sort_keys=True),
-        )
+        return cls(**{field.name: getattr(arch, field.name) for field in dataclasses.fields(DecoderArchitecture)},
+                   param_dtype=_dtype(param_dtype, "model.dtype"), dtype=_dtype(dtype or param_dtype, "compute dtype"),
+                   hf_config_json=json.dumps(to_plain(hf_config), sort_keys=True))
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, **dtypes: str) -> "ModelConfig":
