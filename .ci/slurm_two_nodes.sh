@@ -16,6 +16,7 @@ CONF="$DIR/slurm.conf"
 export SLURM_CONF="$CONF"
 
 say() { echo "slurm_two_nodes: $*" >&2; }
+source "$(dirname "$0")/slurm_conf.sh"
 
 stop() {  # $1: pid file
     [[ -s "$1" ]] || return 0
@@ -49,36 +50,14 @@ fi
 
 mkdir -p "$DIR"/{state,log,spool/n1,spool/n2}
 mem_mb=$(( $(awk '/^MemTotal:/ {print $2}' /proc/meminfo) / 1024 * 40 / 100 ))  # each node: 40%
-cat >"$CONF" <<EOF
-ClusterName=two
-MailProg=/bin/true
-MpiDefault=none
-SlurmctldHost=localhost
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CryptoType=crypto/munge
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SwitchType=switch/none
-ReturnToService=2
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
-StateSaveLocation=$DIR/state
-SlurmdSpoolDir=$DIR/spool/%n
-SlurmctldPidFile=$DIR/slurmctld.pid
-SlurmdPidFile=$DIR/slurmd.%n.pid
-SlurmctldLogFile=$DIR/log/slurmctld.log
-SlurmdLogFile=$DIR/log/slurmd.%n.log
-SlurmctldPort=6917
-SlurmdPort=6920
+{
+slurm_conf_common two "$DIR" .%n 6917 6920
+cat <<EOF
 NodeName=n1 NodeHostname=localhost Port=6921 CPUs=1 RealMemory=$mem_mb State=UNKNOWN
 NodeName=n2 NodeHostname=localhost Port=6922 CPUs=1 RealMemory=$mem_mb State=UNKNOWN
 PartitionName=two Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 EOF
+} >"$CONF"
 
 say "starting slurmctld and two slurmd (n1, n2; ${mem_mb}MB each; logs in $DIR/log)"
 /usr/sbin/slurmctld

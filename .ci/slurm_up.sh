@@ -15,6 +15,7 @@ SLURM_DIR="${CRUCIBLE_SLURM_DIR:-${TMPDIR:-/tmp}/crucible-slurm}"
 CONF="$SLURM_DIR/slurm.conf"
 
 say() { echo "slurm_up: $*" >&2; }
+source "$(dirname "$0")/slurm_conf.sh"
 
 controller_answers() {  # $1: the slurm.conf to ask with
     command -v sinfo >/dev/null && SLURM_CONF="$1" timeout 20 sinfo -h >/dev/null 2>&1
@@ -75,35 +76,13 @@ if [[ -r /sys/fs/cgroup/memory.max ]] && [[ "$(cat /sys/fs/cgroup/memory.max)" =
 fi
 real_memory=$(( mem_mb * 85 / 100 ))
 
-cat >"$CONF" <<EOF
-ClusterName=local
-MailProg=/bin/true
-MpiDefault=none
-SlurmctldHost=localhost
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CryptoType=crypto/munge
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SwitchType=switch/none
-ReturnToService=2
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
-StateSaveLocation=$SLURM_DIR/state
-SlurmdSpoolDir=$SLURM_DIR/spool
-SlurmctldPidFile=$SLURM_DIR/slurmctld.pid
-SlurmdPidFile=$SLURM_DIR/slurmd.pid
-SlurmctldLogFile=$SLURM_DIR/log/slurmctld.log
-SlurmdLogFile=$SLURM_DIR/log/slurmd.log
-SlurmctldPort=6817
-SlurmdPort=6818
+{
+slurm_conf_common local "$SLURM_DIR" "" 6817 6818
+cat <<EOF
 NodeName=localhost CPUs=$cpus Boards=1 SocketsPerBoard=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=$real_memory State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
+} >"$CONF"
 export SLURM_CONF="$CONF"
 
 say "starting slurmctld and slurmd (CPUs=$cpus RealMemory=${real_memory}MB, logs in $SLURM_DIR/log)"
