@@ -195,3 +195,37 @@ def check_one_rank_signal_stops_every_rank(run_dir: Path, overrides: list[str], 
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["metrics"]["resumed_from_step"] == stopped, summary["metrics"]
     return stopped
+
+
+def check_preempted_job_resumes_like_its_twin(tmp_path: Path, sweep_args: list[str], steps: int,
+                                              world_size: int = 1) -> None:
+    """A 2-job SLURM sweep (`python run.py -m ...`, the jobs alike): once job 0 has logged 3 rows it gets
+    submitit's preempt signal (`scancel --signal=USR2`), checkpoints, requeues itself and resumes in its
+    job dir; it must end ok, with every step's row once, two segments, and the same final checkpoint (file
+    for file) and deterministic metrics rows as job 1, which ran undisturbed."""
+    import re
+
+    sweep = subprocess.Popen([sys.executable, str(REPO_ROOT / "run.py"), "-m", *sweep_args,
+                              f"hydra.sweep.dir={tmp_path}"], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    job_dir, twin, deadline = tmp_path / "0", tmp_path / "1", time.monotonic() + 600
+    while len(read_metrics(job_dir / "metrics.jsonl")) < 3:
+        assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()[1][-3000:]
+        time.sleep(0.2)
+    # submitit keeps one folder per array task ("<array>_<task>") beside its own hidden files
+    array_id = next(d.name.split("_")[0] for d in (tmp_path / ".submitit").iterdir() if re.fullmatch(r"\d+_\d+", d.name))
+    subprocess.run(["scancel", "--signal=USR2", f"{array_id}_0"], check=True)  # job 1 runs undisturbed
+    _, stderr = sweep.communicate(timeout=900)
+
+    segments = [json.loads(line) for line in (job_dir / "segments.jsonl").read_text().splitlines()]
+    assert len(segments) == 2, stderr[-3000:]
+    resumed_from = segments[1]["resumed_from_step"]
+    assert resumed_from and 3 <= resumed_from < steps  # the requeued job started from the signal's checkpoint
+    summary = json.loads((job_dir / "summary.json").read_text())
+    assert sweep.returncode == 0 and summary["status"] == "ok", stderr[-3000:]
+    assert summary["world_size"] == world_size and summary["metrics"]["resumed_from_step"] == resumed_from
+    assert [row["step"] for row in read_metrics(job_dir / "metrics.jsonl")] == list(range(1, steps + 1))
+    assert len((twin / "segments.jsonl").read_text().splitlines()) == 1
+    assert _final_manifest(job_dir) == _final_manifest(twin)
+    rows = [[_deterministic(r) for r in read_metrics(d / "metrics.jsonl")] for d in (job_dir, twin)]
+    assert rows[0] == rows[1]

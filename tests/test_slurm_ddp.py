@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import re
-import subprocess
-import sys
-import time
 
 import pytest
 
 from framework.core.loggers import read_metrics
-from tests.conformance import _deterministic, _final_manifest
-from tests.conftest import REPO_ROOT, run_cli
+from tests.conformance import check_preempted_job_resumes_like_its_twin
+from tests.conftest import run_cli
 from tests.test_slurm import SLURM_LAUNCHER, slurm_controller  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -81,28 +77,7 @@ def test_a_preempted_two_task_torch_job_checkpoints_requeues_and_resumes(slurm_c
         pytest.skip("trl is not installed")
     launcher = [a.replace("mem_gb=1", "mem_gb=4").replace("timeout_min=5", "timeout_min=20") for a in SLURM_LAUNCHER]
     overrides = [o for o in RUNS["torch"][1] if not o.startswith(("sft.steps=", "sft.checkpoint.every="))]
-    args = [sys.executable, str(REPO_ROOT / "run.py"), "-m", *launcher, "hydra.launcher.tasks_per_node=2", *overrides,
-            f"sft.steps={PREEMPT_STEPS}", "sft.checkpoint.every=100000", "progress=false",
-            "sft.checkpoint.keep=2,3",  # two jobs that compute the same (keep may change on resume, too)
-            f"hydra.sweep.dir={tmp_path}"]
-    sweep = subprocess.Popen(args, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    job_dir, deadline = tmp_path / "0", time.monotonic() + 600
-    while len(read_metrics(job_dir / "metrics.jsonl")) < 3:
-        assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()[1][-3000:]
-        time.sleep(0.2)
-    array_id = next(d.name.split("_")[0] for d in (tmp_path / ".submitit").iterdir() if re.fullmatch(r"\d+_\d+", d.name))
-    subprocess.run(["scancel", "--signal=USR2", f"{array_id}_0"], check=True)  # job 1 runs undisturbed
-    _, stderr = sweep.communicate(timeout=900)
-
-    segments = [json.loads(line) for line in (job_dir / "segments.jsonl").read_text().splitlines()]
-    assert len(segments) == 2, stderr[-3000:]
-    resumed_from = segments[1]["resumed_from_step"]
-    assert resumed_from and resumed_from >= 3 and resumed_from < PREEMPT_STEPS
-    summary = json.loads((job_dir / "summary.json").read_text())
-    assert sweep.returncode == 0 and summary["status"] == "ok" and summary["world_size"] == 2, stderr[-3000:]
-    assert [row["step"] for row in read_metrics(job_dir / "metrics.jsonl")] == list(range(1, PREEMPT_STEPS + 1))
-    twin = tmp_path / "1"
-    assert len((twin / "segments.jsonl").read_text().splitlines()) == 1
-    assert _final_manifest(job_dir) == _final_manifest(twin)
-    rows = [[_deterministic(r) for r in read_metrics(d / "metrics.jsonl")] for d in (job_dir, twin)]
-    assert rows[0] == rows[1]
+    args = [*launcher, "hydra.launcher.tasks_per_node=2", *overrides, f"sft.steps={PREEMPT_STEPS}",
+            "sft.checkpoint.every=100000", "progress=false",
+            "sft.checkpoint.keep=2,3"]  # two jobs that compute the same (keep may change on resume, too)
+    check_preempted_job_resumes_like_its_twin(tmp_path, args, PREEMPT_STEPS, world_size=2)

@@ -15,9 +15,9 @@ One axis may be -1: it takes the devices the others leave.
 
 `parallel.rollout` is the layout of a reinforcement-learning rollout (decoding) on the same devices, in
 the same axes: a policy trained under FSDP decodes fastest as data-parallel replicas, or tensor-parallel
-groups x replicas when one device cannot hold it. Its tp may be null: the backend picks the smallest
-group whose weights and KV cache fit one device. Only backend=maxtext's GRPO reads it; backends without
-a rollout ignore it.
+groups x replicas when one device cannot hold it. Its tp may be null: with another axis at -1 the backend
+picks the smallest group whose weights and KV cache fit one device; with none, tp takes the devices the
+other axes leave. Only backend=maxtext's GRPO reads it; backends without a rollout ignore it.
 """
 
 from __future__ import annotations
