@@ -66,6 +66,7 @@ def training_arguments(config: TorchConfig, output_dir: str) -> dict[str, Any]:
 class TRLTrainer(BaseTrainer):
     config: TorchConfig
     handles_stop_requests = True  # RunCallback ends training at the next step boundary, with a checkpoint
+    ranks_in_step = False  # True once training has returned on every rank (cleanup then synchronises them)
 
     def setup(self) -> None:
         import datasets
@@ -128,6 +129,7 @@ class TRLTrainer(BaseTrainer):
         if last is not None:
             artifacts["last_checkpoint"] = str(last)
         interrupted = self.callback.stopped
+        self.ranks_in_step = True
         if self.config.task.export_hf and self.run.is_main and not interrupted:  # not the final model: no export
             model = self.trainer.accelerator.unwrap_model(self.trainer.model)
             artifacts.update(export_hf(model, self.tokenizer, self.run.run_dir / "hf_export"))
@@ -137,7 +139,17 @@ class TRLTrainer(BaseTrainer):
                               error=f"stopped after step {done} of {steps}" if interrupted else None)
 
     def cleanup(self) -> None:
+        import gc
+
         import torch
 
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            if self.ranks_in_step:
+                # No collective in flight on any rank; then free the DDP reducer while the process group is still
+                # registered. Otherwise the reducer's dealloc (under the GIL) can destroy the gloo group while one
+                # of its threads waits for the GIL to finish a work item: a deadlock at exit, seen on SLURM.
+                dist.barrier()
+                self.trainer = None
+                gc.collect()
+            dist.destroy_process_group()
