@@ -67,8 +67,8 @@ def grpo_task(**overrides):
 
 def rollout_arrays(config, rows=8, prompt=6, completion=5, seed=0):
     rng = np.random.default_rng(seed)
-    prompt_mask = np.ones((rows, prompt), np.int32)
-    prompt_mask[:, :2] = rng.integers(0, 2, (rows, 2))  # some left padding
+    pads = rng.integers(0, 3, rows)  # left padding of 0-2 tokens, as the sampler pads prompts
+    prompt_mask = (np.arange(prompt)[None] >= pads[:, None]).astype(np.int32)
     lengths = rng.integers(1, completion + 1, rows)
     completion_mask = (np.arange(completion)[None] < lengths[:, None]).astype(np.float32)
     ids = rng.integers(3, config.vocab_size, (rows, prompt + completion)).astype(np.int32)
