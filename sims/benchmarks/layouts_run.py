@@ -19,6 +19,7 @@ from framework.core.distributed import detect
 from framework.core.dtypes import check, torch_dtype
 from sims.benchmarks.layouts import REPO, TINY, TINY_WORKLOAD, add_errors, card_hardware, plan, summarise, sweep
 from sims.benchmarks.layouts_decode import DecodeModel, Mesh, Shapes
+from sims.calibration.timing import cuda_events_seconds
 from sims.hardware import read_hardware_file
 
 CALLS_PER_SAMPLE = 5
@@ -159,13 +160,7 @@ def median_time(fn, cuda: bool, warmup: int, repeats: int, device, calls: int = 
         dist.all_reduce(line_up)
         if cuda:
             torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(calls):
-                fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3 / calls)
+            times.append(cuda_events_seconds(fn, calls))
         else:
             begin = time.perf_counter()
             for _ in range(calls):

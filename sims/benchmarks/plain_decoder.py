@@ -18,6 +18,8 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 
+from sims.calibration.timing import cuda_events_seconds
+
 
 class PlainDecoder:
     def __init__(self, cfg: Mapping, tp: int, rank: int, device, dtype):
@@ -178,30 +180,18 @@ def time_lockstep(fn: Callable[[], object], device, warmup: int, repeats: int, g
         for _ in range(max(1, warmup)):
             fn()
     torch.cuda.current_stream(device).wait_stream(side)
-    one = _slowest(_events_s(fn, 1), device, dist)
+    one = _slowest(cuda_events_seconds(fn, 1), device, dist)
     if not graphs:
-        return _slowest(statistics.median(_events_s(fn, 1) for _ in range(repeats)), device, dist), "cuda_events"
+        return _slowest(statistics.median(cuda_events_seconds(fn, 1) for _ in range(repeats)), device, dist), "cuda_events"
     calls = max(1, min(50, math.ceil(target_ms * 1e-3 / max(one, 1e-7))))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for _ in range(calls):
             fn()
     graph.replay()
-    per_call = statistics.median(_events_s(graph.replay, 1) / calls for _ in range(repeats))
+    per_call = statistics.median(cuda_events_seconds(graph.replay, 1) / calls for _ in range(repeats))
     del graph
     return _slowest(per_call, device, dist), "cuda_graph"
-
-
-def _events_s(fn: Callable, calls: int) -> float:
-    import torch
-
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) * 1e-3 / calls
 
 
 def _slowest(seconds: float, device, dist) -> float:

@@ -124,3 +124,16 @@ def _cuda_graph(
         per_call.append(start.elapsed_time(end) * 1e-3 / calls)
     del graph
     return _summary(per_call, "cuda_graph")
+
+
+def cuda_events_seconds(fn: Callable, calls: int) -> float:
+    """Seconds per call of `calls` back-to-back calls, between two CUDA events on the current stream."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e-3 / calls

@@ -75,3 +75,17 @@ def test_auto_micro_batch_without_a_simulator_model_is_a_config_error():
     two = ParallelConfig(dp=1, fsdp=2, tp=1, pp=1, ep=1, cp=1)  # on a one-GPU hardware file
     with pytest.raises(ConfigError, match="grpo.micro_batch_size: auto needs the simulator's memory estimate"):
         pick_micro_batch(hf, hardware, two, 2, task, recompute=False)
+
+
+def test_auto_micro_batch_runs_and_is_recorded(tmp_path):
+    """Through the trainer: the pick is logged, the run trains, the summary says what ran (the CPU file's
+    24 GB fit every micro-batch of the tiny model, so the whole step of 16 rows)."""
+    import json
+
+    from tests.conftest import run_cli
+
+    proc = run_cli(["recipe=grpo_gsm8k_cpu", "grpo.micro_batch_size=auto", "grpo.steps=1", "grpo.eval.every=0",
+                    "grpo.checkpoint.every=0", "grpo.export_hf=false", "progress=false", f"hydra.run.dir={tmp_path}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "grpo: micro_batch_size auto -> 16 (the preflight's memory estimate)" in proc.stderr
+    assert json.loads((tmp_path / "summary.json").read_text())["result"]["metrics"]["micro_batch_size"] == 16

@@ -80,9 +80,10 @@ class GRPOTrainer(BaseTrainer):
         self.model_config = ModelConfig.from_pretrained(
             self.model_dir, param_dtype=self.config.task.param_dtype, dtype=self.config.task.compute_dtype,
         ).for_platform(self.config.remat, self.config.attention, jax.default_backend())
+        boxed = abstract_params(Transformer(self.model_config))
+        self.weight_bytes = float(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nn.unbox(boxed))))
         task = self._resolve_micro_batch()
         model = Transformer(self.model_config, self.mesh, self.rules)
-        boxed = abstract_params(Transformer(self.model_config))
         self.placement = self._rollout_placement(boxed)  # before any weights load: a bad layout fails fast
         self.params = load_hf_params(self.model_dir, self.model_config, self.mesh, self.rules)
         self.ref_params = jax.tree.map(jnp.copy, self.params) if task.beta > 0 else None
@@ -224,7 +225,6 @@ class GRPOTrainer(BaseTrainer):
         """The rollout's layout: parallel.rollout, its null tp picked from the memory the rollout needs beside
         the training state (preflight.rollout_tp_for)."""
         task = self.config.task
-        self.weight_bytes = float(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nn.unbox(boxed))))
 
         def fitting_tp(free_devices: int) -> int:
             return rollout_tp_for(self.model_config, self.weight_bytes, self.mesh.shape, task,
@@ -261,10 +261,8 @@ class GRPOTrainer(BaseTrainer):
         """grpo.micro_batch_size=auto -> the preflight's pick (logged); the task as the update will run it."""
         task = self.config.task
         if task.micro_batch_size == "auto":
-            weights = abstract_params(Transformer(self.model_config))
-            weight_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nn.unbox(weights)))
             shards = self.mesh.shape["fsdp"] * self.mesh.shape["expert"] * self.mesh.shape["tensor"]
-            reference = weight_bytes / shards if task.beta > 0 else 0.0  # not in the simulator's train memory
+            reference = self.weight_bytes / shards if task.beta > 0 else 0.0  # not in the simulator's train memory
             size = pick_micro_batch(self.model_config.hf_config, self.config.hardware, self.config.parallel,
                                     self.mesh.size, task, recompute=self.model_config.remat == "full",
                                     resident_bytes=reference)
