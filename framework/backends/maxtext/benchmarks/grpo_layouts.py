@@ -16,7 +16,8 @@ The work of a step is benchmarks/grpo_step.py's (random weights, random prompts 
 EOS disabled so every completion has --new-tokens tokens, random rewards, one update) plus the resharding
 of the weights from the update's layout to the rollout's, which the trainer does each step. Layouts that
 need more devices than there are are skipped; one that fails (out of memory, say) is recorded with its
-error and the others still run. Each layout: --warmup steps, then the median of --steps timed steps.
+error and the others still run. Each layout: --warmup steps, then the median of --steps timed steps;
+every step's loss and grad norm are recorded, and the first step's grad norm is compared with one device's.
 """
 
 from __future__ import annotations
@@ -106,15 +107,17 @@ def time_layout(args: argparse.Namespace, name: str, devices: list) -> dict:
     config = model_config(args)
     mesh, placement, sampler, update, params, opt_state, weight_bytes = build_layout(
         args, task, config, devices[:count], update_layout, rollout_axes)
-    timings, rng = [], jax.random.key(0)
+    timings, losses, grad_norms, rng = [], [], [], jax.random.key(0)
     for step in range(args.warmup + args.steps):
-        params, opt_state, timing = run_step(task, sampler, update, params, opt_state, rng, step, placement)
+        params, opt_state, timing, metrics = run_step(task, sampler, update, params, opt_state, rng, step, placement)
+        losses.append(metrics["loss"])
+        grad_norms.append(metrics["grad_norm"])
         if step >= args.warmup:
             timings.append(timing)
     reshard_s, rollout_s, update_s = (statistics.median(t[i] for t in timings) for i in range(3))
     step_s = statistics.median(sum(t) for t in timings)
     result = {"devices": count, "update_mesh": dict(mesh.shape), "rollout_mesh": dict(placement.mesh.shape),
-              "reshard_s": reshard_s, **step_report(args, task.rows_per_step, step_s, rollout_s, update_s),
+              "reshard_s": reshard_s, "loss": losses, "grad_norm": grad_norms, **step_report(args, task.rows_per_step, step_s, rollout_s, update_s),
               **predicted(args, task, update_layout, mesh, placement, weight_bytes)}
     if "preflight_predicted_step_s" in result:
         result["measured_over_predicted"] = step_s / result["preflight_predicted_step_s"]
@@ -122,10 +125,14 @@ def time_layout(args: argparse.Namespace, name: str, devices: list) -> dict:
 
 
 def with_speedups(results: dict) -> dict:
-    base = results.get("one_device", {}).get("step_s")
+    """Speed-up over one device and, as a parity check, the first step's grad norm relative to one device's
+    (same prompts, rewards and sampling keys in every layout; later steps drift apart as sampled tokens do)."""
+    base = results.get("one_device", {})
     for result in results.values():
-        if base and "step_s" in result:
-            result["speedup_over_one_device"] = base / result["step_s"]
+        if "step_s" in base and "step_s" in result:
+            result["speedup_over_one_device"] = base["step_s"] / result["step_s"]
+            result["first_grad_norm_relative_difference"] = (
+                abs(result["grad_norm"][0] - base["grad_norm"][0]) / max(abs(base["grad_norm"][0]), 1e-12))
     return results
 
 

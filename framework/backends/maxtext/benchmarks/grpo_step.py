@@ -90,7 +90,8 @@ def build_components(args: argparse.Namespace):
 
 
 def run_step(task, sampler, update, params, opt_state, rng, step: int, placement=None):
-    """One GRPO step as the trainer runs it; returns new params/state and (reshard s, rollout s, update s).
+    """One GRPO step as the trainer runs it; returns new params/state, (reshard s, rollout s, update s) and
+    the update's metrics (loss, grad_norm, ...).
     `placement` (trainers/rollout.RolloutPlacement): the rollout's own layout, the weights resharded to it."""
     import jax
     import numpy as np
@@ -113,9 +114,9 @@ def run_step(task, sampler, update, params, opt_state, rng, step: int, placement
               "attention_mask": np.concatenate([out.prompt_mask, out.completion_mask], 1).astype(np.int32),
               "completion_mask": np.asarray(out.completion_mask, np.float32),
               "advantages": compute_advantages(rewards, task.num_generations)}
-    params, opt_state, _ = update.run(params, opt_state, None, arrays)
+    params, opt_state, metrics = update.run(params, opt_state, None, arrays)
     jax.block_until_ready(params)
-    return params, opt_state, (reshard_s, rolled_out - start, time.perf_counter() - rolled_out)
+    return params, opt_state, (reshard_s, rolled_out - start, time.perf_counter() - rolled_out), metrics
 
 
 OPTIONS = {"--remat": {"default": "none", "choices": ["none", "minimal", "full"], "help": "remat policy"},
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
     rng = jax.random.key(0)
     timings, compile_s = [], []
     for step in range(args.warmup + args.steps):
-        params, opt_state, timing = run_step(task, sampler, update, params, opt_state, rng, step)
+        params, opt_state, timing, _ = run_step(task, sampler, update, params, opt_state, rng, step)
         compile_s.append(clock.take())
         if step == 0:
             first_step_done = time.perf_counter()

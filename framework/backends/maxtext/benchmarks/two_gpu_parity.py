@@ -27,7 +27,7 @@ from framework.core.paths import REPO_ROOT
 
 LAYOUTS = {"one_gpu": (["parallel.fsdp=1"], "0"), "fsdp2": (["parallel.fsdp=2", "parallel.dp=1"], "0,1"),
            "dp2": (["parallel.dp=2", "parallel.fsdp=1"], "0,1")}
-COMPARED = ("loss", "grad_norm", "reward_mean", "accuracy")
+COMPARED = ("loss", "grad_norm", "reward_mean", "accuracy", "entropy", "completion_length")
 
 
 def run_layout(name: str, recipe: str, steps: int, out: Path, extra: list[str]) -> list[dict]:
@@ -36,10 +36,17 @@ def run_layout(name: str, recipe: str, steps: int, out: Path, extra: list[str]) 
     command = [sys.executable, str(REPO_ROOT / "run.py"), f"recipe={recipe}", f"grpo.steps={steps}",
                "grpo.eval.every=0", "grpo.export_hf=false", "grpo.checkpoint.every=0", "progress=false",
                *overrides, *extra, f"hydra.run.dir={run_dir}"]
-    done = subprocess.run(command, env={**os.environ, "CUDA_VISIBLE_DEVICES": devices}, capture_output=True, text=True)
+    done = subprocess.run(command, env={**os.environ, "CUDA_VISIBLE_DEVICES": visible(devices)},
+                          capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{name} failed (exit {done.returncode}): {done.stderr[-2000:]}")
     return read_metrics(run_dir / "metrics.jsonl")
+
+
+def visible(devices: str) -> str:
+    """The layout's GPUs ("0,1") as indices into the caller's CUDA_VISIBLE_DEVICES when it set one."""
+    given = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return ",".join(given[int(i)] for i in devices.split(",")) if given else devices
 
 
 def relative(a: float, b: float) -> float:
