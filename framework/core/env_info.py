@@ -49,6 +49,16 @@ def accelerators() -> list[str]:
     return gpu_names()
 
 
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux /proc; None elsewhere): what imports and config took."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+
+
 def collect(repo: Path) -> dict:
     return {
         "host": socket.gethostname(),

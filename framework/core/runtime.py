@@ -82,6 +82,7 @@ class Runtime:
         self.versions: dict[str, str | None] = {}
         self.exception: BaseException | None = None
         self.signals = StopSignals()  # SIGINT/SIGTERM while the run lives (framework/core/stopping.py)
+        self.startup_s: dict[str, float | None] = {}  # seconds before step 1, by phase (_lifecycle)
 
     def _apply(self, phase: Phase, adapter: BackendAdapter, **attributes) -> None:
         ctx = PatchContext(backend=adapter.name, versions=self.versions, model=self.cfg.model.name,
@@ -157,6 +158,8 @@ class Runtime:
         self.records.write_env(self.env)
 
     def _lifecycle(self):
+        launched = env_info.process_age_s()  # imports and config composition, before the runtime
+        mark = time.perf_counter()
         adapter = validate(self.cfg)
         self.versions = adapter.detect_versions()
         self.env["backend"] = {"name": adapter.name, "libraries": self.versions}
@@ -179,8 +182,13 @@ class Runtime:
         self.trainer = trainer = trainer_cls(backend_config, context)
         self.signals.cooperative = bool(getattr(trainer, "handles_stop_requests", False))
         self._apply(Phase.SETUP, adapter, backend_config=backend_config)
+        prepared = time.perf_counter()
         trainer.setup()
+        set_up = time.perf_counter()
         trainer.init()
+        self.startup_s = {"launch": launched, "prepare": prepared - mark, "setup": set_up - prepared,
+                          "init": time.perf_counter() - set_up}
+        log.info("startup: %s", ", ".join(f"{k} {v:.1f} s" for k, v in self.startup_s.items() if v is not None))
         self._apply(Phase.BEFORE_TRAIN, adapter, backend_config=backend_config, trainer=trainer)
         result = trainer.run_train()
         self._apply(Phase.AFTER_TRAIN, adapter, backend_config=backend_config, trainer=trainer, result=result)
@@ -213,6 +221,7 @@ class Runtime:
             "world_size": self.dist.world_size,
             "overrides": self.overrides,
             "warnings": result.warnings,
+            "startup_s": self.startup_s,  # launch (imports, config), prepare, trainer setup, init: before step 1
             "metrics": result.metrics,
             "key_metrics": list(self.cfg.task.get("key_metrics") or []),
             "run_dir": str(self.run_dir),

@@ -100,12 +100,12 @@ def test_the_trainers_rollout_tp_counts_the_training_state_on_the_update_shards(
     model = SimpleNamespace(num_layers=28, num_heads=28, num_kv_heads=4, head_dim=128, dtype="bfloat16",
                             param_dtype="float32")
     fsdp4 = {"data": 1, "fsdp": 4, "expert": 1, "tensor": 1}
-    # the rollout holds the resharded float32 policy and the sampler's bf16 copy of it: 1.5x the weights
+    # the rollout holds the policy cast to bf16: half the float32 weights
     assert rollout_tp_for(model, 2 * gb, fsdp4, task, 80) == 1  # 0.5B in float32: replicas
-    assert rollout_tp_for(model, 24 * gb, fsdp4, task, 80) == 1  # 6B: 18 GB of state + 36 GB fit in 68
-    assert rollout_tp_for(model, 32 * gb, fsdp4, task, 80) == 2  # 8B: 24 + 48 do not; 24 + 24 do
-    assert rollout_tp_for(model, 48 * gb, fsdp4, task, 80) == 4  # 12B: 36 + 36 do not; 36 + 18 do
-    assert rollout_tp_for(model, 48 * gb, fsdp4, task, 80, devices=2) == 2  # fixed axes left 2: at most 2
+    assert rollout_tp_for(model, 48 * gb, fsdp4, task, 80) == 1  # 12B: 36 GB of state + 24 fit in 68
+    assert rollout_tp_for(model, 60 * gb, fsdp4, task, 80) == 2  # 15B: 45 + 30 do not; 45 + 15 do
+    assert rollout_tp_for(model, 72 * gb, fsdp4, task, 80) == 4  # 18B: 54 + 18 do not; 54 + 9 do
+    assert rollout_tp_for(model, 72 * gb, fsdp4, task, 80, devices=2) == 2  # fixed axes left 2: at most 2
 
 
 def test_reshard_bytes_per_device_and_their_predicted_seconds():
@@ -175,6 +175,7 @@ def test_every_rollout_layout_decodes_the_same_tokens_and_takes_the_same_step(tm
         assert facts["params_max_abs_diff_to_update_layout_rollout"][name] == 0.0, name  # same tokens, same update
     assert facts["completion_tokens"] > 2 * 8  # the greedy completions are not just an EOS each
     assert facts["reshard_s"]["update"] == 0.0 and facts["reshard_s"]["dp4"] > 0
+    assert facts["bf16_policy_is_the_cast_params"]
     assert facts["completions_sharded_over"]["dp4"] in ("data", ["data", "fsdp"])
 
 
@@ -202,6 +203,7 @@ def _layout_checks(model_dir: str) -> dict:
     """Runs in the subprocess with 4 host devices: one GRPO step (greedy rollouts of the trainer's
     rollout.generate, then the update) on one device and on fsdp=4 with each rollout layout."""
     import jax
+    import jax.numpy as jnp
     import numpy as np
     from flax import linen as nn
     from transformers import AutoTokenizer
@@ -237,7 +239,7 @@ def _layout_checks(model_dir: str) -> dict:
         params = jax.device_put(host_params, shardings)
         layout = (ParallelConfig(**update_layout).resolve(mesh.size) if rollout_axes is None else
                   rollout_parallel(rollout_layout(**rollout_axes), mesh.size, task.prompts_per_step, lambda: 1))
-        placement = rollout.RolloutPlacement(layout, update_devices, mesh, boxed, rules)
+        placement = rollout.RolloutPlacement(layout, update_devices, mesh, boxed, rules, config.dtype)
         policy, reshard_s = placement.policy(params)
         sampler = Sampler(model, eos_token_ids=[tokenizer.eos_token_id], pad_token_id=tokenizer.pad_token_id,
                           prompt_bucket=task.max_prompt_tokens, mesh=placement.mesh, rules=rules)
@@ -268,9 +270,21 @@ def _layout_checks(model_dir: str) -> dict:
     def max_abs_diff(params: dict, other: dict) -> float:
         return max(float(np.abs(a - b).max()) for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(other)))
 
+    def bf16_policy() -> bool:
+        """A bfloat16 sampler's placement moves the float32 params cast: equal to a cast, on its shardings."""
+        mesh = build_mesh(ParallelConfig(**UPDATE), devices)
+        params = jax.device_put(host_params, param_shardings(boxed, mesh, rules))
+        layout = rollout_parallel(rollout_layout(dp=2, tp=2), mesh.size, task.prompts_per_step, lambda: 1)
+        placement = rollout.RolloutPlacement(layout, devices, mesh, boxed, rules, "bfloat16")
+        policy, _ = placement.policy(params)
+        return all(a.dtype == jnp.bfloat16 and a.sharding == sharding and np.array_equal(
+                   np.asarray(a), np.asarray(b.astype(jnp.bfloat16))) for a, b, sharding in
+                   zip(jax.tree.leaves(policy), jax.tree.leaves(params), jax.tree.leaves(placement.shardings)))
+
     reference = step({**UPDATE, "fsdp": 1}, devices[:1], None)
     runs = {name: step(UPDATE, devices, axes) for name, axes in ROLLOUTS.items()}
     return {
+        "bf16_policy_is_the_cast_params": bf16_policy(),
         "meshes": {name: run["mesh"] for name, run in runs.items()},
         "tokens_equal_one_device": {name: bool(np.array_equal(run["tokens"], reference["tokens"]))
                                     for name, run in runs.items()},

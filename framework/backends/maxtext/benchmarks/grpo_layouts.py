@@ -72,7 +72,7 @@ def build_layout(args: argparse.Namespace, task, config, devices: list, update_l
         memory_gb = load_conf("hardware", args.hardware)["hardware"]["memory_gb"]
         layout = rollout_parallel(RolloutLayout(**{**UPDATE, **rollout_axes}), len(devices), task.prompts_per_step,
                                   lambda free: rollout_tp_for(config, weight_bytes, mesh.shape, task, memory_gb, free))
-    placement = RolloutPlacement(layout, devices, mesh, boxed, DEFAULT_RULES)
+    placement = RolloutPlacement(layout, devices, mesh, boxed, DEFAULT_RULES, config.dtype)
     optimizer = build_optimizer(task.optimizer, learning_rate_schedule(task.optimizer, task.steps, 1))
     update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed), shardings, mesh, DEFAULT_RULES)
     opt_state = update.init_opt_state(params)
@@ -82,14 +82,16 @@ def build_layout(args: argparse.Namespace, task, config, devices: list, update_l
     return mesh, placement, sampler, update, params, opt_state, weight_bytes
 
 
-def predicted(args: argparse.Namespace, task, update_layout, mesh, placement, weight_bytes: float) -> dict:
+def predicted(args: argparse.Namespace, task, config, update_layout, mesh, placement, weight_bytes: float) -> dict:
     """The preflight's prediction of this layout's step (or why there is none)."""
-    from framework.backends.maxtext.trainers.preflight import predict_step, reshard_bytes_per_device
+    from framework.backends.maxtext.trainers.preflight import (predict_step, reshard_bytes_per_device,
+                                                               rollout_weight_bytes)
 
     try:
         prediction = predict_step(load_conf("model", args.model)["hf_config"],
                                   load_conf("hardware", args.hardware)["hardware"], update_layout, mesh.size, task,
-                                  placement.layout, reshard_bytes_per_device(weight_bytes, mesh.shape, placement.mesh.shape),
+                                  placement.layout, reshard_bytes_per_device(rollout_weight_bytes(config, weight_bytes), mesh.shape,
+                                                                    placement.mesh.shape),
                                   recompute=args.remat == "full")
     except Exception as error:  # advisory, as in the trainer
         return {"preflight_error": str(error).splitlines()[0]}
@@ -118,7 +120,7 @@ def time_layout(args: argparse.Namespace, name: str, devices: list) -> dict:
     step_s = statistics.median(sum(t) for t in timings)
     result = {"devices": count, "update_mesh": dict(mesh.shape), "rollout_mesh": dict(placement.mesh.shape),
               "reshard_s": reshard_s, "loss": losses, "grad_norm": grad_norms, **step_report(args, task.rows_per_step, step_s, rollout_s, update_s),
-              **predicted(args, task, update_layout, mesh, placement, weight_bytes)}
+              **predicted(args, task, config, update_layout, mesh, placement, weight_bytes)}
     if "preflight_predicted_step_s" in result:
         result["measured_over_predicted"] = step_s / result["preflight_predicted_step_s"]
     return result

@@ -38,7 +38,8 @@ from framework.backends.maxtext.trainers.checkpointing import (host_arrays, key_
 from framework.data.math import load_split, system_prompt, train_examples
 from framework.backends.maxtext.trainers.evaluation import evaluate
 from framework.backends.maxtext.trainers.preflight import (pick_micro_batch, predict_step, refuse_out_of_memory,
-                                                             reshard_bytes_per_device, rollout_tp_for)
+                                                             reshard_bytes_per_device, rollout_tp_for,
+                                                             rollout_weight_bytes)
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
 from framework.core.checkpoint import CheckpointPolicy
 from framework.core.errors import BackendError, ConfigError, CrucibleError
@@ -233,7 +234,8 @@ class GRPOTrainer(BaseTrainer):
         chosen = self.config.parallel.rollout
         layout = (rollout_parallel(chosen, self.mesh.size, task.prompts_per_step, fitting_tp) if chosen is not None
                   else self.config.parallel.resolve(self.mesh.size))
-        placement = rollout.RolloutPlacement(layout, self.devices, self.mesh, boxed, self.rules)
+        placement = rollout.RolloutPlacement(layout, self.devices, self.mesh, boxed, self.rules,
+                                             self.model_config.dtype)
         log.info("grpo: rollout mesh %s%s", dict(placement.mesh.shape),
                  " (the update's)" if placement.same_as_update else ", weights resharded to it each step")
         return placement
@@ -272,7 +274,8 @@ class GRPOTrainer(BaseTrainer):
 
     def _preflight(self) -> dict[str, Any]:
         try:
-            reshard_bytes = reshard_bytes_per_device(self.weight_bytes, self.mesh.shape, self.placement.mesh.shape)
+            reshard_bytes = reshard_bytes_per_device(rollout_weight_bytes(self.model_config, self.weight_bytes),
+                                                     self.mesh.shape, self.placement.mesh.shape)
             prediction = predict_step(self.model_config.hf_config, self.config.hardware, self.config.parallel,
                                       self.mesh.size, self.config.task, self.placement.layout, reshard_bytes,
                                       recompute=self.model_config.remat == "full")

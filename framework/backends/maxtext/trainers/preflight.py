@@ -162,6 +162,11 @@ def pick_rollout_tp(rollout_weight_bytes: float, kv_bytes_per_token: float, resi
     return candidates[-1]
 
 
+def rollout_weight_bytes(model: Any, weight_bytes: float) -> float:
+    """The rollout's copy of the weights: the policy cast to the compute dtype (RolloutPlacement, the sampler)."""
+    return weight_bytes * BYTES[model.dtype] / BYTES[model.param_dtype]
+
+
 def rollout_tp_for(model: Any, weight_bytes: float, update_mesh: Mapping[str, int], task: GRPOTask,
                    memory_gb: float, devices: int | None = None) -> int:
     """pick_rollout_tp for a model (a ModelConfig: heads, layers, KV heads, head_dim, dtypes) whose weights take
@@ -169,7 +174,7 @@ def rollout_tp_for(model: Any, weight_bytes: float, update_mesh: Mapping[str, in
     `devices`: what the rollout's fixed axes leave for tp (default: every device of the update)."""
     shards = update_mesh["fsdp"] * update_mesh["expert"] * update_mesh["tensor"]
     resident = weight_bytes * (3 + int(task.beta > 0)) / shards
-    rollout_weights = weight_bytes * (1 + BYTES[model.dtype] / BYTES[model.param_dtype])  # + the sampler's copy
+    rollout_weights = rollout_weight_bytes(model, weight_bytes)
     kv_per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim * BYTES[model.dtype]
     devices = devices or update_mesh["data"] * shards
     return pick_rollout_tp(rollout_weights, kv_per_token, resident, task, devices, memory_gb,

@@ -19,7 +19,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
-from framework.backends.maxtext.sharding import ROLLOUT_KEY, LogicalRules, build_mesh, param_shardings, reshard
+from framework.backends.maxtext.sharding import ROLLOUT_KEY, LogicalRules, build_mesh, param_shardings, resharder
 from framework.core.parallel import ParallelConfig
 from framework.data.gsm8k import MathExample
 from framework.data.prompts import render_prompts
@@ -64,21 +64,23 @@ class PromptEncoder:
 
 class RolloutPlacement:
     """The rollout's mesh over the update's devices, the policy's shardings on it (the same logical axes and
-    rules, so any parameter tree works), and the move of the weights there."""
+    rules, so any parameter tree works), and the move of the weights there, cast to the compute dtype the
+    sampler decodes in (its own cast is then a no-op)."""
 
     def __init__(self, layout: ParallelConfig, devices: Sequence[jax.Device], update_mesh: Mesh, boxed_params: Any,
-                 rules: LogicalRules):
+                 rules: LogicalRules, dtype: str):
         self.layout = layout  # resolved
         self.mesh = build_mesh(layout, devices, ROLLOUT_KEY)
         self.same_as_update = self.mesh == update_mesh  # one layout for both phases: nothing to move
         self.shardings = param_shardings(boxed_params, self.mesh, rules)
+        self._move = resharder(update_mesh, self.shardings, dtype)
 
     def policy(self, params: Any) -> tuple[Any, float]:
         """The params in the rollout layout and the seconds the resharding took (blocked until ready)."""
         if self.same_as_update:
             return params, 0.0
         started = time.perf_counter()
-        moved = reshard(params, self.shardings)
+        moved = jax.block_until_ready(self._move(params))
         return moved, time.perf_counter() - started
 
 
