@@ -198,3 +198,22 @@ def test_bad_grpo_input_is_one_clear_line(overrides, expected, tmp_path):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and expected in errors[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
+
+
+def test_the_benchmarks_update_mfu_is_per_device_of_the_step():
+    from framework.backends.maxtext.benchmarks.shapes import parse_args, step_report
+
+    args = parse_args("mfu", [])  # Qwen2.5-0.5B shapes on the h100 file
+    one, four = (step_report(args, 128, 1.0, 0.5, 0.5, devices) for devices in (1, 4))
+    assert four["update_mfu"] == pytest.approx(one["update_mfu"] / 4)  # 4 devices: 4x the peak
+    assert four["update_tflops"] == one["update_tflops"]
+
+
+def test_the_decode_probe_times_two_row_counts_and_tables_the_kernels(tmp_path):
+    from framework.backends.maxtext.benchmarks.decode_probe import main
+
+    report = main(["--tiny", "--generations", "2", "--steps", "1", "--profile", str(tmp_path / "trace")])
+    assert set(report["rows"]) == {4}  # --tiny has 2 prompts: both row counts are 2 x 2
+    assert report["rows"][4]["ms_per_decode_step"] > 0
+    host = next(table for name, table in report["kernels"].items() if "CPU" in name)
+    assert host["events"] > 0 and host["top"][0][2] > 0

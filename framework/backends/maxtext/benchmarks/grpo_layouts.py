@@ -119,7 +119,8 @@ def time_layout(args: argparse.Namespace, name: str, devices: list) -> dict:
     reshard_s, rollout_s, update_s = (statistics.median(t[i] for t in timings) for i in range(3))
     step_s = statistics.median(sum(t) for t in timings)
     result = {"devices": count, "update_mesh": dict(mesh.shape), "rollout_mesh": dict(placement.mesh.shape),
-              "reshard_s": reshard_s, "loss": losses, "grad_norm": grad_norms, **step_report(args, task.rows_per_step, step_s, rollout_s, update_s),
+              "reshard_s": reshard_s, "loss": losses, "grad_norm": grad_norms,
+              **step_report(args, task.rows_per_step, step_s, rollout_s, update_s, count),
               **predicted(args, task, config, update_layout, mesh, placement, weight_bytes)}
     if "preflight_predicted_step_s" in result:
         result["measured_over_predicted"] = step_s / result["preflight_predicted_step_s"]

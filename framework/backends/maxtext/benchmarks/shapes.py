@@ -30,9 +30,10 @@ def parse_args(description: str, argv: list[str] | None = None,
     return args
 
 
-def step_report(args: argparse.Namespace, rows: int, step_s: float, rollout_s: float, update_s: float) -> dict:
+def step_report(args: argparse.Namespace, rows: int, step_s: float, rollout_s: float, update_s: float,
+                devices: int = 1) -> dict:
     """The shapes and the derived figures both benchmarks print: throughputs and update MFU from one
-    FLOPs model (benchmarks/flops.py) and the peak of --hardware at --dtype."""
+    FLOPs model (benchmarks/flops.py) and the peak of --hardware at --dtype, times the `devices` the step ran on."""
     from framework.backends.maxtext.benchmarks.flops import grpo_update_flops
 
     peak = load_conf("hardware", args.hardware)["hardware"]["peak_tflops"][SHORT[args.dtype]]
@@ -44,5 +45,5 @@ def step_report(args: argparse.Namespace, rows: int, step_s: float, rollout_s: f
         "update_s": update_s, "rollout_tokens_per_s": rows * args.new_tokens / rollout_s,
         "update_tokens_per_s": rows * (args.prompt_tokens + args.new_tokens) / update_s,
         "update_tflops": flops / update_s / 1e12, "peak_tflops": peak, "hardware": args.hardware,
-        "update_mfu": flops / update_s / (peak * 1e12) if peak else None,
+        "update_mfu": flops / update_s / (peak * 1e12 * devices) if peak else None,
     }

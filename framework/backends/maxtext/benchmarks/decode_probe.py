@@ -1,0 +1,80 @@
+"""Where the rollout's time goes: Sampler.generate timed at two row counts, optionally with a kernel profile.
+
+    python -m framework.backends.maxtext.benchmarks.decode_probe                # Qwen2.5-0.5B shapes, GPU
+    python -m framework.backends.maxtext.benchmarks.decode_probe --profile DIR  # + GPU time per kernel
+    XLA_FLAGS=--xla_gpu_enable_command_buffer= python -m ...decode_probe       # an XLA setting's effect
+    python -m framework.backends.maxtext.benchmarks.decode_probe --tiny         # CPU check
+
+Rows = prompts x generations (16 x 8 by default) and 2 x generations: if a decode step costs about
+the same at both, the step is bound by per-kernel cost, not by the rows' work. `--profile` traces one
+generate with jax.profiler (perfetto trace) and prints each device kernel's count and total microseconds.
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import gzip
+import json
+import os
+import statistics
+import time
+
+from framework.backends.maxtext.benchmarks.grpo_step import OPTIONS, model_config, random_model
+from framework.backends.maxtext.benchmarks.shapes import parse_args
+from framework.core.parallel import ParallelConfig
+
+
+def kernel_table(trace_dir: str, top: int = 40) -> dict:
+    """{process name: {total_us, events, top: [[kernel, count, us], ...]}} from the perfetto trace."""
+    path = glob.glob(f"{trace_dir}/**/perfetto_trace.json.gz", recursive=True)[0]
+    trace = json.load(gzip.open(path))
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    tables = collections.defaultdict(lambda: collections.defaultdict(lambda: [0, 0.0]))
+    for event in events:
+        if event.get("ph") == "X":
+            row = tables[event["pid"]][event["name"][:90]]
+            row[0] += 1
+            row[1] += event.get("dur", 0.0)
+    return {names.get(pid, str(pid)): {
+        "total_us": sum(v[1] for v in table.values()), "events": sum(v[0] for v in table.values()),
+        "top": [[name, v[0], round(v[1], 1)] for name, v in sorted(table.items(), key=lambda kv: -kv[1][1])[:top]]}
+        for pid, table in tables.items()}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(__doc__.splitlines()[0], argv, {**OPTIONS, "--profile": {"default": None, "help": "trace dir"}})
+    import jax
+    import numpy as np
+
+    from framework.backends.maxtext.sampler import Sampler, SamplingParams
+    from framework.backends.maxtext.sharding import build_mesh
+
+    config = model_config(args)
+    model, _, _, params = random_model(config, build_mesh(ParallelConfig(dp=1, fsdp=-1, tp=1, pp=1, ep=1, cp=1)))
+    # An EOS id the model cannot emit: every row decodes exactly new_tokens.
+    sampler = Sampler(model, eos_token_ids=[config.vocab_size], pad_token_id=0, prompt_bucket=args.prompt_tokens)
+    sampling = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, num_samples=args.generations)
+    report = {"device": jax.devices()[0].device_kind, "xla_flags": os.environ.get("XLA_FLAGS", ""), "rows": {}}
+    for prompts in dict.fromkeys((args.prompts, 2)):
+        ids = np.random.default_rng(0).integers(1, config.vocab_size, (prompts, args.prompt_tokens)).tolist()
+        times = []
+        for seed in range(1 + args.steps):  # the first call compiles
+            started = time.perf_counter()
+            jax.block_until_ready(sampler.generate(params, ids, jax.random.key(seed), sampling))
+            times.append(time.perf_counter() - started)
+        seconds, rows = statistics.median(times[1:]), prompts * args.generations
+        report["rows"][rows] = {"first_call_s": times[0], "s": seconds, "tokens_per_s": rows * args.new_tokens / seconds,
+                                "ms_per_decode_step": 1e3 * seconds / args.new_tokens}
+    if args.profile:
+        ids = np.random.default_rng(0).integers(1, config.vocab_size, (args.prompts, args.prompt_tokens)).tolist()
+        with jax.profiler.trace(args.profile, create_perfetto_trace=True):
+            jax.block_until_ready(sampler.generate(params, ids, jax.random.key(99), sampling))
+        report["kernels"] = kernel_table(args.profile)
+    print(json.dumps(report, indent=1))
+    return report
+
+
+if __name__ == "__main__":
+    main()
