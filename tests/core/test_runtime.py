@@ -50,6 +50,18 @@ def test_lifecycle_order_and_records(tmp_path):
     assert env["distributed"]["world_size"] == 1
 
 
+def test_the_summary_says_what_each_phase_before_the_first_step_took(tmp_path, monkeypatch):
+    import time
+
+    setup = recording_backend.RecordingTrainer.setup
+    monkeypatch.setattr(recording_backend.RecordingTrainer, "setup", lambda self: (time.sleep(0.3), setup(self)))
+    assert Runtime(recording_cfg(), tmp_path, ["backend=recording"]).run().success
+    startup = json.loads((tmp_path / "summary.json").read_text())["startup_s"]
+    assert set(startup) == {"launch", "prepare", "setup", "init"}
+    assert startup["setup"] >= 0.3 > startup["init"] >= 0 and startup["prepare"] >= 0
+    assert startup["launch"] > 0  # this process started before the runtime (Linux /proc)
+
+
 @pytest.mark.parametrize("stage", ["setup", "init", "run_train"])
 def test_cleanup_runs_when_a_step_raises(tmp_path, stage):
     result = Runtime(recording_cfg(fail_in=stage), tmp_path, []).run()
