@@ -150,3 +150,39 @@ def test_resolve_model_dir(tmp_path, monkeypatch):
 
     with pytest.raises(ConfigError, match="model.path, model.hub_id or model.random_init"):
         resolve_model_dir({"name": "nothing", "path": None, "hub_id": None, "random_init": False}, tmp_path)
+
+
+def test_load_tokenizer_is_autotokenizers_tokenizer_without_importing_torch(tiny_root, tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    from transformers import AutoTokenizer
+
+    from framework.models.tokenizer import load_tokenizer
+
+    out = build_tiny_model(model_cfg("tiny_qwen2"), tiny_root / "tiny_qwen2")
+    named = tmp_path / "named"  # a hub checkpoint's tokenizer_config names its class (Qwen2.5: Qwen2Tokenizer)
+    shutil.copytree(out, named)
+    config = json.loads((named / "tokenizer_config.json").read_text())
+    (named / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "Qwen2Tokenizer"}))
+    unknown = tmp_path / "unknown"  # a class transformers does not export: AutoTokenizer decides
+    shutil.copytree(out, unknown)
+    (unknown / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "NoSuchTokenizer"}))
+    messages = [{"role": "user", "content": "Natalia sold 48 clips. How many?"}]
+    texts = ["Natalia sold 48/2 = <<48/2=24>>24 clips.\n#### 72", "<|im_start|>user\n2+2?<|im_end|>", " a  b\t"]
+    for directory in (out, named):
+        ours, auto = load_tokenizer(directory), AutoTokenizer.from_pretrained(directory)
+        assert (ours.apply_chat_template(messages, tokenize=True, add_generation_prompt=True) ==
+                auto.apply_chat_template(messages, tokenize=True, add_generation_prompt=True))
+        assert ours(texts)["input_ids"] == auto(texts)["input_ids"]
+        ids = auto(texts)["input_ids"]
+        assert (ours.batch_decode(ids, skip_special_tokens=True) == auto.batch_decode(ids, skip_special_tokens=True))
+        assert (ours.eos_token_id, ours.pad_token_id) == (auto.eos_token_id, auto.pad_token_id)
+    # the class the file names (AutoTokenizer picks a generic file's class from config.json's model type)
+    assert type(load_tokenizer(named)) is type(AutoTokenizer.from_pretrained(named))
+    assert type(load_tokenizer(unknown)) is type(AutoTokenizer.from_pretrained(unknown))  # AutoTokenizer's pick
+    code = f"import sys; from framework.models.tokenizer import load_tokenizer; load_tokenizer({str(named)!r}); " \
+           f"print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr[-2000:]

@@ -36,6 +36,7 @@ from framework.backends.maxtext.trainers import rollout
 from framework.backends.maxtext.trainers.checkpointing import (host_arrays, key_from_json, key_to_json, read_state,
                                                                write_arrays)
 from framework.data.math import load_split, system_prompt, train_examples
+from framework.models.tokenizer import load_tokenizer
 from framework.backends.maxtext.trainers.evaluation import evaluate
 from framework.backends.maxtext.trainers.preflight import (pick_micro_batch, predict_step, refuse_out_of_memory,
                                                              reshard_bytes_per_device, rollout_tp_for,
@@ -61,8 +62,6 @@ class GRPOTrainer(BaseTrainer):
 
     def setup(self) -> None:
         """Devices and mesh, data, tokenizer: everything that can fail cheaply, before any weights load."""
-        from transformers import AutoTokenizer
-
         task = self.config.task
         self.mesh = self._build_mesh()
         self.rules = logical_axis_rules(self.config.logical_axis_rules, "backend.adapter.logical_axis_rules")
@@ -72,7 +71,7 @@ class GRPOTrainer(BaseTrainer):
                               f"{len(self.train_set)} training problems of data={self.config.data.name}")
         self.eval_set = load_split(self.config.data, "test", task.eval.num_examples) if self._evaluates else []
         self.model_dir = resolve_checkpoint_dir(self.config.model_source)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self.tokenizer = load_tokenizer(self.model_dir)
         self.encoder = rollout.PromptEncoder(self.tokenizer, system_prompt(self.config.data), task.max_prompt_tokens)
 
     def init(self) -> None:
