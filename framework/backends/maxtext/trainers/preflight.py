@@ -147,7 +147,7 @@ def pick_rollout_tp(rollout_weight_bytes: float, kv_bytes_per_token: float, resi
     """The rollout's tensor-parallel size when `parallel.rollout.tp` is null: the smallest divisor of `devices`
     (the devices the rollout's fixed axes leave) that divides every head count in `heads` (the rules would
     replicate heads a tp does not divide), whose replicas (devices / tp) split the prompts evenly, and whose
-    share of the rollout's weights (`rollout_weight_bytes`: the resharded policy and its compute-dtype copy)
+    share of the rollout's weights (`rollout_weight_bytes`: the policy cast to the compute dtype)
     and of the KV cache fits beside the training state that stays on the device (`resident_bytes`); the
     largest such tp when none fits (the preflight's memory check then speaks)."""
     candidates = [tp for tp in range(1, devices + 1)
