@@ -182,6 +182,14 @@ def test_load_tokenizer_is_autotokenizers_tokenizer_without_importing_torch(tiny
     # the class the file names (AutoTokenizer picks a generic file's class from config.json's model type)
     assert type(load_tokenizer(named)) is type(AutoTokenizer.from_pretrained(named))
     assert type(load_tokenizer(unknown)) is type(AutoTokenizer.from_pretrained(unknown))  # AutoTokenizer's pick
+    # a LlamaTokenizerFast over a byte-level tokenizer.json: AutoTokenizer loads the generic backend, and
+    # LlamaTokenizer's own pre-tokenizer would give other ids, so this name goes through AutoTokenizer
+    llama = tmp_path / "llama"
+    shutil.copytree(build_tiny_model(model_cfg("tiny_llama"), tiny_root / "tiny_llama"), llama)
+    config = json.loads((llama / "tokenizer_config.json").read_text())
+    (llama / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "LlamaTokenizerFast"}))
+    auto = AutoTokenizer.from_pretrained(llama)
+    assert type(load_tokenizer(llama)) is type(auto) and load_tokenizer(llama)(texts)["input_ids"] == auto(texts)["input_ids"]
     code = f"import sys; from framework.models.tokenizer import load_tokenizer; load_tokenizer({str(named)!r}); " \
            f"print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -55,11 +55,14 @@ def test_the_summary_says_what_each_phase_before_the_first_step_took(tmp_path, m
 
     setup = recording_backend.RecordingTrainer.setup
     monkeypatch.setattr(recording_backend.RecordingTrainer, "setup", lambda self: (time.sleep(0.3), setup(self)))
-    assert Runtime(recording_cfg(), tmp_path, ["backend=recording"]).run().success
-    startup = json.loads((tmp_path / "summary.json").read_text())["startup_s"]
-    assert set(startup) == {"launch", "prepare", "setup", "init"}
-    assert startup["setup"] >= 0.3 > startup["init"] >= 0 and startup["prepare"] >= 0
-    assert startup["launch"] > 0  # this process started before the runtime (Linux /proc)
+    monkeypatch.setattr(Runtime, "launched", False)  # as in a fresh process
+    for job in ("first", "second"):  # a sweep runs its jobs in one process
+        assert Runtime(recording_cfg(), tmp_path / job, ["backend=recording"]).run().success
+    first, second = (json.loads((tmp_path / job / "summary.json").read_text())["startup_s"] for job in ("first", "second"))
+    assert set(first) == {"launch", "prepare", "setup", "init"}
+    assert first["setup"] >= 0.3 > first["init"] >= 0 and first["prepare"] >= 0
+    assert first["launch"] > 0  # this process started before the runtime (Linux /proc)
+    assert second["launch"] is None and second["setup"] >= 0.3  # the earlier job's time is not the second's launch
 
 
 @pytest.mark.parametrize("stage", ["setup", "init", "run_train"])

@@ -217,3 +217,15 @@ def test_the_decode_probe_times_two_row_counts_and_tables_the_kernels(tmp_path):
     assert report["rows"][4]["ms_per_decode_step"] > 0
     host = next(table for name, table in report["kernels"].items() if "CPU" in name)
     assert host["events"] > 0 and host["top"][0][2] > 0
+
+
+def test_two_gpu_parity_takes_its_gpus_from_the_callers_visible_devices(monkeypatch):
+    from framework.backends.maxtext.benchmarks.two_gpu_parity import visible
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert visible("0,1") == "0,1"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3")  # a caller that gave the benchmark the last two cards
+    assert (visible("0"), visible("0,1")) == ("2", "2,3")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(SystemExit, match="lists 0 GPU"):
+        visible("0")

@@ -175,7 +175,8 @@ def test_every_rollout_layout_decodes_the_same_tokens_and_takes_the_same_step(tm
         assert facts["params_max_abs_diff_to_update_layout_rollout"][name] == 0.0, name  # same tokens, same update
     assert facts["completion_tokens"] > 2 * 8  # the greedy completions are not just an EOS each
     assert facts["reshard_s"]["update"] == 0.0 and facts["reshard_s"]["dp4"] > 0
-    assert facts["bf16_policy_is_the_cast_params"]
+    assert facts["bf16_policy"] == {"same_order": {"compiled": True, "cast": True},
+                                    "reversed": {"compiled": False, "cast": True}}
     assert facts["completions_sharded_over"]["dp4"] in ("data", ["data", "fsdp"])
 
 
@@ -270,21 +271,23 @@ def _layout_checks(model_dir: str) -> dict:
     def max_abs_diff(params: dict, other: dict) -> float:
         return max(float(np.abs(a - b).max()) for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(other)))
 
-    def bf16_policy() -> bool:
-        """A bfloat16 sampler's placement moves the float32 params cast: equal to a cast, on its shardings."""
+    def bf16_policy(rollout_devices: list) -> dict:
+        """A bfloat16 sampler's placement moves the float32 params cast: equal to a cast, on its shardings;
+        compiled when both meshes order the devices alike, else a device_put."""
         mesh = build_mesh(ParallelConfig(**UPDATE), devices)
         params = jax.device_put(host_params, param_shardings(boxed, mesh, rules))
         layout = rollout_parallel(rollout_layout(dp=2, tp=2), mesh.size, task.prompts_per_step, lambda: 1)
-        placement = rollout.RolloutPlacement(layout, devices, mesh, boxed, rules, "bfloat16")
+        placement = rollout.RolloutPlacement(layout, rollout_devices, mesh, boxed, rules, "bfloat16")
         policy, _ = placement.policy(params)
-        return all(a.dtype == jnp.bfloat16 and a.sharding == sharding and np.array_equal(
-                   np.asarray(a), np.asarray(b.astype(jnp.bfloat16))) for a, b, sharding in
-                   zip(jax.tree.leaves(policy), jax.tree.leaves(params), jax.tree.leaves(placement.shardings)))
+        return {"compiled": hasattr(placement._move, "lower"), "cast": all(
+            a.dtype == jnp.bfloat16 and a.sharding == sharding and np.array_equal(
+                np.asarray(a), np.asarray(b.astype(jnp.bfloat16))) for a, b, sharding in
+            zip(jax.tree.leaves(policy), jax.tree.leaves(params), jax.tree.leaves(placement.shardings)))}
 
     reference = step({**UPDATE, "fsdp": 1}, devices[:1], None)
     runs = {name: step(UPDATE, devices, axes) for name, axes in ROLLOUTS.items()}
     return {
-        "bf16_policy_is_the_cast_params": bf16_policy(),
+        "bf16_policy": {"same_order": bf16_policy(devices), "reversed": bf16_policy(devices[::-1])},
         "meshes": {name: run["mesh"] for name, run in runs.items()},
         "tokens_equal_one_device": {name: bool(np.array_equal(run["tokens"], reference["tokens"]))
                                     for name, run in runs.items()},

@@ -171,10 +171,10 @@ def _save_tokenizer(tokenizer_dir_or_obj: Any, out_dir: Path) -> None:
     if hasattr(tokenizer_dir_or_obj, "save_pretrained"):
         tokenizer_dir_or_obj.save_pretrained(out_dir)
         return
-    from framework.models.tokenizer import load_tokenizer
+    from transformers import AutoTokenizer
 
     source = resolve_checkpoint_dir(tokenizer_dir_or_obj)
-    load_tokenizer(source).save_pretrained(out_dir)
+    AutoTokenizer.from_pretrained(source).save_pretrained(out_dir)
     for name in _COPIED_FILES:
         if (source / name).is_file() and source.resolve() != out_dir.resolve():
             shutil.copyfile(source / name, out_dir / name)

@@ -130,7 +130,8 @@ def _generate(model: Transformer, params: Any, prompt_ids: Array, prompt_mask: A
     max_new = sampling.max_new_tokens
     # Decoding is bound by reading the weights every token: cast them to the compute dtype and split
     # the layer stack into per-layer arrays once, before the loop.
-    variables = {"params": unstack_layers(jax.tree.map(lambda p: p.astype(config.dtype), params))}
+    variables = {"params": unstack_layers(jax.tree.map(
+        lambda p: p.astype(config.dtype) if jnp.issubdtype(p.dtype, jnp.floating) else p, params))}
 
     positions = positions_from_mask(prompt_mask)
     cache = KVCache.create(config, batch, prompt_length + max_new, model.mesh, model.rules)

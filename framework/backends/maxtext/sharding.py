@@ -14,6 +14,7 @@ import math
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
@@ -117,10 +118,12 @@ def resharder(source: Mesh, shardings: Any, dtype: str) -> Callable[[Any], Any]:
     When both meshes order the devices alike this is one compiled program of device-to-device
     collectives (`jax.device_put` between the two meshes took 1.8 s for 2 GB of float32 weights on two
     H200s; docs/benchmarks.md), the cast part of it. Otherwise (a topology-ordered TPU mesh)
-    jit refuses the mix, and the move is a device_put of the cast arrays.
+    jit refuses the mix, and the move is a device_put of the cast arrays. Moving fsdp shards to tensor
+    shards, XLA may build a leaf whole on each device for a moment (its "involuntary full
+    rematerialization" warning); the preflight's memory estimate does not count that.
     """
-    def cast(tree: Any) -> Any:
-        return jax.tree.map(lambda x: x.astype(dtype), tree)
+    def cast(tree: Any) -> Any:  # floating leaves only: an integer leaf (a step count) keeps its type
+        return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
 
     target = jax.tree.leaves(shardings, is_leaf=lambda x: isinstance(x, NamedSharding))[0].mesh
     if list(source.devices.flat) == list(target.devices.flat):

@@ -45,8 +45,14 @@ def run_layout(name: str, recipe: str, steps: int, out: Path, extra: list[str]) 
 
 def visible(devices: str) -> str:
     """The layout's GPUs ("0,1") as indices into the caller's CUDA_VISIBLE_DEVICES when it set one."""
-    given = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    return ",".join(given[int(i)] for i in devices.split(",")) if given else devices
+    if "CUDA_VISIBLE_DEVICES" not in os.environ:
+        return devices
+    given = [d.strip() for d in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
+    wanted = [int(i) for i in devices.split(",")]
+    if len(given) <= max(wanted):
+        raise SystemExit(f"two_gpu_parity: CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r} lists "
+                         f"{len(given)} GPU(s); the layouts need {max(wanted) + 1}")
+    return ",".join(given[i] for i in wanted)
 
 
 def relative(a: float, b: float) -> float:
