@@ -84,14 +84,12 @@ def build_layout(args: argparse.Namespace, task, config, devices: list, update_l
 
 def predicted(args: argparse.Namespace, task, config, update_layout, mesh, placement, weight_bytes: float) -> dict:
     """The preflight's prediction of this layout's step (or why there is none)."""
-    from framework.backends.maxtext.trainers.preflight import (predict_step, reshard_bytes_per_device,
-                                                               rollout_weight_bytes)
+    from framework.backends.maxtext.trainers.preflight import predict_step
 
     try:
         prediction = predict_step(load_conf("model", args.model)["hf_config"],
                                   load_conf("hardware", args.hardware)["hardware"], update_layout, mesh.size, task,
-                                  placement.layout, reshard_bytes_per_device(rollout_weight_bytes(config, weight_bytes), mesh.shape,
-                                                                    placement.mesh.shape),
+                                  placement.layout, placement.reshard_bytes(config, weight_bytes),
                                   recompute=args.remat == "full")
     except Exception as error:  # advisory, as in the trainer
         return {"preflight_error": str(error).splitlines()[0]}

@@ -39,8 +39,7 @@ from framework.data.math import load_split, system_prompt, train_examples
 from framework.models.tokenizer import load_tokenizer
 from framework.backends.maxtext.trainers.evaluation import evaluate
 from framework.backends.maxtext.trainers.preflight import (pick_micro_batch, predict_step, refuse_out_of_memory,
-                                                             reshard_bytes_per_device, rollout_tp_for,
-                                                             rollout_weight_bytes)
+                                                             rollout_tp_for)
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
 from framework.core.checkpoint import CheckpointPolicy
 from framework.core.errors import BackendError, ConfigError, CrucibleError
@@ -273,8 +272,7 @@ class GRPOTrainer(BaseTrainer):
 
     def _preflight(self) -> dict[str, Any]:
         try:
-            reshard_bytes = reshard_bytes_per_device(rollout_weight_bytes(self.model_config, self.weight_bytes),
-                                                     self.mesh.shape, self.placement.mesh.shape)
+            reshard_bytes = self.placement.reshard_bytes(self.model_config, self.weight_bytes)
             prediction = predict_step(self.model_config.hf_config, self.config.hardware, self.config.parallel,
                                       self.mesh.size, self.config.task, self.placement.layout, reshard_bytes,
                                       recompute=self.model_config.remat == "full")

@@ -72,8 +72,17 @@ class RolloutPlacement:
         self.layout = layout  # resolved
         self.mesh = build_mesh(layout, devices, ROLLOUT_KEY)
         self.same_as_update = self.mesh == update_mesh  # one layout for both phases: nothing to move
+        self.update_mesh_shape = dict(update_mesh.shape)
         self.shardings = param_shardings(boxed_params, self.mesh, rules)
         self._move = resharder(update_mesh, self.shardings, dtype)
+
+    def reshard_bytes(self, model: Any, weight_bytes: float) -> float:
+        """What each device receives per move of a `model` (ModelConfig) whose master weights take
+        `weight_bytes`: the preflight's resharding term."""
+        from framework.backends.maxtext.trainers.preflight import reshard_bytes_per_device, rollout_weight_bytes
+
+        return reshard_bytes_per_device(rollout_weight_bytes(model, weight_bytes), self.update_mesh_shape,
+                                        self.mesh.shape)
 
     def policy(self, params: Any) -> tuple[Any, float]:
         """The params in the rollout layout and the seconds the resharding took (blocked until ready)."""
