@@ -192,7 +192,8 @@ class Runtime:
         trainer.init()
         self.startup_s = {"launch": launched, "prepare": prepared - mark, "setup": set_up - prepared,
                           "init": time.perf_counter() - set_up}
-        log.info("startup: %s", ", ".join(f"{k} {v:.1f} s" for k, v in self.startup_s.items() if v is not None))
+        # debug, not info: a bad input found later stays one line on stderr (summary.json has the figures)
+        log.debug("startup: %s", ", ".join(f"{k} {v:.1f} s" for k, v in self.startup_s.items() if v is not None))
         self._apply(Phase.BEFORE_TRAIN, adapter, backend_config=backend_config, trainer=trainer)
         result = trainer.run_train()
         self._apply(Phase.AFTER_TRAIN, adapter, backend_config=backend_config, trainer=trainer, result=result)
