@@ -49,6 +49,19 @@ def accelerators() -> list[str]:
     return gpu_names()
 
 
+_LAUNCH_TAKEN = False
+
+
+def launch_seconds() -> float | None:
+    """process_age_s() at the first call in this process, None at later ones: the imports and config
+    composition before a process's first run (a sweep's later jobs run in the same process)."""
+    global _LAUNCH_TAKEN
+    if _LAUNCH_TAKEN:
+        return None
+    _LAUNCH_TAKEN = True
+    return process_age_s()
+
+
 def process_age_s() -> float | None:
     """Seconds since this process started (Linux /proc; None elsewhere): what imports and config took."""
     try:

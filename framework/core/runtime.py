@@ -69,7 +69,6 @@ def validate(cfg: DictConfig) -> BackendAdapter:
 
 
 class Runtime:
-    launched = False  # a run of this process has started: later ones (sweep jobs) report no launch time
     def __init__(self, cfg: DictConfig, run_dir: Path, overrides: list[str], multirun: bool = False,
                  hardware_note: str | None = None):
         self.cfg = cfg
@@ -159,10 +158,7 @@ class Runtime:
         self.records.write_env(self.env)
 
     def _lifecycle(self):
-        # imports and config composition before the runtime; only the process's first run has them (a sweep's
-        # later jobs run in the same process)
-        launched = env_info.process_age_s() if not Runtime.launched else None
-        Runtime.launched = True
+        launched = env_info.launch_seconds()  # imports and config; None for a sweep's later jobs
         mark = time.perf_counter()
         adapter = validate(self.cfg)
         self.versions = adapter.detect_versions()

@@ -1,8 +1,8 @@
 """A model directory's tokenizer, loaded without importing torch where that gives AutoTokenizer's tokenizer.
 
 transformers' AutoTokenizer reads the model's configuration classes, and with them torch (2-3 s on the
-dev CPU; a GRPO run's trainer setup took 11.4 s with it on an H100, 4.2 s without on an H200). For the classes in DIRECT the class tokenizer_config.json names
-is the one AutoTokenizer returns (or, for the generic ones, reads the same tokenizer.json to the same
+dev CPU; a GRPO run's trainer setup took 11.4 s with it on an H100, 4.2 s without on an H200). For the
+classes in DIRECT the class tokenizer_config.json names is the one AutoTokenizer returns (or, for the generic ones, reads the same tokenizer.json to the same
 ids), so a backend that does not run torch (maxtext) loads it directly. Any other class goes through
 AutoTokenizer, which overrides some names (a LlamaTokenizerFast over a byte-level tokenizer.json loads as
 the generic backend; some model types get their registered class).

@@ -55,7 +55,9 @@ def test_the_summary_says_what_each_phase_before_the_first_step_took(tmp_path, m
 
     setup = recording_backend.RecordingTrainer.setup
     monkeypatch.setattr(recording_backend.RecordingTrainer, "setup", lambda self: (time.sleep(0.3), setup(self)))
-    monkeypatch.setattr(Runtime, "launched", False)  # as in a fresh process
+    from framework.core import env_info
+
+    monkeypatch.setattr(env_info, "_LAUNCH_TAKEN", False)  # as in a fresh process
     for job in ("first", "second"):  # a sweep runs its jobs in one process
         assert Runtime(recording_cfg(), tmp_path / job, ["backend=recording"]).run().success
     first, second = (json.loads((tmp_path / job / "summary.json").read_text())["startup_s"] for job in ("first", "second"))

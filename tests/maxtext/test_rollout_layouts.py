@@ -196,6 +196,8 @@ def test_the_layouts_benchmark_records_a_failing_layout_and_times_the_others(tmp
         "ConfigError: parallel.rollout: dp x fsdp = 2 does not divide grpo.prompts_per_step=3")
     timed = layouts["one_device"]
     assert timed["step_s"] > 0 and timed["reshard_s"] == 0.0 and timed["speedup_over_one_device"] == 1.0
+    assert len(timed["grad_norm"]) == len(timed["loss"]) == 2 and timed["grad_norm"][0] > 0  # warm-up + timed
+    assert timed["first_grad_norm_relative_difference"] == 0.0  # the parity field, against itself
     assert timed["rollout_mesh"] == timed["update_mesh"] and timed["preflight_predicted_step_s"] > 0
     assert "error" in layouts["fsdp4_rollout_dp4"]
 

@@ -178,3 +178,14 @@ def _sharded_checks(model_dir: str) -> dict:
 
 if __name__ == "__main__":
     print(json.dumps(_sharded_checks(sys.argv[1])))
+
+
+def test_cast_floating_casts_float_leaves_and_keeps_integer_ones_and_tree_bytes_counts_them():
+    import jax.numpy as jnp
+
+    from framework.backends.maxtext.sharding import cast_floating, tree_bytes
+
+    tree = {"w": jnp.ones((2, 3), jnp.float32), "step": jnp.int32(7)}
+    cast = cast_floating(tree, "bfloat16")
+    assert cast["w"].dtype == jnp.bfloat16 and cast["step"].dtype == jnp.int32 and int(cast["step"]) == 7
+    assert tree_bytes(tree) == 2 * 3 * 4 + 4 and tree_bytes(cast) == 2 * 3 * 2 + 4

@@ -20,7 +20,7 @@ from jax.sharding import Mesh
 
 from framework.backends.maxtext.models.rope import positions_from_mask
 from framework.backends.maxtext.models.transformer import KVCache, Transformer, unstack_layers
-from framework.backends.maxtext.sharding import LogicalRules, put
+from framework.backends.maxtext.sharding import LogicalRules, cast_floating, put
 from framework.core.errors import ConfigError, DataError
 
 Array = jax.Array
@@ -130,8 +130,7 @@ def _generate(model: Transformer, params: Any, prompt_ids: Array, prompt_mask: A
     max_new = sampling.max_new_tokens
     # Decoding is bound by reading the weights every token: cast them to the compute dtype and split
     # the layer stack into per-layer arrays once, before the loop.
-    variables = {"params": unstack_layers(jax.tree.map(
-        lambda p: p.astype(config.dtype) if jnp.issubdtype(p.dtype, jnp.floating) else p, params))}
+    variables = {"params": unstack_layers(cast_floating(params, config.dtype))}
 
     positions = positions_from_mask(prompt_mask)
     cache = KVCache.create(config, batch, prompt_length + max_new, model.mesh, model.rules)

@@ -112,6 +112,16 @@ def rollout_parallel(rollout: RolloutLayout, devices: int, prompts: int,
     return resolved
 
 
+def cast_floating(tree: Any, dtype: str) -> Any:
+    """The tree with its floating arrays cast to `dtype`; an integer leaf (a step count) keeps its type."""
+    return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+
+
+def tree_bytes(tree: Any) -> float:
+    """Bytes of a tree of arrays or shape/dtype structs."""
+    return float(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree)))
+
+
 def resharder(source: Mesh, shardings: Any, dtype: str) -> Callable[[Any], Any]:
     """tree -> the tree cast to `dtype` and moved to `shardings` (another mesh over the same devices).
 
@@ -122,8 +132,8 @@ def resharder(source: Mesh, shardings: Any, dtype: str) -> Callable[[Any], Any]:
     shards, XLA may build a leaf whole on each device for a moment (its "involuntary full
     rematerialization" warning); the preflight's memory estimate does not count that.
     """
-    def cast(tree: Any) -> Any:  # floating leaves only: an integer leaf (a step count) keeps its type
-        return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+    def cast(tree: Any) -> Any:
+        return cast_floating(tree, dtype)
 
     target = jax.tree.leaves(shardings, is_leaf=lambda x: isinstance(x, NamedSharding))[0].mesh
     if list(source.devices.flat) == list(target.devices.flat):

@@ -53,11 +53,10 @@ LAYOUTS = {
 
 def build_layout(args: argparse.Namespace, task, config, devices: list, update_layout, rollout_axes: dict | None):
     """Params and optimizer state on the update's mesh over `devices`, the rollout's placement and sampler."""
-    import jax
     from flax import linen as nn
 
     from framework.backends.maxtext.sampler import Sampler
-    from framework.backends.maxtext.sharding import DEFAULT_RULES, build_mesh, rollout_parallel
+    from framework.backends.maxtext.sharding import DEFAULT_RULES, build_mesh, rollout_parallel, tree_bytes
     from framework.backends.maxtext.trainers.preflight import rollout_tp_for
     from framework.backends.maxtext.trainers.rollout import RolloutPlacement
     from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
@@ -65,7 +64,7 @@ def build_layout(args: argparse.Namespace, task, config, devices: list, update_l
 
     mesh = build_mesh(update_layout, devices)
     model, boxed, shardings, params = random_model(config, mesh)
-    weight_bytes = float(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params)))
+    weight_bytes = tree_bytes(params)
     if rollout_axes is None:
         layout = update_layout.resolve(len(devices))
     else:

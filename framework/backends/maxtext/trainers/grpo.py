@@ -31,7 +31,8 @@ from framework.backends.maxtext.config import GRPOConfig
 from framework.rl.advantages import compute_advantages
 from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
-from framework.backends.maxtext.sharding import build_mesh, logical_axis_rules, param_shardings, rollout_parallel
+from framework.backends.maxtext.sharding import (build_mesh, logical_axis_rules, param_shardings, rollout_parallel,
+                                                tree_bytes)
 from framework.backends.maxtext.trainers import rollout
 from framework.backends.maxtext.trainers.checkpointing import (host_arrays, key_from_json, key_to_json, read_state,
                                                                write_arrays)
@@ -80,7 +81,7 @@ class GRPOTrainer(BaseTrainer):
             self.model_dir, param_dtype=self.config.task.param_dtype, dtype=self.config.task.compute_dtype,
         ).for_platform(self.config.remat, self.config.attention, jax.default_backend())
         boxed = abstract_params(Transformer(self.model_config))
-        self.weight_bytes = float(sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(nn.unbox(boxed))))
+        self.weight_bytes = tree_bytes(nn.unbox(boxed))
         task = self._resolve_micro_batch()
         model = Transformer(self.model_config, self.mesh, self.rules)
         self.placement = self._rollout_placement(boxed)  # before any weights load: a bad layout fails fast

@@ -20,6 +20,7 @@ from jax.sharding import Mesh
 
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
 from framework.backends.maxtext.sharding import ROLLOUT_KEY, LogicalRules, build_mesh, param_shardings, resharder
+from framework.backends.maxtext.trainers.preflight import reshard_bytes_per_device, rollout_weight_bytes
 from framework.core.parallel import ParallelConfig
 from framework.data.gsm8k import MathExample
 from framework.data.prompts import render_prompts
@@ -79,8 +80,6 @@ class RolloutPlacement:
     def reshard_bytes(self, model: Any, weight_bytes: float) -> float:
         """What each device receives per move of a `model` (ModelConfig) whose master weights take
         `weight_bytes`: the preflight's resharding term."""
-        from framework.backends.maxtext.trainers.preflight import reshard_bytes_per_device, rollout_weight_bytes
-
         return reshard_bytes_per_device(rollout_weight_bytes(model, weight_bytes), self.update_mesh_shape,
                                         self.mesh.shape)
 
