@@ -75,10 +75,10 @@ def _remat_regions(config: ModelConfig) -> int:
 
 def test_attention_auto_picks_cudnn_only_on_a_gpu_in_bfloat16():
     bf16 = _config(2, dtype="bfloat16")
-    assert bf16.for_platform("none", "auto", "gpu").attention_kernel == "cudnn"
-    assert bf16.for_platform("none", "auto", "cpu").attention_kernel == "xla"
-    assert _config(2).for_platform("full", "auto", "gpu").attention_kernel == "xla"  # float32: no cuDNN kernel
-    assert _config(2).for_platform("full", "auto", "gpu").remat == "full"
+    assert bf16.for_platform("none", "auto", "auto", "gpu").attention_kernel == "cudnn"
+    assert bf16.for_platform("none", "auto", "auto", "cpu").attention_kernel == "xla"
+    assert _config(2).for_platform("full", "auto", "auto", "gpu").attention_kernel == "xla"  # float32: no cuDNN kernel
+    assert _config(2).for_platform("full", "auto", "auto", "gpu").remat == "full"
 
 
 def test_bad_execution_options_are_one_line_config_errors():
@@ -87,7 +87,7 @@ def test_bad_execution_options_are_one_line_config_errors():
     with pytest.raises(ConfigError, match=r"backend.adapter.attention: 'flash' is not one of xla, cudnn"):
         _config(2, attention_kernel="flash")
     with pytest.raises(ConfigError, match="cudnn has no float32 kernel"):
-        _config(2).for_platform("none", "cudnn", "gpu")
+        _config(2).for_platform("none", "cudnn", "auto", "gpu")
 
 
 def test_a_decode_step_reads_each_layer_in_place(qwen3):

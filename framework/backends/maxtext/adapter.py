@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from framework.backends.maxtext.config import ATTENTION_KERNELS, REMAT_NAMES, GRPOConfig, check_choice
+from framework.backends.maxtext.config import ATTENTION_KERNELS, DECODE_KERNELS, REMAT_NAMES, GRPOConfig, check_choice
 from framework.core.adapter import BackendAdapter, require_modules
 from framework.core.build import build
 from framework.core.distributed import DistEnv, detect
@@ -34,11 +34,13 @@ class MaxTextAdapter(BackendAdapter):
     libraries = ("jax", "jaxlib", "flax", "optax", "safetensors")
     patch_modules = ("framework.backends.maxtext.patches",)
 
-    def __init__(self, logical_axis_rules: dict, cache_dir: str, remat: str, attention: str):
+    def __init__(self, logical_axis_rules: dict, cache_dir: str, remat: str, attention: str, decode_attention: str):
         self.logical_axis_rules = to_plain(logical_axis_rules)
         self.cache_dir = str(cache_dir)
         self.remat = check_choice(remat, REMAT_NAMES, "backend.adapter.remat")
         self.attention = check_choice(attention, ("auto", *ATTENTION_KERNELS), "backend.adapter.attention")
+        self.decode_attention = check_choice(decode_attention, ("auto", *DECODE_KERNELS),
+                                             "backend.adapter.decode_attention")
 
     def prepare_backend(self, cfg: DictConfig) -> None:
         require_modules("maxtext", REQUIRED_MODULES, "jax")
@@ -71,7 +73,7 @@ class MaxTextAdapter(BackendAdapter):
             task=task, data=data, model_name=cfg.model.name, model_source=model_source,
             hardware=to_plain(cfg.hardware), parallel=parallel,
             logical_axis_rules=self.logical_axis_rules, cache_dir=self.cache_dir, seed=int(cfg.seed),
-            remat=self.remat, attention=self.attention)
+            remat=self.remat, attention=self.attention, decode_attention=self.decode_attention)
 
 
 def gpu_platform() -> str:

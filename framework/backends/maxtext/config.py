@@ -12,6 +12,7 @@ from framework.tasks.grpo import GRPOTask
 
 REMAT_NAMES = ("none", "minimal", "full")  # keys of models.transformer.REMAT_POLICIES
 ATTENTION_KERNELS = ("xla", "cudnn")  # implementations of jax.nn.dot_product_attention
+DECODE_KERNELS = ("xla", "pallas")  # decode-step attention: XLA ops, or models/decode_attention.py
 
 
 def check_choice(value: str, valid: tuple[str, ...], key: str) -> str:
@@ -33,3 +34,4 @@ class GRPOConfig:
     seed: int
     remat: str  # models.config.REMAT_NAMES
     attention: str  # auto | models.config.ATTENTION_KERNELS
+    decode_attention: str  # auto | DECODE_KERNELS

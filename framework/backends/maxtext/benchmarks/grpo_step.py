@@ -9,8 +9,8 @@ random token ids of exactly --prompt-tokens and EOS is disabled, so every comple
 (num_generations per prompt, one prefill per prompt), host rewards (random here: the text is not
 decoded), group advantages, and the micro-batched update (ppo_epochs=1, beta=0: no extra forward).
 
-`--remat` and `--attention` choose the backend's remat policy and attention kernel (as
-conf/backend/maxtext.yaml); `setup_s` (imports, parameter init) and `first_step_done_s` are wall
+`--remat`, `--attention` and `--decode-attention` choose the backend's remat policy and attention
+kernels (as conf/backend/maxtext.yaml); `setup_s` (imports, parameter init) and `first_step_done_s` are wall
 seconds from the start of main, `compile_s_per_step` what JAX spent compiling in each step.
 
 Update MFU = model FLOPs of the update (benchmarks/flops.py) / (update seconds x peak of
@@ -43,13 +43,14 @@ def grpo_task(args: argparse.Namespace):
 
 
 def model_config(args: argparse.Namespace):
-    """The --model architecture with float32 master weights, --dtype compute, --remat and --attention."""
+    """The --model architecture with float32 master weights, --dtype compute, --remat and the kernels."""
     import jax
 
     from framework.backends.maxtext.models import ModelConfig
 
     return ModelConfig.from_hf_config(load_conf("model", args.model)["hf_config"], param_dtype="float32",
-                                      dtype=args.dtype).for_platform(args.remat, args.attention, jax.default_backend())
+                                      dtype=args.dtype).for_platform(args.remat, args.attention, args.decode_attention,
+                                                                     jax.default_backend())
 
 
 def random_model(config, mesh):
@@ -120,7 +121,9 @@ def run_step(task, sampler, update, params, opt_state, rng, step: int, placement
 
 
 OPTIONS = {"--remat": {"default": "none", "choices": ["none", "minimal", "full"], "help": "remat policy"},
-           "--attention": {"default": "auto", "choices": ["auto", "xla", "cudnn"], "help": "attention kernel"}}
+           "--attention": {"default": "auto", "choices": ["auto", "xla", "cudnn"], "help": "attention kernel"},
+           "--decode-attention": {"default": "auto", "choices": ["auto", "xla", "pallas"],
+                                  "help": "decode-step attention kernel"}}
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from framework.backends.maxtext.config import ATTENTION_KERNELS, REMAT_NAMES, check_choice
+from framework.backends.maxtext.config import ATTENTION_KERNELS, DECODE_KERNELS, REMAT_NAMES, check_choice
 from framework.core.errors import ConfigError, DataError
 from framework.core.plain import to_plain
 from framework.models.hf_config import DecoderArchitecture, read_decoder
@@ -26,20 +26,25 @@ class ModelConfig(DecoderArchitecture):
     # How the layers run, not what they compute (set from conf/backend/maxtext.yaml):
     remat: str = "none"  # transformer.REMAT_POLICIES: none | minimal | full
     attention_kernel: str = "xla"  # jax.nn.dot_product_attention implementation: xla | cudnn
+    decode_kernel: str = "xla"  # attention of a decode step: DECODE_KERNELS
 
     def __post_init__(self) -> None:
         check_choice(self.remat, REMAT_NAMES, "backend.adapter.remat")
         check_choice(self.attention_kernel, ATTENTION_KERNELS, "backend.adapter.attention")
+        check_choice(self.decode_kernel, DECODE_KERNELS, "backend.adapter.decode_attention")
         if self.attention_kernel == "cudnn" and self.dtype == "float32":
             raise ConfigError("backend.adapter.attention: cudnn has no float32 kernel; use xla or auto "
                               "with compute dtype float32")
 
-    def for_platform(self, remat: str, attention: str, platform: str) -> "ModelConfig":
-        """With the backend's remat policy and attention kernel; attention auto = cuDNN on a GPU in
-        bfloat16 (its flash attention has no float32 kernel), else XLA."""
+    def for_platform(self, remat: str, attention: str, decode: str, platform: str) -> "ModelConfig":
+        """With the backend's remat policy and attention kernels. auto: on a GPU in bfloat16, cuDNN
+        flash attention (it has no float32 kernel) and the Pallas decode kernel; else XLA's."""
+        fused = platform == "gpu" and self.dtype == "bfloat16"
         if attention == "auto":
-            attention = "cudnn" if platform == "gpu" and self.dtype == "bfloat16" else "xla"
-        return self.replace(remat=remat, attention_kernel=attention)
+            attention = "cudnn" if fused else "xla"
+        if decode == "auto":
+            decode = "pallas" if fused else "xla"
+        return self.replace(remat=remat, attention_kernel=attention, decode_kernel=decode)
 
     @property
     def hf_config(self) -> dict[str, Any]:

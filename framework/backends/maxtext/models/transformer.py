@@ -22,11 +22,11 @@ from flax import linen as nn
 from jax.sharding import Mesh
 
 from framework.backends.maxtext.models.config import ModelConfig
+from framework.backends.maxtext.models.decode_attention import CACHE_AXES, decode_attention, live_slots
 from framework.backends.maxtext.models.rope import apply_rope, positions_from_mask, rope_inverse_frequencies
 from framework.backends.maxtext.sharding import LogicalRules, constrain
 
 Array = jax.Array
-CACHE_AXES = ("cache_batch", "cache_sequence", "cache_kv_heads", "cache_head_dim")
 _KERNEL_INIT = nn.initializers.normal(stddev=0.02)  # HF initializer_range; real weights are loaded
 
 
@@ -38,7 +38,7 @@ class KVCache:
     each whole, with no per-token copy of a layer's slice out of a stack.
     """
 
-    keys: tuple[Array, ...]  # each [batch, max_length, kv_heads, head_dim]
+    keys: tuple[Array, ...]  # each [batch, kv_heads, max_length, head_dim] (decode_attention.CACHE_AXES)
     values: tuple[Array, ...]
     valid: Array  # [batch, max_length] bool
     index: Array  # int32 scalar: the next slot to write
@@ -46,7 +46,7 @@ class KVCache:
     @classmethod
     def create(cls, config: ModelConfig, batch_size: int, max_length: int,
                mesh: Mesh | None = None, rules: LogicalRules | None = None) -> "KVCache":
-        shape = (batch_size, max_length, config.num_kv_heads, config.head_dim)
+        shape = (batch_size, config.num_kv_heads, max_length, config.head_dim)
 
         def buffer() -> Array:
             return constrain(jnp.zeros(shape, config.dtype), CACHE_AXES, mesh, rules)
@@ -95,7 +95,8 @@ class Attention(nn.Module):
     shifts left padding away), so causal attention over `lengths` real keys is exact and runs as one
     fused kernel (jax.nn.dot_product_attention; cuDNN flash attention on GPU with attention="cudnn").
     Cached: the new keys/values are written into the layer's cache at `index` and the queries attend
-    to the slots `attend` allows (left padding, causality).
+    to the slots `attend` allows (left padding, causality); one new token per row with
+    decode_kernel="pallas" runs the fused decode kernel (models/decode_attention.py).
     """
 
     config: ModelConfig
@@ -121,12 +122,12 @@ class Attention(nn.Module):
             out, new_cache = self._packed(q, k, v, lengths), None
         else:
             keys, values, index = cache
-            start = (0, index, 0, 0)
-            keys = constrain(jax.lax.dynamic_update_slice(keys, k.astype(keys.dtype), start),
-                             CACHE_AXES, self.mesh, self.rules)
-            values = constrain(jax.lax.dynamic_update_slice(values, v.astype(values.dtype), start),
-                               CACHE_AXES, self.mesh, self.rules)
-            out, new_cache = self._masked(q, keys, values, attend), (keys, values)
+            keys, values = self._write(keys, k, index), self._write(values, v, index)
+            if c.decode_kernel == "pallas" and q.shape[1] == 1:
+                out = decode_attention(q, keys, values, *live_slots(attend, index), self.mesh, self.rules)
+            else:
+                out = self._masked(q, keys, values, attend)
+            new_cache = (keys, values)
         out = self._constrain(out, "activation_heads")
         out = _dense(c.hidden_size, ("heads", "head_dim", "embed"), c.o_bias, c, "o_proj", axis=(-2, -1))(out)
         return out, new_cache
@@ -137,18 +138,24 @@ class Attention(nn.Module):
         return jax.nn.dot_product_attention(q, k.astype(q.dtype), v.astype(q.dtype), is_causal=True,
                                             key_value_seq_lengths=lengths, implementation=c.attention_kernel)
 
+    def _write(self, buffer: Array, new: Array, index: Array) -> Array:
+        """The [B, T, KVH, D] new entries written at slots index..index+T-1 of a [B, KVH, S, D] buffer."""
+        new = new.swapaxes(1, 2).astype(buffer.dtype)
+        buffer = jax.lax.dynamic_update_slice(buffer, new, (0, 0, index, 0))
+        return constrain(buffer, CACHE_AXES, self.mesh, self.rules)
+
     def _masked(self, q: Array, k: Array, v: Array, attend: Array) -> Array:
         """Attention under an explicit [B, T, S] mask, without repeating K/V: queries grouped per KV head."""
         c = self.config
         batch, length = q.shape[:2]
         groups = c.num_heads // c.num_kv_heads
         q = q.reshape(batch, length, c.num_kv_heads, groups, c.head_dim)
-        scores = jnp.einsum("btkgd,bskd->bkgts", q, k.astype(q.dtype),
+        scores = jnp.einsum("btkgd,bksd->bkgts", q, k.astype(q.dtype),
                             preferred_element_type=jnp.float32) * (c.head_dim ** -0.5)
         # A finite floor keeps fully masked rows (padding queries) free of NaN.
         scores = jnp.where(attend[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(c.dtype)
-        out = jnp.einsum("bkgts,bskd->btkgd", probs, v.astype(c.dtype))
+        out = jnp.einsum("bkgts,bksd->btkgd", probs, v.astype(c.dtype))
         return out.reshape(batch, length, c.num_heads, c.head_dim)
 
     def _constrain(self, x: Array, heads_axis: str) -> Array:

@@ -79,7 +79,7 @@ class GRPOTrainer(BaseTrainer):
         self.compile_clock = CompileClock()  # compiles of init, then of each step
         self.model_config = ModelConfig.from_pretrained(
             self.model_dir, param_dtype=self.config.task.param_dtype, dtype=self.config.task.compute_dtype,
-        ).for_platform(self.config.remat, self.config.attention, jax.default_backend())
+        ).for_platform(self.config.remat, self.config.attention, self.config.decode_attention, jax.default_backend())
         boxed = abstract_params(Transformer(self.model_config))
         self.weight_bytes = tree_bytes(nn.unbox(boxed))
         task = self._resolve_micro_batch()

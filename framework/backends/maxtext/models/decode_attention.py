@@ -1,0 +1,69 @@
+"""Attention of one new token per row over the KV cache as one fused kernel (flash-decoding).
+
+The XLA path (Attention._masked) scores every slot of a layer's cache buffer, masks padding and
+unwritten slots, and runs two batched matmuls and a softmax that reach 10-35% of the memory
+bandwidth at decode shapes (docs/benchmarks.md, "Where the rollout's time goes"). Pallas' GPU
+decode-attention kernel (jax.experimental.pallas.ops.gpu.decode_attention.gqa: the query heads of
+one KV head in one tile, the sequence split in `k_splits` parts combined afterwards) reads only a
+row's live slots [start, stop). That is exact here because a row's real tokens are contiguous in
+the cache: left padding, then the prompt, then every decoded token.
+
+Under a mesh the kernel runs per shard (shard_map): rows split over the batch axes, KV heads over
+the tensor axis together with their query heads.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, PartitionSpec
+
+from framework.backends.maxtext.sharding import DEFAULT_RULES, LogicalRules, logical_to_spec
+
+Array = jax.Array
+# The KV cache layout [batch, KV heads, slots, head_dim]: what the kernel reads without a transpose.
+CACHE_AXES = ("cache_batch", "cache_kv_heads", "cache_sequence", "cache_head_dim")
+CACHE_BLOCK = 64  # keys per kernel block; a cache buffer the kernel reads is a multiple of it
+MAX_SPLITS = 8  # sequence parts per (row, KV head): parallelism for short batches, one combine after
+
+
+def cache_length(length: int) -> int:
+    """The cache buffer length for `length` slots: a whole number of kernel blocks."""
+    return -(-length // CACHE_BLOCK) * CACHE_BLOCK
+
+
+def live_slots(attend: Array, index: Array) -> tuple[Array, Array]:
+    """[B] first and one-past-last live slot of each row, from the [B, 1, S] attend mask of a decode
+    step whose token sits at slot `index` (its real slots are contiguous, see the module docstring)."""
+    start = jnp.argmax(attend[:, 0], axis=-1).astype(jnp.int32)
+    stop = jnp.broadcast_to(index + 1, start.shape).astype(jnp.int32)
+    return start, stop
+
+
+def decode_attention(q: Array, keys: Array, values: Array, start: Array, stop: Array,
+                     mesh: Mesh | None, rules: LogicalRules | None) -> Array:
+    """q [B, 1, H, D]; keys, values [B, KVH, S, D] (the cache layout, S a multiple of CACHE_BLOCK);
+    start, stop [B] -> [B, 1, H, D] in q's dtype. Off GPU the kernel is interpreted (tests)."""
+    kernel = functools.partial(_kernel, interpret=jax.default_backend() != "gpu")
+    if mesh is None or mesh.size == 1:
+        return kernel(q, keys, values, start, stop)
+    cache_spec = logical_to_spec(CACHE_AXES, rules or DEFAULT_RULES, keys.shape, mesh)
+    batch_axes, heads_axes = cache_spec[0], cache_spec[1]
+    q_spec = PartitionSpec(batch_axes, None, heads_axes, None)
+    rows_spec = PartitionSpec(batch_axes)
+    return jax.shard_map(kernel, mesh=mesh, in_specs=(q_spec, cache_spec, cache_spec, rows_spec, rows_spec),
+                         out_specs=q_spec, check_vma=False)(q, keys, values, start, stop)
+
+
+def _kernel(q: Array, keys: Array, values: Array, start: Array, stop: Array, *, interpret: bool) -> Array:
+    from jax.experimental.pallas.ops.gpu.decode_attention import gqa
+
+    batch, _, heads, head_dim = q.shape
+    blocks = keys.shape[2] // CACHE_BLOCK
+    splits = max(s for s in (1, 2, 4, MAX_SPLITS) if blocks % s == 0)
+    # gqa takes [B, S, KVH, D] and swaps to [B, KVH, S, D]: the two swaps cancel in XLA, no copy.
+    out = gqa(q[:, 0], keys.swapaxes(1, 2), values.swapaxes(1, 2), start, stop, block_k=CACHE_BLOCK,
+              k_splits=splits, interpret=interpret)
+    return out.reshape(batch, 1, heads, head_dim)

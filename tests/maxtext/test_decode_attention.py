@@ -1,0 +1,114 @@
+"""The fused decode-attention kernel (Pallas flash-decoding, interpreted on CPU) against masked
+attention, alone, in the sampler, and per shard under a mesh."""
+
+import json
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from framework.backends.maxtext.models.decode_attention import CACHE_BLOCK, cache_length, decode_attention
+
+HEADS, KV_HEADS, HEAD_DIM = 8, 2, 16
+
+
+def reference(q, keys, values, start, stop) -> np.ndarray:
+    """float64 softmax attention of q [B, 1, H, D] over slots [start, stop) of [B, KVH, S, D]."""
+    q, keys, values = (np.asarray(x, np.float64) for x in (q, keys, values))
+    groups = q.shape[2] // keys.shape[1]
+    k, v = np.repeat(keys, groups, axis=1), np.repeat(values, groups, axis=1)  # [B, H, S, D]
+    scores = np.einsum("bhd,bhsd->bhs", q[:, 0], k) / np.sqrt(q.shape[-1])
+    slots = np.arange(keys.shape[2])
+    live = (slots >= np.asarray(start)[:, None]) & (slots < np.asarray(stop)[:, None])
+    scores = np.where(live[:, None], scores, -np.inf)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    return np.einsum("bhs,bhsd->bhd", probs, v)[:, None]
+
+
+def random_inputs(slots: int, start: list[int], stop: list[int], seed: int = 0):
+    rng = np.random.default_rng(seed)
+    batch = len(start)
+    q = rng.normal(size=(batch, 1, HEADS, HEAD_DIM)).astype(np.float32)
+    keys, values = (rng.normal(size=(batch, KV_HEADS, slots, HEAD_DIM)).astype(np.float32) for _ in range(2))
+    return q, keys, values, np.array(start, np.int32), np.array(stop, np.int32)
+
+
+def test_cache_lengths_are_whole_kernel_blocks():
+    assert [cache_length(n) for n in (1, CACHE_BLOCK, CACHE_BLOCK + 1, 512)] == [64, 64, 128, 512]
+
+
+@pytest.mark.parametrize("slots", [CACHE_BLOCK, 4 * CACHE_BLOCK])
+def test_the_kernel_attends_to_each_rows_live_slots_only(slots):
+    # Rows: the whole buffer, a short prompt after long padding, one live slot, a span across blocks.
+    start, stop = [0, slots - 9, 5, 3], [slots, slots - 1, 6, slots // 2 + 7]
+    q, keys, values, start, stop = random_inputs(slots, start, stop)
+    out = decode_attention(jnp.asarray(q), jnp.asarray(keys), jnp.asarray(values), jnp.asarray(start),
+                           jnp.asarray(stop), None, None)
+    assert out.shape == q.shape and out.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(out), reference(q, keys, values, start, stop), rtol=1e-5, atol=1e-5)
+    # Values outside the live slots must not matter (garbage there, same output).
+    dead = np.ones(slots, bool)
+    dead[start[1]:stop[1]] = False
+    keys[1][:, dead], values[1][:, dead] = 1e4, -1e4
+    again = decode_attention(jnp.asarray(q), jnp.asarray(keys), jnp.asarray(values), jnp.asarray(start),
+                             jnp.asarray(stop), None, None)
+    np.testing.assert_allclose(np.asarray(again)[1], np.asarray(out)[1], rtol=1e-6, atol=1e-6)
+
+
+def greedy_tokens(tiny: dict, kernel: str, prompts, mesh=None) -> np.ndarray:
+    from framework.backends.maxtext.models import Transformer
+    from framework.backends.maxtext.sampler import Sampler, SamplingParams
+
+    model = Transformer(tiny["config"].replace(decode_kernel=kernel), mesh)
+    sampler = Sampler(model, eos_token_ids=[2], pad_token_id=0, prompt_bucket=8)
+    out = sampler.generate(tiny["params"], prompts, jax.random.key(0), SamplingParams(max_new_tokens=6, temperature=0.0))
+    return np.asarray(out.completion_ids)
+
+
+def test_the_sampler_decodes_the_same_tokens_with_the_kernel(tmp_path_factory):
+    from tests.maxtext.test_sampler import prompts_of_lengths
+    from tests.maxtext.tiny_checkpoints import load_tiny
+
+    tiny = load_tiny("tiny_qwen2", tmp_path_factory.getbasetemp())
+    prompts = prompts_of_lengths(3, 11, 1, 7)  # padded to 16: rows start at different slots
+    np.testing.assert_array_equal(greedy_tokens(tiny, "pallas", prompts), greedy_tokens(tiny, "xla", prompts))
+
+
+@pytest.mark.slow
+def test_under_a_mesh_the_kernel_runs_per_shard_with_the_same_tokens(tmp_path_factory):
+    from tests.maxtext.forced_devices import facts_on_cpu_devices
+
+    facts = facts_on_cpu_devices(__file__, 4, str(tmp_path_factory.getbasetemp()), timeout=600)
+    assert facts["shard_map_in_program"]
+    assert facts["equal"] == {"dp4": True, "dp2_tp2": True}
+
+
+def _on_forced_devices(base: str) -> dict:
+    """Greedy tokens of the kernel under dp=4 and dp=2 x tp=2 meshes against XLA on one device."""
+    from pathlib import Path
+
+    from framework.backends.maxtext.sharding import build_mesh
+    from framework.core.parallel import ParallelConfig
+    from tests.maxtext.test_sampler import prompts_of_lengths
+    from tests.maxtext.tiny_checkpoints import load_tiny
+
+    tiny = load_tiny("tiny_qwen2", Path(base))
+    prompts = prompts_of_lengths(3, 11, 1, 7)
+    expected = greedy_tokens(tiny, "xla", prompts)
+    meshes = {"dp4": ParallelConfig(dp=4, fsdp=1, tp=1, pp=1, ep=1, cp=1),
+              "dp2_tp2": ParallelConfig(dp=2, fsdp=1, tp=2, pp=1, ep=1, cp=1)}
+    equal = {name: bool(np.array_equal(greedy_tokens(tiny, "pallas", prompts, build_mesh(layout)), expected))
+             for name, layout in meshes.items()}
+    q = jnp.zeros((4, 1, HEADS, HEAD_DIM))
+    cache = jnp.zeros((4, KV_HEADS, CACHE_BLOCK, HEAD_DIM))
+    rows = jnp.zeros(4, jnp.int32)
+    mesh = build_mesh(meshes["dp2_tp2"])
+    jaxpr = jax.make_jaxpr(lambda *a: decode_attention(*a, mesh, None))(q, cache, cache, rows, rows + 1)
+    return {"equal": equal, "shard_map_in_program": "shard_map" in str(jaxpr)}
+
+
+if __name__ == "__main__":
+    print(json.dumps(_on_forced_devices(sys.argv[1])))
