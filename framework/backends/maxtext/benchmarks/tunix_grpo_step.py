@@ -3,8 +3,10 @@
     PYTHONPATH=/tmp/tunix_site:. python -m framework.backends.maxtext.benchmarks.tunix_grpo_step          # GPU
     PYTHONPATH=/tmp/tunix_site:. python -m framework.backends.maxtext.benchmarks.tunix_grpo_step --tiny   # CPU check
 
-tunix is not a project dependency: install google-tunix 0.1.7 and the few packages its GRPO import path
-needs into a side folder (the wheel list and the command: tunix_wheels/README next to the worktree).
+tunix is not a project dependency. Its import path needs, beyond jax/flax/optax/orbax/transformers, only
+google-metrax 0.2.4, clu 0.0.12, tensorboardX 2.6.5, perfetto 0.59.1 and jaxtyping 0.3.11 (+ wadler-lindig;
+both already on the GPU image); all pure-python wheels, installed into a side folder, never the system:
+    pip install --no-deps --target /tmp/tunix_site google_tunix-0.1.7-py3-none-any.whl <those wheels>
 
 The same work as grpo_step.py and trl_grpo_step.py: tunix's own Qwen2 (tunix.models.qwen2) with a
 ModelConfig of --model's architecture, random weights (tunix.models.dummy_model_creator), float32
@@ -12,13 +14,15 @@ master weights and --dtype compute; one RLCluster with actor and rollout on one 
 no weight sync), the "vanilla" rollout (tunix.generate.Sampler); GRPOConfig num_generations, beta 0,
 num_iterations 1, loss_agg_mode "token-mean"; mini_batch_size = --prompts (one optimizer step per GRPO
 step), train_micro_batch_size = --micro-batch / --generations prompts (gradients accumulate over the
-batch with optax.MultiSteps), rollout_micro_batch_size = --prompts (one generate call of all rows).
+batch with optax.MultiSteps), rollout_micro_batch_size = --prompts (one generate call of all rows);
+optax.adamw at learning rate 1e-6, as trl_grpo_step.py.
 
 Prompts: "7" repeated --prompt-tokens times (one token per digit, checked), the tokenizer of the
 random-init HF directory that trl_grpo_step.py uses. tunix's sampler has no min_new_tokens: its only
 stop is the EOS list, so RolloutConfig.eos_tokens is [vocab_size], an id the model cannot emit, and
 every completion has exactly --new-tokens tokens (checked on every rollout). tunix samples each of
-the prompts x generations rows separately (the prompt is repeated, prefill included).
+the prompts x generations rows separately (the prompt is repeated, prefill included), and its
+Qwen2 prefill returns float32 logits for every prompt position (only the last one is sampled from).
 
 Timings: step = time between the ends of consecutive GRPO steps (RLLearner._run_global_step, then a
 block on the actor's parameters); rollout = time inside RLCluster.generate (sampling, detokenising);
@@ -163,7 +167,7 @@ def main(argv: list[str] | None = None) -> dict:
     config = tunix_model_config(load_conf("model", args.model)["hf_config"], args.dtype)
     mesh = build_mesh()
     timings = Timings(args.new_tokens)
-    with mesh:
+    with mesh:  # the legacy mesh context: tunix's Qwen2 reads it (pxla.thread_resources) to place activations
         cluster = build_cluster(args, tokenizer, config, mesh)
         timings.wrap_generate(cluster)
         algo = GRPOConfig(num_generations=args.generations, num_iterations=1, beta=0.0,
