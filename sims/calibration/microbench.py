@@ -241,6 +241,7 @@ def main() -> None:
         hf_config = yaml.safe_load(Path(model_file).read_text())["hf_config"]
         measurements += measure(hf_config, hardware, plan, device)
     if args.measurements:
+        Path(args.measurements).parent.mkdir(parents=True, exist_ok=True)
         Path(args.measurements).write_text(json.dumps(measurements, indent=1))
     source = f"sims.calibration.microbench on {device} ({args.dtype}, {args.stack} kernels)"
     table = fit_table(measurements, hardware, source=source, stack=args.stack)
