@@ -6,6 +6,8 @@ from bisect import bisect_right
 from functools import lru_cache
 from math import prod
 
+import numpy as np
+
 from sims.cache import GraphCache
 from sims.ir import ComputationalGraph, OpNode
 from sims.workload import Layout
@@ -68,6 +70,11 @@ def _count_per_stage(graph: ComputationalGraph, pp: int) -> list[list[int]]:
 
 
 _STAGE_COUNTS = GraphCache(maxsize=256)
+
+
+def stage_count_matrix(graph: ComputationalGraph, pp: int) -> np.ndarray:
+    """stage_counts as a (stage x node) array."""
+    return _STAGE_COUNTS.get(graph, ("matrix", pp), lambda: np.array(stage_counts(graph, pp), dtype=float))
 
 
 def node_params_per_device(node: OpNode, layout: Layout) -> float:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from sims.cache import GraphCache
 from sims.calculator import (
     ADAM_BYTES_PER_PARAM,
@@ -18,19 +20,18 @@ from sims.calculator import (
     OP_WORK,
     TRAIN_BACKWARD_FACTOR,
     Context,
-    OpCost,
     Precision,
     StepEstimate,
     all_gather_s,
     all_reduce_s,
     bind_dims,
-    op_cost,
     reduce_scatter_s,
     send_recv_s,
 )
 from sims.hardware import HardwareSpec
 from sims.ir import ComputationalGraph, OpNode
-from sims.partition import expert_data_parallel, local_params, stage_counts
+from sims.partition import expert_data_parallel, local_params, stage_count_matrix, stage_counts
+from sims.vector_cost import Costs, costs_for
 from sims.workload import Layout, Workload
 
 
@@ -81,54 +82,42 @@ class StageOps:
 
     stage_s: list[float]
     slowest: int
-    costs: list[OpCost | None]
-    multipliers: list[float]
+    costs: Costs
+    multipliers: np.ndarray
     counts: list[int]  # executions of each node on the slowest stage
 
     def slowest_rows(self, graph: ComputationalGraph) -> list[tuple]:
         """(name, op_type, executions, flops, bytes, time, bound) of the slowest stage's ops."""
-        return [
-            (node.name, node.op_type, n, cost.flops * n * mult, cost.bytes * n * mult, cost.time_s * n * mult,
-             cost.bound)
-            for node, cost, mult, n in zip(graph.nodes, self.costs, self.multipliers, self.counts)
-            if cost is not None and n
-        ]
+        c, rows = self.costs, []
+        per_op = zip(graph.nodes, c.flops.tolist(), c.bytes.tolist(), c.time_s.tolist(), self.multipliers.tolist(),
+                     self.counts, c.runs, c.bounds)
+        for node, flops, nbytes, time_s, mult, n, runs, bound in per_op:
+            if runs and n:
+                rows.append((node.name, node.op_type, n, flops * n * mult, nbytes * n * mult, time_s * n * mult, bound))
+        return rows
 
 
 def _stage_ops(graph: ComputationalGraph, ctx: Context) -> StageOps:
-    """Shared by every layout and workload that bind the ops alike (same tp, ep, dims per
-    micro-batch, dtype, mode; the stage sums also per pp): a sweep over dp, pp, batch and
-    micro-batches costs each op once per size."""
+    """Every op costed at once per binding (sims/vector_cost.py), then summed per stage: a sweep over
+    dp, pp, batch and micro-batches costs each op once per size."""
     w = ctx.workload
-    binding = (ctx.layout.tp, *ctx.dims.values(), w.dtype, w.mode, w.recompute)
-    key = (ctx.layout.ep, *binding)
-    cache = _step_cache(ctx.hw)
-    return cache.get(graph, (key, ctx.layout.pp), lambda: _cost_stages(graph, ctx, cache.get(
-        graph, key, lambda: _op_costs(graph, ctx, cache.get(graph, ("ep_free", binding), lambda: {
-            i: op_cost(node, ctx) for i, node in enumerate(graph.nodes) if not _depends_on_ep(node)})))))
+    key = (ctx.layout.tp, ctx.layout.ep, *ctx.dims.values(), w.dtype, w.mode, w.recompute, ctx.layout.pp)
+    return _step_cache(ctx.hw).get(graph, key, lambda: _cost_stages(graph, ctx, costs_for(graph, ctx)))
 
 
-def _depends_on_ep(node) -> bool:
-    """Whether ep changes the node's cost (sims/calculator.py): collectives, grouped expert GEMMs and
-    the shuffles that split over tp only under expert parallelism. The rest is shared across ep."""
-    return node.is_comm or node.op_type == "moe_gemm" or bool(node.attrs.get("sequence_parallel_with_ep"))
+def _cost_stages(graph: ComputationalGraph, ctx: Context, costs: Costs) -> StageOps:
+    w, pp = ctx.workload, ctx.layout.pp
+    multipliers, weights = _step_cache(ctx.hw).get(graph, ("passes", w.mode, w.recompute, pp), lambda: _stage_weights(
+        graph, w, pp))
+    stage_s = (weights @ costs.time_s).tolist()
+    slowest = max(range(pp), key=stage_s.__getitem__)
+    return StageOps(stage_s, slowest, costs, multipliers, stage_counts(graph, pp)[slowest])
 
 
-def _op_costs(graph: ComputationalGraph, ctx: Context, ep_free: dict[int, OpCost | None]) -> list[OpCost | None]:
-    return [ep_free[i] if i in ep_free else op_cost(node, ctx) for i, node in enumerate(graph.nodes)]
-
-
-def _cost_stages(graph: ComputationalGraph, ctx: Context, costs: list[OpCost | None]) -> StageOps:
-    w = ctx.workload
-    multipliers = _step_cache(ctx.hw).get(graph, ("passes", w.mode, w.recompute), lambda: [
-        passes(node, w, graph.meta["num_layers"])[0] for node in graph.nodes])
-    counts = stage_counts(graph, ctx.layout.pp)
-    stage_s = [
-        sum(c.time_s * mult * n for c, mult, n in zip(costs, multipliers, stage) if c is not None and n)
-        for stage in counts
-    ]
-    slowest = max(range(ctx.layout.pp), key=stage_s.__getitem__)
-    return StageOps(stage_s, slowest, costs, multipliers, counts[slowest])
+def _stage_weights(graph: ComputationalGraph, workload: Workload, pp: int) -> tuple[np.ndarray, np.ndarray]:
+    """(pass multiplier per node, executions x multiplier per stage and node)."""
+    multipliers = np.array([passes(node, workload, graph.meta["num_layers"])[0] for node in graph.nodes])
+    return multipliers, stage_count_matrix(graph, pp) * multipliers
 
 
 _STEP_CACHES: dict[int, tuple[HardwareSpec, GraphCache]] = {}
