@@ -9,20 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from sims.calculator import Context
 from sims.hardware import HardwareSpec
 from sims.cache import GraphCache
-from sims.ir import ComputationalGraph, OpNode
-from sims.partition import (
-    expert_data_parallel,
-    local_params,
-    node_params_per_device,
-    numel,
-    shared_with_embedding,
-    stage_counts,
-    stage_layer_bounds,
-    tp_split,
-)
+from sims.ir import ComputationalGraph
+from sims.partition import expert_data_parallel, stage_layer_bounds, stage_split
+from sims.op_columns import columns
+from sims.vector_cost import costs_for
 from sims.workload import Layout, Workload
 
 GB = 1e9
@@ -41,100 +36,127 @@ def estimate_memory(
     graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload, ctx: Context | None = None
 ) -> MemoryEstimate:
     ctx = ctx or Context.for_step(graph, hw, layout, workload)
-    io_key = (layout.tp, *ctx.dims.values(), workload.mode, workload.dtype)
-    io = _MEMO.get(graph, ("io", io_key), lambda: [_io_elements(node, ctx) for node in graph.nodes])
-    per_stage = [_stage_breakdown(graph, ctx, stage, io, io_key) for stage in range(layout.pp)]
-    stage = max(range(layout.pp), key=lambda s: sum(per_stage[s].values()))
-    return MemoryEstimate({k: v / GB for k, v in per_stage[stage].items()}, stage)
+    parts = _stage_parts(graph, ctx)
+    stage = int(np.argmax(sum(parts.values())))
+    return MemoryEstimate({k: float(v[stage]) / GB for k, v in parts.items()}, stage)
 
 
 # Parts shared across a sweep (weights per layout split, activations per bound dims): keyed by what
-# they depend on, so layouts and batches that agree on it reuse them.
+# they depend on, so layouts and batches that agree on it reuse them. Each is an array over stages.
 _MEMO = GraphCache(maxsize=16384)
 
 
-def _stage_breakdown(graph: ComputationalGraph, ctx: Context, stage: int, io: list, io_key: tuple) -> dict[str, float]:
-    """Bytes per component on one device of `stage`; io: (input, output) elements per node."""
+def _stage_parts(graph: ComputationalGraph, ctx: Context) -> dict[str, np.ndarray]:
+    """Bytes per component on one device of each pipeline stage."""
     layout, workload, p = ctx.layout, ctx.workload, ctx.precision
-    counts = stage_counts(graph, layout.pp)[stage]
-    weight_key = ("weights", layout.tp, layout.ep, layout.pp, stage, p.gemm_weight_bytes, p.other_weight_bytes)
-    weights = _MEMO.get(graph, weight_key, lambda: _weight_bytes(graph, ctx, counts))
+    io_key = (layout.tp, *ctx.dims.values(), workload.mode, workload.dtype, layout.pp)
+    weight_key = ("weights", layout.tp, layout.ep, layout.pp, p.gemm_weight_bytes, p.other_weight_bytes)
+    weights = _MEMO.get(graph, weight_key, lambda: _weight_bytes(graph, ctx))
     if workload.mode != "train":
-        largest_key = ("largest", io_key, layout.pp, stage)
         return {
             "weights": weights,
-            "kv_cache": _kv_cache_bytes(graph, ctx, counts),
-            "activations": _MEMO.get(graph, largest_key, lambda: _inference_activation_bytes(graph, ctx, counts, io)),
+            "kv_cache": _kv_cache_bytes(graph, ctx),
+            "activations": _MEMO.get(graph, ("largest", io_key), lambda: _inference_activation_bytes(graph, ctx)),
         }
-    dense, expert = local_params(graph, layout, stage)
+    dense, expert = _local_params(graph, layout)
     expert_dp = expert_data_parallel(layout)
     optimizer_params = dense / layout.dp + expert / expert_dp if workload.zero else dense + expert
     return {
         "weights": weights,
         "gradients": (dense + expert) * GRAD_BYTES_PER_PARAM,
         "optimizer": optimizer_params * OPTIMIZER_BYTES_PER_PARAM[workload.dtype],
-        "activations": _MEMO.get(graph, ("train", io_key, layout.pp, stage, workload.microbatches, workload.recompute),
-                                 lambda: _training_activation_bytes(graph, ctx, stage, counts, io)),
+        "activations": _MEMO.get(graph, ("train", io_key, workload.microbatches, workload.recompute),
+                                 lambda: _training_activation_bytes(graph, ctx)),
     }
 
 
-def _weight_bytes(graph: ComputationalGraph, ctx: Context, counts: list[int]) -> float:
-    p, layout, weights = ctx.precision, ctx.layout, 0.0
-    for node, count in zip(graph.nodes, counts):
-        if count and node.weights and not shared_with_embedding(node, layout):
-            per_param = p.gemm_weight_bytes if node.op_type in ("gemm", "moe_gemm") else p.other_weight_bytes
-            weights += count * node_params_per_device(node, layout) * per_param
-    return weights
+def params_per_device(graph: ComputationalGraph, layout: Layout) -> np.ndarray:
+    """Parameters of one execution of each node that one device holds (0 for a tied lm_head that
+    shares the embedding's storage, pp = 1): experts split ep ways (tp with ep = 1), tp-split weights
+    by their split, the rest whole."""
+    key = ("params", layout.tp, layout.ep, layout.pp == 1)
+    return _MEMO.get(graph, key, lambda: _params_per_device(graph, layout))
 
 
-def _kv_cache_bytes(graph: ComputationalGraph, ctx: Context, counts: list[int]) -> float:
+def _params_per_device(graph: ComputationalGraph, layout: Layout) -> np.ndarray:
+    cols = columns(graph)
+    a = cols.attrs
+    split = np.where(a["tp_split_weights"] > 0, cols.splits(layout.tp), 1.0)
+    split = np.where(cols.mask("moe_gemm"), layout.ep if layout.ep > 1 else layout.tp, split)
+    stored = (a["tied"] == 0) | (layout.pp > 1)
+    return np.where(stored, a["weights"] / split, 0.0)
+
+
+def local_params(graph: ComputationalGraph, layout: Layout, stage: int) -> tuple[float, float]:
+    """(non-expert, expert) parameters one device of `stage` holds."""
+    dense, expert = _local_params(graph, layout)
+    return float(dense[stage]), float(expert[stage])
+
+
+def _local_params(graph: ComputationalGraph, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+    key = ("local_params", layout.tp, layout.ep, layout.pp)
+    return _MEMO.get(graph, key, lambda: _count_local_params(graph, layout))
+
+
+def _count_local_params(graph: ComputationalGraph, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+    params = stage_split(graph, layout.pp).matrix * params_per_device(graph, layout)
+    experts = columns(graph).mask("moe_gemm")
+    return params @ ~experts, params @ experts
+
+
+def _weight_bytes(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
+    p = ctx.precision
+    per_param = np.where(columns(graph).attrs["gemm_weights"] > 0, p.gemm_weight_bytes, p.other_weight_bytes)
+    return stage_split(graph, ctx.layout.pp).matrix @ (params_per_device(graph, ctx.layout) * per_param)
+
+
+def _kv_cache_bytes(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
     """Every sequence of the replica keeps kv_len cached tokens per layer of the stage (all
     micro-batches stay resident). MLA caches one latent that every tp rank keeps whole."""
+    per_token = _MEMO.get(graph, ("kv_cache", ctx.tp, ctx.layout.pp), lambda: _kv_elements_per_token(graph, ctx))
     sequences = ctx.workload.batch / ctx.layout.dp
-    total = 0.0
-    for node, count in zip(graph.nodes, counts):
-        if count and node.op_type == "attention":
-            a = node.attrs
-            total += count * a["cache_dim"] / min(ctx.tp, a["cache_heads"])
-    return total * sequences * ctx.dims["kv_len"] * ctx.precision.act_bytes
+    return per_token * (sequences * ctx.dims["kv_len"] * ctx.precision.act_bytes)
 
 
-def _inference_activation_bytes(graph: ComputationalGraph, ctx: Context, counts: list[int], io: list) -> float:
+def _kv_elements_per_token(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
+    a = columns(graph).attrs
+    return stage_split(graph, ctx.layout.pp).matrix @ (a["cache_dim"] / np.minimum(ctx.tp, a["cache_heads"]))
+
+
+def _inference_activation_bytes(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
     """The largest single op's inputs + outputs (activations are freed layer by layer), plus fp32 logits."""
-    largest = max((sum(pair) for pair, c in zip(io, counts) if c), default=0.0)
-    logits = _logits_elements(graph, ctx, counts)
-    return largest * ctx.precision.act_bytes + logits * LOGITS_BYTES
+    io_in, io_out = costs_for(graph, ctx).io_elements
+    largest = (stage_split(graph, ctx.layout.pp).runs * (io_in + io_out)).max(axis=1)
+    return largest * ctx.precision.act_bytes + _logits_elements(graph, ctx) * LOGITS_BYTES
 
 
-def _training_activation_bytes(
-    graph: ComputationalGraph, ctx: Context, stage: int, counts: list[int], io: list
-) -> float:
+def _training_activation_bytes(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
     """Inputs every op saves for backward, per micro-batch, times the micro-batches a stage holds
     under 1F1B (stage i of pp: min(pp - i, m)). With recompute a layer keeps only its input and one
     layer's saved set is live at a time."""
     layout, workload = ctx.layout, ctx.workload
-    in_flight = min(layout.pp - stage, workload.microbatches)
-    num_layers = graph.meta["num_layers"]
-    saved = [pair[0] if c else 0.0 for pair, c in zip(io, counts)]
-    outside_layers = sum(s * c for s, c, n in zip(saved, counts, graph.nodes) if not 0 <= n.layers[0] < num_layers)
+    counts = stage_split(graph, layout.pp).matrix
+    in_flight = np.minimum(layout.pp - np.arange(layout.pp), workload.microbatches)
+    saved = np.where(counts > 0, costs_for(graph, ctx).io_elements[0], 0.0)
     if workload.recompute:
-        bounds = stage_layer_bounds(num_layers, layout.pp)
-        layers_here = bounds[stage + 1] - bounds[stage]
+        outside_layers = (saved * counts) @ (columns(graph).attrs["in_layer"] == 0)
+        bounds = stage_layer_bounds(graph.meta["num_layers"], layout.pp)
+        layers_here = np.diff(bounds)
         checkpoints = layers_here * ctx.dims["tokens"] * graph.meta["hidden_size"]
         per_micro_batch = checkpoints + outside_layers
-        live = _largest_layer_saved(graph, saved, bounds[stage], bounds[stage + 1])
+        live = np.array([_largest_layer_saved(graph, saved[s], bounds[s], bounds[s + 1]) for s in range(layout.pp)])
     else:
-        per_micro_batch = sum(s * c for s, c in zip(saved, counts))
+        per_micro_batch = (saved * counts).sum(axis=1)
         live = 0.0
-    logits = _logits_elements(graph, ctx, counts)
+    logits = _logits_elements(graph, ctx)
     return (in_flight * per_micro_batch + live) * ctx.precision.act_bytes + logits * LOGITS_BYTES
 
 
-def _largest_layer_saved(graph: ComputationalGraph, saved: list[float], first: int, end: int) -> float:
+def _largest_layer_saved(graph: ComputationalGraph, saved: np.ndarray, first: int, end: int) -> float:
     largest = 0.0
     for layers, members in _layer_kinds(graph).items():
         if any(first <= layer < end for layer in layers):
-            largest = max(largest, sum(saved[i] for i in members))
+            largest = max(largest, float(saved[members].sum()))
     return largest
 
 
@@ -158,33 +180,9 @@ def _group_layers(graph: ComputationalGraph) -> dict[tuple[int, ...], list[int]]
 _LAYER_KINDS = GraphCache(maxsize=256)
 
 
-def _logits_elements(graph: ComputationalGraph, ctx: Context, counts: list[int]) -> float:
-    for node, count in zip(graph.nodes, counts):
-        if count and node.name == "lm_head":
-            return ctx.dims["logit_tokens"] * graph.meta["vocab_size"] / ctx.tp
-    return 0.0
-
-
-def _io_elements(node: OpNode, ctx: Context) -> tuple[float, float]:
-    """(input, output) elements of one execution on one device. Attention's input is q, k, v
-    (decode: q only; k and v are the KV cache) plus the softmax statistics."""
-    dims, tp = ctx.dims, ctx.tp
-    if node.is_comm or node.op_type == "embedding":
-        return 0.0, numel(node.outputs[0], dims) if node.op_type == "embedding" else 0.0
-    if node.op_type == "attention":
-        a = node.attrs
-        heads = a["heads"] / tp
-        q = dims["batch"] * dims["seq_len"] * heads
-        kv = (
-            0.0
-            if ctx.workload.mode == "decode"
-            else dims["batch"] * dims["kv_len"] * a["kv_dim"] * a["kv_heads"] / min(tp, a["kv_heads"])
-        )
-        return q * (a["qk_dim"] + 2) + kv, q * a["v_dim"]  # + fp32 log-sum-exp per query and head
-    if node.op_type == "moe_gemm":
-        return numel(node.inputs[0], dims) / tp, numel(node.outputs[0], dims) / tp
-    split = tp_split(node, tp)
-    mode = node.parallel.tp_mode
-    inp = numel(node.inputs[0], dims) / (split if mode in ("row", "heads", "sharded") else 1)
-    out = numel(node.outputs[0], dims) / (split if mode in ("column", "heads", "sharded") else 1)
-    return inp, out
+def _logits_elements(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
+    """fp32 logits elements per stage: on the stage that runs lm_head."""
+    head = columns(graph).index.get("lm_head")
+    if head is None:
+        return np.zeros(ctx.layout.pp)
+    return stage_split(graph, ctx.layout.pp).runs[:, head] * (ctx.dims["logit_tokens"] * graph.meta["vocab_size"] / ctx.tp)

@@ -17,10 +17,8 @@ from sims.cache import GraphCache
 from sims.calculator import (
     ADAM_BYTES_PER_PARAM,
     GRAD_BYTES,
-    OP_WORK,
     TRAIN_BACKWARD_FACTOR,
     Context,
-    Precision,
     StepEstimate,
     all_gather_s,
     all_reduce_s,
@@ -30,7 +28,9 @@ from sims.calculator import (
 )
 from sims.hardware import HardwareSpec
 from sims.ir import ComputationalGraph, OpNode
-from sims.partition import expert_data_parallel, local_params, stage_count_matrix, stage_counts
+from sims.memory import local_params
+from sims.partition import expert_data_parallel, stage_counts, stage_split
+from sims.op_columns import columns, work_coefficients
 from sims.vector_cost import Costs, costs_for
 from sims.workload import Layout, Workload
 
@@ -100,9 +100,12 @@ class StageOps:
 def _stage_ops(graph: ComputationalGraph, ctx: Context) -> StageOps:
     """Every op costed at once per binding (sims/vector_cost.py), then summed per stage: a sweep over
     dp, pp, batch and micro-batches costs each op once per size."""
-    w = ctx.workload
-    key = (ctx.layout.tp, ctx.layout.ep, *ctx.dims.values(), w.dtype, w.mode, w.recompute, ctx.layout.pp)
-    return _step_cache(ctx.hw).get(graph, key, lambda: _cost_stages(graph, ctx, costs_for(graph, ctx)))
+    costs, w, pp = costs_for(graph, ctx), ctx.workload, ctx.layout.pp
+    key = ("stages", pp, w.recompute)
+    stages = costs.derived.get(key)
+    if stages is None:
+        stages = costs.derived[key] = _cost_stages(graph, ctx, costs)
+    return stages
 
 
 def _cost_stages(graph: ComputationalGraph, ctx: Context, costs: Costs) -> StageOps:
@@ -117,7 +120,7 @@ def _cost_stages(graph: ComputationalGraph, ctx: Context, costs: Costs) -> Stage
 def _stage_weights(graph: ComputationalGraph, workload: Workload, pp: int) -> tuple[np.ndarray, np.ndarray]:
     """(pass multiplier per node, executions x multiplier per stage and node)."""
     multipliers = np.array([passes(node, workload, graph.meta["num_layers"])[0] for node in graph.nodes])
-    return multipliers, stage_count_matrix(graph, pp) * multipliers
+    return multipliers, stage_split(graph, pp).matrix * multipliers
 
 
 _STEP_CACHES: dict[int, tuple[HardwareSpec, GraphCache]] = {}
@@ -148,15 +151,16 @@ _MODEL_FLOPS = GraphCache(maxsize=4096)
 
 def _count_model_flops(graph: ComputationalGraph, workload: Workload) -> float:
     whole = Workload(**{**workload.__dict__, "microbatches": 1})
-    bytes_unused = Precision(workload.dtype, 2, 2, 2, 1.0, 1.0)
-    ctx = Context(bind_dims(graph, Layout(), whole), tp=1, ep=1, precision=bytes_unused)
-    total = 0.0
-    for node in graph.nodes:
-        if node.is_comm:
-            continue
-        flops, _ = OP_WORK[node.op_type](node, ctx)
-        total += flops * node.repeat * passes(node, whole, graph.meta["num_layers"])[1]
-    return total
+    per_feature = _MODEL_FLOPS.get(graph, ("per_feature", workload.mode), lambda: _model_flops_per_feature(graph, whole))
+    return float(per_feature @ columns(graph).values(bind_dims(graph, Layout(), whole)))
+
+
+def _model_flops_per_feature(graph: ComputationalGraph, workload: Workload) -> np.ndarray:
+    """Whole-model FLOPs per unit of each feature: every op's forward FLOPs at tp = ep = 1 (collectives
+    have none) times its executions and passes."""
+    flops = work_coefficients(graph, 1, 1, workload.mode)[0]
+    executions = np.array([node.repeat * passes(node, workload, graph.meta["num_layers"])[1] for node in graph.nodes])
+    return executions @ flops
 
 
 def _pipeline_p2p_s(graph: ComputationalGraph, ctx: Context) -> float:
