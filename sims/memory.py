@@ -37,36 +37,37 @@ def estimate_memory(
 ) -> MemoryEstimate:
     ctx = ctx or Context.for_step(graph, hw, layout, workload)
     parts = _stage_parts(graph, ctx)
-    stage = int(np.argmax(sum(parts.values())))
-    return MemoryEstimate({k: float(v[stage]) / GB for k, v in parts.items()}, stage)
+    totals = [sum(values) for values in zip(*parts.values())]
+    stage = max(range(layout.pp), key=totals.__getitem__)
+    return MemoryEstimate({k: v[stage] / GB for k, v in parts.items()}, stage)
 
 
 # Parts shared across a sweep (weights per layout split, activations per bound dims): keyed by what
-# they depend on, so layouts and batches that agree on it reuse them. Each is an array over stages.
+# they depend on, so layouts and batches that agree on it reuse them. Each is a list over stages.
 _MEMO = GraphCache(maxsize=16384)
 
 
-def _stage_parts(graph: ComputationalGraph, ctx: Context) -> dict[str, np.ndarray]:
+def _stage_parts(graph: ComputationalGraph, ctx: Context) -> dict[str, list[float]]:
     """Bytes per component on one device of each pipeline stage."""
     layout, workload, p = ctx.layout, ctx.workload, ctx.precision
     io_key = (layout.tp, *ctx.dims.values(), workload.mode, workload.dtype, layout.pp)
     weight_key = ("weights", layout.tp, layout.ep, layout.pp, p.gemm_weight_bytes, p.other_weight_bytes)
-    weights = _MEMO.get(graph, weight_key, lambda: _weight_bytes(graph, ctx))
+    weights = _MEMO.get(graph, weight_key, lambda: _weight_bytes(graph, ctx).tolist())
     if workload.mode != "train":
         return {
             "weights": weights,
             "kv_cache": _kv_cache_bytes(graph, ctx),
-            "activations": _MEMO.get(graph, ("largest", io_key), lambda: _inference_activation_bytes(graph, ctx)),
+            "activations": _MEMO.get(graph, ("largest", io_key), lambda: _inference_activation_bytes(graph, ctx).tolist()),
         }
-    dense, expert = _local_params(graph, layout)
     expert_dp = expert_data_parallel(layout)
-    optimizer_params = dense / layout.dp + expert / expert_dp if workload.zero else dense + expert
+    per_stage = [local_params(graph, layout, stage) for stage in range(layout.pp)]
+    optimizer = [dense / layout.dp + expert / expert_dp if workload.zero else dense + expert for dense, expert in per_stage]
     return {
         "weights": weights,
-        "gradients": (dense + expert) * GRAD_BYTES_PER_PARAM,
-        "optimizer": optimizer_params * OPTIMIZER_BYTES_PER_PARAM[workload.dtype],
+        "gradients": [(dense + expert) * GRAD_BYTES_PER_PARAM for dense, expert in per_stage],
+        "optimizer": [params * OPTIMIZER_BYTES_PER_PARAM[workload.dtype] for params in optimizer],
         "activations": _MEMO.get(graph, ("train", io_key, workload.microbatches, workload.recompute),
-                                 lambda: _training_activation_bytes(graph, ctx)),
+                                 lambda: _training_activation_bytes(graph, ctx).tolist()),
     }
 
 
@@ -89,19 +90,14 @@ def _params_per_device(graph: ComputationalGraph, layout: Layout) -> np.ndarray:
 
 def local_params(graph: ComputationalGraph, layout: Layout, stage: int) -> tuple[float, float]:
     """(non-expert, expert) parameters one device of `stage` holds."""
-    dense, expert = _local_params(graph, layout)
-    return float(dense[stage]), float(expert[stage])
-
-
-def _local_params(graph: ComputationalGraph, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
     key = ("local_params", layout.tp, layout.ep, layout.pp)
-    return _MEMO.get(graph, key, lambda: _count_local_params(graph, layout))
+    return _MEMO.get(graph, key, lambda: _count_local_params(graph, layout))[stage]
 
 
-def _count_local_params(graph: ComputationalGraph, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+def _count_local_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float, float]]:
     params = stage_split(graph, layout.pp).matrix * params_per_device(graph, layout)
     experts = columns(graph).mask("moe_gemm")
-    return params @ ~experts, params @ experts
+    return list(zip((params @ ~experts).tolist(), (params @ experts).tolist()))
 
 
 def _weight_bytes(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
@@ -110,12 +106,13 @@ def _weight_bytes(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
     return stage_split(graph, ctx.layout.pp).matrix @ (params_per_device(graph, ctx.layout) * per_param)
 
 
-def _kv_cache_bytes(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
+def _kv_cache_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
     """Every sequence of the replica keeps kv_len cached tokens per layer of the stage (all
     micro-batches stay resident). MLA caches one latent that every tp rank keeps whole."""
-    per_token = _MEMO.get(graph, ("kv_cache", ctx.tp, ctx.layout.pp), lambda: _kv_elements_per_token(graph, ctx))
+    key = ("kv_cache", ctx.tp, ctx.layout.pp)
+    per_token = _MEMO.get(graph, key, lambda: _kv_elements_per_token(graph, ctx).tolist())
     sequences = ctx.workload.batch / ctx.layout.dp
-    return per_token * (sequences * ctx.dims["kv_len"] * ctx.precision.act_bytes)
+    return [elements * sequences * ctx.dims["kv_len"] * ctx.precision.act_bytes for elements in per_token]
 
 
 def _kv_elements_per_token(graph: ComputationalGraph, ctx: Context) -> np.ndarray:

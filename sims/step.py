@@ -63,8 +63,9 @@ def estimate_step(
         extra.append(_row("pp_send_recv", "send_recv", m, 0.0, 0.0, p2p_s * m, "comm"))
         extra.append(_row("pipeline_bubble", "idle", 0, 0.0, 0.0, pipeline_s - m * stage_s[ops.slowest], "idle"))
     if workload.mode == "train":
-        for row in _training_update_rows(graph, ctx, ops.slowest):
-            extra.append(row)
+        key = ("update", layout.tp, layout.dp, layout.ep, layout.pp, ops.slowest, workload.zero, workload.dtype)
+        for row in _step_cache(hw).get(graph, key, lambda: _training_update_rows(graph, ctx, ops.slowest)):
+            extra.append(dict(row))
             latency += row["time_s"]
 
     def rows() -> list[dict]:
@@ -143,7 +144,8 @@ def pipeline_time_s(stage_s: list[float], microbatches: int) -> float:
 def model_flops(graph: ComputationalGraph, workload: Workload) -> float:
     """FLOPs of one step of the whole model on the whole batch (layout-independent; replicated
     ops counted once; no recompute). The numerator of MFU."""
-    return _MODEL_FLOPS.get(graph, workload, lambda: _count_model_flops(graph, workload))
+    key = (workload.mode, workload.batch, workload.seq_len, workload.context_len)
+    return _MODEL_FLOPS.get(graph, key, lambda: _count_model_flops(graph, workload))
 
 
 _MODEL_FLOPS = GraphCache(maxsize=4096)
