@@ -67,7 +67,7 @@ def _stage_parts(graph: ComputationalGraph, ctx: Context) -> dict[str, list[floa
         "gradients": [(dense + expert) * GRAD_BYTES_PER_PARAM for dense, expert in per_stage],
         "optimizer": [params * OPTIMIZER_BYTES_PER_PARAM[workload.dtype] for params in optimizer],
         "activations": _MEMO.get(graph, ("train", io_key, workload.microbatches, workload.recompute),
-                                 lambda: _training_activation_bytes(graph, ctx).tolist()),
+                                 lambda: _training_activation_bytes(graph, ctx)),
     }
 
 
@@ -127,26 +127,24 @@ def _inference_activation_bytes(graph: ComputationalGraph, ctx: Context) -> np.n
     return largest * ctx.precision.act_bytes + _logits_elements(graph, ctx) * LOGITS_BYTES
 
 
-def _training_activation_bytes(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
+def _training_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
     """Inputs every op saves for backward, per micro-batch, times the micro-batches a stage holds
     under 1F1B (stage i of pp: min(pp - i, m)). With recompute a layer keeps only its input and one
     layer's saved set is live at a time."""
-    layout, workload = ctx.layout, ctx.workload
-    counts = stage_split(graph, layout.pp).matrix
-    in_flight = np.minimum(layout.pp - np.arange(layout.pp), workload.microbatches)
-    saved = np.where(counts > 0, costs_for(graph, ctx).io_elements[0], 0.0)
+    layout, workload, pp = ctx.layout, ctx.workload, ctx.layout.pp
+    counts = stage_split(graph, pp).matrix
+    saved = costs_for(graph, ctx).io_elements[0]  # by each execution of each op
     if workload.recompute:
-        outside_layers = (saved * counts) @ (columns(graph).attrs["in_layer"] == 0)
-        bounds = stage_layer_bounds(graph.meta["num_layers"], layout.pp)
-        layers_here = np.diff(bounds)
-        checkpoints = layers_here * ctx.dims["tokens"] * graph.meta["hidden_size"]
-        per_micro_batch = checkpoints + outside_layers
-        live = np.array([_largest_layer_saved(graph, saved[s], bounds[s], bounds[s + 1]) for s in range(layout.pp)])
+        outside_layers = (counts @ (saved * (columns(graph).attrs["in_layer"] == 0))).tolist()
+        bounds = stage_layer_bounds(graph.meta["num_layers"], pp)
+        per_micro_batch = [(bounds[s + 1] - bounds[s]) * ctx.dims["tokens"] * graph.meta["hidden_size"] + outside_layers[s]
+                           for s in range(pp)]
+        live = [_largest_layer_saved(graph, saved, bounds[s], bounds[s + 1]) for s in range(pp)]
     else:
-        per_micro_batch = (saved * counts).sum(axis=1)
-        live = 0.0
-    logits = _logits_elements(graph, ctx)
-    return (in_flight * per_micro_batch + live) * ctx.precision.act_bytes + logits * LOGITS_BYTES
+        per_micro_batch, live = (counts @ saved).tolist(), [0.0] * pp
+    logits = _logits_elements(graph, ctx).tolist()
+    return [(min(pp - s, workload.microbatches) * per_micro_batch[s] + live[s]) * ctx.precision.act_bytes
+            + logits[s] * LOGITS_BYTES for s in range(pp)]
 
 
 def _largest_layer_saved(graph: ComputationalGraph, saved: np.ndarray, first: int, end: int) -> float:

@@ -36,6 +36,7 @@ class Columns:
     masks: dict[str, np.ndarray]
     comm: np.ndarray
     attrs: dict[str, np.ndarray]
+    split_memo: dict[int, np.ndarray]
 
     def mask(self, op_type: str) -> np.ndarray:
         return self.masks[op_type]
@@ -58,7 +59,13 @@ class Columns:
         return np.array(values)
 
     def splits(self, tp: int) -> np.ndarray:
-        """partition.tp_split of every node."""
+        """partition.tp_split of every node (read-only)."""
+        split = self.split_memo.get(tp)
+        if split is None:
+            split = self.split_memo[tp] = self._splits(tp)
+        return split
+
+    def _splits(self, tp: int) -> np.ndarray:
         a = self.attrs
         plain = np.minimum(tp, a["max_split"])
         width, limited = a["width"], a["limited_width"]
@@ -91,7 +98,7 @@ def _node_attrs(node: OpNode, num_layers: int) -> dict[str, float]:
         "comm": node.is_comm and op != "all_to_all", "all_to_all": op == "all_to_all",
         # moe_gemm_work: per token of the replica, and the weights of all experts
         "moe_flops": 2.0 * a["top_k"] * k * n if moe else 0.0, "moe_elements": a["top_k"] * (k + n) if moe else 0,
-        "experts": experts, "expert_weights": experts * k * n if moe else 0, "top_k": a.get("top_k", 0) if moe else 0,
+        "expert_weights": experts * k * n if moe else 0, "miss": 1.0 - a["top_k"] / experts if moe else 1.0,
         # attention_work: per query-key pair, per query, per cached key
         "attention_flops": 2.0 * heads * (qk + v) if attention else 0.0,
         "query_elements": heads * (qk + v) if attention else 0, "kv_dim": a.get("kv_dim", 0) if attention else 0,
@@ -127,7 +134,8 @@ def _build_columns(graph: ComputationalGraph) -> Columns:
     attrs = {name: table[:, j].copy() for j, name in enumerate(per_node[0])}
     masks = {op_type: np.array([node.op_type == op_type for node in nodes]) for op_type in OP_TYPES}
     index = {node.name: i for i, node in enumerate(nodes)}
-    return Columns(features, first_in, other_in, out, index, masks, np.array([n.is_comm for n in nodes]), attrs)
+    comm = np.array([n.is_comm for n in nodes])
+    return Columns(features, first_in, other_in, out, index, masks, comm, attrs, {})
 
 
 def work_coefficients(graph: ComputationalGraph, tp: int, ep: int, mode: str) -> tuple[np.ndarray, ...]:

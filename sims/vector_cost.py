@@ -140,10 +140,9 @@ def _build_plan(graph: ComputationalGraph, ctx: Context) -> Plan:
     split = 1 / cols.splits(tp)
     const_bytes = a["linear"] * a["weights"] * split * weight_bytes + (a["norm"] > 0) * a["weights"] * p.other_weight_bytes
     expert_bytes = a["expert_weights"] / (tp if ep == 1 else ep) * p.gemm_weight_bytes
-    miss = 1.0 - a["top_k"] / a["experts"]
     peak = np.where(a["gemm_weights"] > 0, p.gemm_peak, p.other_peak) * compute
     latency, factor, bus, runs = _collectives(graph, ctx)
-    return Plan(cols, graph.nodes, flops, moved * p.act_bytes, const_bytes, expert_bytes, miss,
+    return Plan(cols, graph.nodes, flops, moved * p.act_bytes, const_bytes, expert_bytes, a["miss"],
                 1.0 if ep == 1 else ep / tp, peak, ctx.hw.memory_bytes_per_s * memory, floor_s, runs, latency, factor,
                 bus, (io_in, io_out), measurable)
 
