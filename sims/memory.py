@@ -15,7 +15,7 @@ from sims.calculator import Context
 from sims.hardware import HardwareSpec
 from sims.cache import GraphCache
 from sims.ir import ComputationalGraph
-from sims.partition import expert_data_parallel, stage_layer_bounds, stage_split
+from sims.partition import expert_data_parallel, stage_counts, stage_layer_bounds, stage_split
 from sims.op_columns import columns
 from sims.vector_cost import costs_for
 from sims.workload import Layout, Workload
@@ -49,15 +49,14 @@ _MEMO = GraphCache(maxsize=16384)
 
 def _stage_parts(graph: ComputationalGraph, ctx: Context) -> dict[str, list[float]]:
     """Bytes per component on one device of each pipeline stage."""
-    layout, workload, p = ctx.layout, ctx.workload, ctx.precision
+    layout, workload = ctx.layout, ctx.workload
     io_key = (layout.tp, *ctx.dims.values(), workload.mode, workload.dtype, layout.pp)
-    weight_key = ("weights", layout.tp, layout.ep, layout.pp, p.gemm_weight_bytes, p.other_weight_bytes)
-    weights = _MEMO.get(graph, weight_key, lambda: _weight_bytes(graph, ctx).tolist())
+    weights = _weight_bytes(graph, ctx)
     if workload.mode != "train":
         return {
             "weights": weights,
             "kv_cache": _kv_cache_bytes(graph, ctx),
-            "activations": _MEMO.get(graph, ("largest", io_key), lambda: _inference_activation_bytes(graph, ctx).tolist()),
+            "activations": _MEMO.get(graph, ("largest", io_key), lambda: _inference_activation_bytes(graph, ctx)),
         }
     expert_dp = expert_data_parallel(layout)
     per_stage = [local_params(graph, layout, stage) for stage in range(layout.pp)]
@@ -71,39 +70,34 @@ def _stage_parts(graph: ComputationalGraph, ctx: Context) -> dict[str, list[floa
     }
 
 
-def params_per_device(graph: ComputationalGraph, layout: Layout) -> np.ndarray:
-    """Parameters of one execution of each node that one device holds (0 for a tied lm_head that
-    shares the embedding's storage, pp = 1): experts split ep ways (tp with ep = 1), tp-split weights
-    by their split, the rest whole."""
-    key = ("params", layout.tp, layout.ep, layout.pp == 1)
-    return _MEMO.get(graph, key, lambda: _params_per_device(graph, layout))
-
-
-def _params_per_device(graph: ComputationalGraph, layout: Layout) -> np.ndarray:
-    cols = columns(graph)
-    a = cols.attrs
-    split = np.where(a["tp_split_weights"] > 0, cols.splits(layout.tp), 1.0)
-    split = np.where(cols.mask("moe_gemm"), layout.ep if layout.ep > 1 else layout.tp, split)
-    stored = (a["tied"] == 0) | (layout.pp > 1)
-    return np.where(stored, a["weights"] / split, 0.0)
-
-
 def local_params(graph: ComputationalGraph, layout: Layout, stage: int) -> tuple[float, float]:
     """(non-expert, expert) parameters one device of `stage` holds."""
-    key = ("local_params", layout.tp, layout.ep, layout.pp)
-    return _MEMO.get(graph, key, lambda: _count_local_params(graph, layout))[stage]
+    return _stage_params(graph, layout)[stage][:2]
 
 
-def _count_local_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float, float]]:
-    params = stage_split(graph, layout.pp).matrix * params_per_device(graph, layout)
-    experts = columns(graph).mask("moe_gemm")
-    return list(zip((params @ ~experts).tolist(), (params @ experts).tolist()))
+def _stage_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float, float, float, float]]:
+    """Per stage: (non-expert, expert, GEMM and expert, other) parameters one device holds."""
+    key = ("params", layout.tp, layout.ep, layout.pp)
+    return _MEMO.get(graph, key, lambda: _count_stage_params(graph, layout))
 
 
-def _weight_bytes(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
+def _count_stage_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float, float, float, float]]:
+    """Experts split ep ways (tp with ep = 1), tp-split weights by their split, the rest whole; a tied
+    lm_head shares the embedding's storage when both sit on one device (pp = 1)."""
+    cols = columns(graph)
+    a, experts, gemms = cols.attrs, cols.mask("moe_gemm"), cols.attrs["gemm_weights"] > 0
+    split = np.where(a["tp_split_weights"] > 0, cols.splits(layout.tp), 1.0)
+    split = np.where(experts, layout.ep if layout.ep > 1 else layout.tp, split)
+    stored = (a["tied"] == 0) | (layout.pp > 1)
+    params = stage_split(graph, layout.pp).matrix * np.where(stored, a["weights"] / split, 0.0)
+    sums = [params @ mask for mask in (~experts, experts, gemms, ~gemms)]
+    return list(zip(*(total.tolist() for total in sums)))
+
+
+def _weight_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
     p = ctx.precision
-    per_param = np.where(columns(graph).attrs["gemm_weights"] > 0, p.gemm_weight_bytes, p.other_weight_bytes)
-    return stage_split(graph, ctx.layout.pp).matrix @ (params_per_device(graph, ctx.layout) * per_param)
+    return [gemm * p.gemm_weight_bytes + other * p.other_weight_bytes
+            for _, _, gemm, other in _stage_params(graph, ctx.layout)]
 
 
 def _kv_cache_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
@@ -120,11 +114,13 @@ def _kv_elements_per_token(graph: ComputationalGraph, ctx: Context) -> np.ndarra
     return stage_split(graph, ctx.layout.pp).matrix @ (a["cache_dim"] / np.minimum(ctx.tp, a["cache_heads"]))
 
 
-def _inference_activation_bytes(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
+def _inference_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
     """The largest single op's inputs + outputs (activations are freed layer by layer), plus fp32 logits."""
     io_in, io_out = costs_for(graph, ctx).io_elements
-    largest = (stage_split(graph, ctx.layout.pp).runs * (io_in + io_out)).max(axis=1)
-    return largest * ctx.precision.act_bytes + _logits_elements(graph, ctx) * LOGITS_BYTES
+    io, pp = io_in + io_out, ctx.layout.pp
+    largest = (stage_split(graph, pp).runs * io).max(axis=1).tolist() if pp > 1 else [float(io.max())]  # pp 1 runs all
+    logits = _logits_elements(graph, ctx)
+    return [op * ctx.precision.act_bytes + head * LOGITS_BYTES for op, head in zip(largest, logits)]
 
 
 def _training_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
@@ -142,7 +138,7 @@ def _training_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list[
         live = [_largest_layer_saved(graph, saved, bounds[s], bounds[s + 1]) for s in range(pp)]
     else:
         per_micro_batch, live = (counts @ saved).tolist(), [0.0] * pp
-    logits = _logits_elements(graph, ctx).tolist()
+    logits = _logits_elements(graph, ctx)
     return [(min(pp - s, workload.microbatches) * per_micro_batch[s] + live[s]) * ctx.precision.act_bytes
             + logits[s] * LOGITS_BYTES for s in range(pp)]
 
@@ -175,9 +171,8 @@ def _group_layers(graph: ComputationalGraph) -> dict[tuple[int, ...], list[int]]
 _LAYER_KINDS = GraphCache(maxsize=256)
 
 
-def _logits_elements(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
+def _logits_elements(graph: ComputationalGraph, ctx: Context) -> list[float]:
     """fp32 logits elements per stage: on the stage that runs lm_head."""
     head = columns(graph).index.get("lm_head")
-    if head is None:
-        return np.zeros(ctx.layout.pp)
-    return stage_split(graph, ctx.layout.pp).runs[:, head] * (ctx.dims["logit_tokens"] * graph.meta["vocab_size"] / ctx.tp)
+    logits = ctx.dims["logit_tokens"] * graph.meta["vocab_size"] / ctx.tp
+    return [logits if head is not None and counts[head] else 0.0 for counts in stage_counts(graph, ctx.layout.pp)]

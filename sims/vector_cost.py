@@ -166,15 +166,15 @@ def _collectives(graph: ComputationalGraph, ctx: Context) -> tuple[np.ndarray, .
     """(latency s, bus factor, bus bytes/s, runs) of every node: calculator.comm_cost's link model."""
     n = len(graph.nodes)
     latency, factor, bus, runs = np.zeros(n), np.zeros(n), np.ones(n), np.ones(n, dtype=bool)
-    for i, node in enumerate(graph.nodes):
-        if not node.is_comm:
-            continue
+    for i in np.flatnonzero(columns(graph).comm).tolist():
+        node = graph.nodes[i]
         group = ctx.tp if node.parallel.group == "tp" else ctx.ep
         when = node.parallel.when
         skipped = (when == "ep_is_1" and ctx.ep > 1) or (when == "ep_gt_1" and ctx.ep == 1)
         if group <= 1 or skipped or (node.attrs.get("inference_only") and ctx.workload.mode == "train"):
             runs[i] = False
             continue
-        latency[i], bus[i] = link_model(node.op_type, group, group, ctx.hw)
+        link = ("link", node.op_type, group)
+        latency[i], bus[i] = _cache(ctx.hw).get(graph, link, lambda: link_model(node.op_type, group, group, ctx.hw))
         factor[i] = BUS_FACTOR[node.op_type](group)
     return latency, factor, bus, runs
