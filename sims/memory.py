@@ -72,32 +72,38 @@ def _stage_parts(graph: ComputationalGraph, ctx: Context) -> dict[str, list[floa
 
 def local_params(graph: ComputationalGraph, layout: Layout, stage: int) -> tuple[float, float]:
     """(non-expert, expert) parameters one device of `stage` holds."""
-    return _stage_params(graph, layout)[stage][:2]
+    dense, _, _, experts = _stage_params(graph, layout)[stage]
+    return dense, experts / _expert_split(layout)
+
+
+def _expert_split(layout: Layout) -> int:
+    """Experts split ep ways, or tp ways like a dense MLP with ep = 1."""
+    return layout.ep if layout.ep > 1 else layout.tp
 
 
 def _stage_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float, float, float, float]]:
-    """Per stage: (non-expert, expert, GEMM and expert, other) parameters one device holds."""
-    key = ("params", layout.tp, layout.ep, layout.pp)
+    """Per stage: (non-expert, non-expert GEMM, other, all experts) parameters one device holds, the
+    experts before _expert_split. Tp-split weights split by tp_split, the rest whole; a tied lm_head
+    shares the embedding's storage when both sit on one device (pp = 1)."""
+    key = ("params", layout.tp, layout.pp)
     return _MEMO.get(graph, key, lambda: _count_stage_params(graph, layout))
 
 
 def _count_stage_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float, float, float, float]]:
-    """Experts split ep ways (tp with ep = 1), tp-split weights by their split, the rest whole; a tied
-    lm_head shares the embedding's storage when both sit on one device (pp = 1)."""
     cols = columns(graph)
     a, experts, gemms = cols.attrs, cols.mask("moe_gemm"), cols.attrs["gemm_weights"] > 0
     split = np.where(a["tp_split_weights"] > 0, cols.splits(layout.tp), 1.0)
-    split = np.where(experts, layout.ep if layout.ep > 1 else layout.tp, split)
     stored = (a["tied"] == 0) | (layout.pp > 1)
-    params = stage_split(graph, layout.pp).matrix * np.where(stored, a["weights"] / split, 0.0)
-    sums = [params @ mask for mask in (~experts, experts, gemms, ~gemms)]
+    params = stage_split(graph, layout.pp).matrix * np.where(stored & ~experts, a["weights"] / split, 0.0)
+    sums = [params @ mask for mask in (~experts, gemms, ~gemms)]
+    sums.append(stage_split(graph, layout.pp).matrix @ np.where(experts, a["weights"], 0.0))
     return list(zip(*(total.tolist() for total in sums)))
 
 
 def _weight_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
-    p = ctx.precision
-    return [gemm * p.gemm_weight_bytes + other * p.other_weight_bytes
-            for _, _, gemm, other in _stage_params(graph, ctx.layout)]
+    p, expert_split = ctx.precision, _expert_split(ctx.layout)
+    return [(gemm + experts / expert_split) * p.gemm_weight_bytes + other * p.other_weight_bytes
+            for _, gemm, other, experts in _stage_params(graph, ctx.layout)]
 
 
 def _kv_cache_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:

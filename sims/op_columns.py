@@ -17,7 +17,7 @@ import numpy as np
 
 from sims.cache import GraphCache
 from sims.ir import OP_TYPES, ComputationalGraph, OpNode
-from sims.partition import _split_shape, weight_numel
+from sims.partition import split_shape, weight_numel
 
 PAIRS = ("pairs",)
 TOKENS, QUERIES, KEYS = ("tokens",), ("batch", "seq_len"), ("batch", "kv_len")
@@ -120,19 +120,20 @@ def _node_attrs(node: OpNode, num_layers: int) -> dict[str, float]:
 
 def _build_columns(graph: ComputationalGraph) -> Columns:
     nodes = graph.nodes
-    monomials = {_split_shape(shape)[1] for node in nodes for shape in (*node.inputs, node.outputs[0])}
+    monomials = {split_shape(shape)[1] for node in nodes for shape in (*node.inputs, node.outputs[0])}
     features = tuple(dict.fromkeys((*sorted(monomials), TOKENS, QUERIES, KEYS, PAIRS)))
     position = {feature: i for i, feature in enumerate(features)}
     first_in, other_in, out = (np.zeros((len(nodes), len(features))) for _ in range(3))
     for row, node in enumerate(nodes):
         for target, shapes in ((first_in, node.inputs[:1]), (other_in, node.inputs[1:]), (out, node.outputs[:1])):
             for shape in shapes:
-                constant, symbols = _split_shape(shape)
+                constant, symbols = split_shape(shape)
                 target[row, position[symbols]] += constant
     per_node = [_node_attrs(node, graph.meta["num_layers"]) for node in nodes]
-    table = np.array([list(values.values()) for values in per_node], dtype=float)
-    attrs = {name: table[:, j].copy() for j, name in enumerate(per_node[0])}
-    masks = {op_type: np.array([node.op_type == op_type for node in nodes]) for op_type in OP_TYPES}
+    table = np.array([list(values.values()) for values in per_node], dtype=float).T
+    attrs = dict(zip(per_node[0], table))
+    op_types = np.array([OP_TYPES.index(node.op_type) for node in nodes])
+    masks = {op_type: op_types == code for code, op_type in enumerate(OP_TYPES)}
     index = {node.name: i for i, node in enumerate(nodes)}
     comm = np.array([n.is_comm for n in nodes])
     return Columns(features, first_in, other_in, out, index, masks, comm, attrs, {})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from bisect import bisect_left
 from dataclasses import dataclass
 from math import prod
 
@@ -14,14 +15,14 @@ from sims.workload import Layout
 
 
 def numel(shape, dims: dict[str, float]) -> float:
-    constant, symbols = _split_shape(shape)
+    constant, symbols = split_shape(shape)
     for symbol in symbols:
         constant *= dims[symbol]
     return constant
 
 
 @lru_cache(maxsize=4096)
-def _split_shape(shape: tuple) -> tuple[int, tuple[str, ...]]:
+def split_shape(shape: tuple) -> tuple[int, tuple[str, ...]]:
     """(product of the integer dims, the symbolic dims): evaluation then multiplies a few floats."""
     return prod(d for d in shape if isinstance(d, int)), tuple(d for d in shape if isinstance(d, str))
 
@@ -75,12 +76,18 @@ def stage_counts(graph: ComputationalGraph, pp: int) -> list[list[int]]:
 
 def _split_stages(graph: ComputationalGraph, pp: int) -> StageSplit:
     interior = stage_layer_bounds(graph.meta["num_layers"], pp)[1:-1]
-    repeats = [len(node.layers) for node in graph.nodes]
-    nodes = np.repeat(np.arange(len(graph.nodes)), repeats)
-    layers = np.concatenate([node.layers for node in graph.nodes])
-    matrix = np.zeros((pp, len(graph.nodes)))
-    np.add.at(matrix, (np.searchsorted(interior, layers, side="right"), nodes), 1.0)
-    return StageSplit(matrix.astype(int).tolist(), matrix, (matrix > 0).astype(float))
+    counts = [[0] * len(graph.nodes) for _ in range(pp)]
+    for index, layers in enumerate(_STAGE_SPLITS.get(graph, "sorted layers", lambda: _sorted_layers(graph))):
+        # stage s holds the layers from interior[s - 1] up to interior[s] (the ends open)
+        edges = [0, *(bisect_left(layers, bound) for bound in interior), len(layers)]
+        for stage in range(pp):
+            counts[stage][index] = edges[stage + 1] - edges[stage]
+    matrix = np.array(counts, dtype=float)
+    return StageSplit(counts, matrix, (matrix > 0).astype(float))
+
+
+def _sorted_layers(graph: ComputationalGraph) -> list[list[int]]:
+    return [sorted(node.layers) for node in graph.nodes]
 
 
 _STAGE_SPLITS = GraphCache(maxsize=256)

@@ -29,8 +29,8 @@ from sims.calculator import (
 from sims.hardware import HardwareSpec
 from sims.ir import ComputationalGraph, OpNode
 from sims.memory import local_params
-from sims.partition import expert_data_parallel, stage_counts, stage_split
 from sims.op_columns import columns, work_coefficients
+from sims.partition import expert_data_parallel, stage_counts, stage_split
 from sims.vector_cost import Costs, costs_for
 from sims.workload import Layout, Workload
 
