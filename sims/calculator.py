@@ -94,7 +94,7 @@ class Context:
 
     @classmethod
     def for_step(cls, graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload) -> "Context":
-        precision = Precision.of(workload.dtype, hw, workload.mode == "train")
+        precision = _precision(workload.dtype, hw, workload.mode == "train")
         return cls(
             bind_dims(graph, layout, workload),
             layout.tp,
@@ -106,6 +106,17 @@ class Context:
             _interpolator(hw),
             _op_interpolator(hw),
         )
+
+
+_PRECISIONS: dict[tuple[int, str, bool], tuple[HardwareSpec, Precision]] = {}
+
+
+def _precision(dtype: str, hw: HardwareSpec, training: bool) -> Precision:
+    """Precision.of, kept per parsed hardware spec."""
+    cached = _PRECISIONS.get((id(hw), dtype, training))
+    if cached is None or cached[0] is not hw:
+        cached = _PRECISIONS[(id(hw), dtype, training)] = (hw, Precision.of(dtype, hw, training))
+    return cached[1]
 
 
 def bind_dims(graph: ComputationalGraph, layout: Layout, workload: Workload) -> dict[str, float]:

@@ -94,10 +94,9 @@ def _count_stage_params(graph: ComputationalGraph, layout: Layout) -> list[tuple
     a, experts, gemms = cols.attrs, cols.mask("moe_gemm"), cols.attrs["gemm_weights"] > 0
     split = np.where(a["tp_split_weights"] > 0, cols.splits(layout.tp), 1.0)
     stored = (a["tied"] == 0) | (layout.pp > 1)
-    params = stage_split(graph, layout.pp).matrix * np.where(stored & ~experts, a["weights"] / split, 0.0)
-    sums = [params @ mask for mask in (~experts, gemms, ~gemms)]
-    sums.append(stage_split(graph, layout.pp).matrix @ np.where(experts, a["weights"], 0.0))
-    return list(zip(*(total.tolist() for total in sums)))
+    params = np.where(stored & ~experts, a["weights"] / split, 0.0)
+    by_kind = np.stack([params, params * gemms, params * ~gemms, np.where(experts, a["weights"], 0.0)], axis=1)
+    return [tuple(stage) for stage in (stage_split(graph, layout.pp).matrix @ by_kind).tolist()]
 
 
 def _weight_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:

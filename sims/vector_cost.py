@@ -22,7 +22,7 @@ from sims.ir import ComputationalGraph, OpNode
 from sims.op_columns import Columns, columns, work_coefficients
 
 
-@dataclass(frozen=True)
+@dataclass
 class Plan:
     columns: Columns
     nodes: list[OpNode]

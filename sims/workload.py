@@ -99,7 +99,7 @@ def _parsed(kind: str, record: Mapping, parse):
     """parse(record), remembered by the record's items and their types (a sweep passes the same
     few layouts and workloads again and again); records with unhashable values are parsed anew."""
     try:
-        key = (kind, *((k, type(v), v) for k, v in record.items()))
+        key = (kind, tuple(record.items()), tuple(map(type, record.values())))
         hash(key)
     except TypeError:
         return parse(record)
