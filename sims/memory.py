@@ -58,16 +58,25 @@ def _stage_parts(graph: ComputationalGraph, ctx: Context) -> dict[str, list[floa
             "kv_cache": _kv_cache_bytes(graph, ctx),
             "activations": _MEMO.get(graph, ("largest", io_key), lambda: _inference_activation_bytes(graph, ctx)),
         }
-    expert_dp = expert_data_parallel(layout)
-    per_stage = [local_params(graph, layout, stage) for stage in range(layout.pp)]
-    optimizer = [dense / layout.dp + expert / expert_dp if workload.zero else dense + expert for dense, expert in per_stage]
+    state_key = ("state", layout, workload.zero, workload.dtype)
+    gradients, optimizer = _MEMO.get(graph, state_key, lambda: _training_state_bytes(graph, layout, workload))
     return {
         "weights": weights,
-        "gradients": [(dense + expert) * GRAD_BYTES_PER_PARAM for dense, expert in per_stage],
-        "optimizer": [params * OPTIMIZER_BYTES_PER_PARAM[workload.dtype] for params in optimizer],
+        "gradients": gradients,
+        "optimizer": optimizer,
         "activations": _MEMO.get(graph, ("train", io_key, workload.microbatches, workload.recompute),
                                  lambda: _training_activation_bytes(graph, ctx)),
     }
+
+
+def _training_state_bytes(graph: ComputationalGraph, layout: Layout, workload: Workload) -> tuple[list, list]:
+    """Per stage: fp32 gradients of the parameters a device holds, and the Adam state (sharded
+    over the data-parallel replicas with zero)."""
+    expert_dp = expert_data_parallel(layout)
+    per_stage = [local_params(graph, layout, stage) for stage in range(layout.pp)]
+    optimizer = [dense / layout.dp + expert / expert_dp if workload.zero else dense + expert for dense, expert in per_stage]
+    return ([(dense + expert) * GRAD_BYTES_PER_PARAM for dense, expert in per_stage],
+            [params * OPTIMIZER_BYTES_PER_PARAM[workload.dtype] for params in optimizer])
 
 
 def local_params(graph: ComputationalGraph, layout: Layout, stage: int) -> tuple[float, float]:
