@@ -15,8 +15,8 @@ from sims.calculator import Context
 from sims.hardware import HardwareSpec
 from sims.cache import GraphCache
 from sims.ir import ComputationalGraph
-from sims.partition import expert_data_parallel, stage_counts, stage_layer_bounds, stage_split
 from sims.op_columns import columns
+from sims.partition import expert_data_parallel, stage_counts, stage_layer_bounds, stage_split
 from sims.vector_cost import costs_for
 from sims.workload import Layout, Workload
 

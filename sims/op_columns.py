@@ -104,7 +104,7 @@ def _node_attrs(node: OpNode, num_layers: int) -> dict[str, float]:
         "query_elements": heads * (qk + v) if attention else 0, "kv_dim": a.get("kv_dim", 0) if attention else 0,
         "kv_heads": a.get("kv_heads", 1), "saved_per_query": heads * (qk + 2) if attention else 0,
         "out_per_query": heads * v if attention else 0,
-        # memory: activations (_io_elements), weights and KV cache
+        # memory.py: activations, weights and KV cache
         "moe": moe, "plain_io": plain_io,
         "io_in_split": mode in ("row", "heads", "sharded"), "io_out_split": mode in ("column", "heads", "sharded"),
         "weights": weight_numel(node.weights), "gemm_weights": op in ("gemm", "moe_gemm"),

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
 from bisect import bisect_left
 from dataclasses import dataclass
+from functools import lru_cache
 from math import prod
 
 import numpy as np
