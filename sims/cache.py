@@ -2,6 +2,7 @@
 
 Keyed by the graph's identity plus a key; each entry keeps the graph alive, so an id can never be
 reused by another graph while its entry exists. The oldest entry goes once `maxsize` is exceeded.
+`clear_caches()` empties every GraphCache (tests compare a sweep with configurations costed alone).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
+from weakref import WeakSet
 
 from sims.ir import ComputationalGraph
 
@@ -17,6 +19,7 @@ class GraphCache:
     def __init__(self, maxsize: int):
         self.maxsize = maxsize
         self._entries: OrderedDict[tuple[int, Hashable], tuple[ComputationalGraph, Any]] = OrderedDict()
+        _ALL.add(self)
 
     def get(self, graph: ComputationalGraph, key: Hashable, compute: Callable[[], Any]) -> Any:
         entry = self._entries.get((id(graph), key))
@@ -27,3 +30,15 @@ class GraphCache:
         if len(self._entries) > self.maxsize:
             self._entries.popitem(last=False)
         return value
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+_ALL: WeakSet[GraphCache] = WeakSet()
+
+
+def clear_caches() -> None:
+    """Forget everything every GraphCache holds: the next simulate costs from scratch."""
+    for cache in list(_ALL):
+        cache.clear()

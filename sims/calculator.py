@@ -94,7 +94,7 @@ class Context:
 
     @classmethod
     def for_step(cls, graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload) -> "Context":
-        precision = Precision.of(workload.dtype, hw, workload.mode == "train")
+        precision = _precision(workload.dtype, hw, workload.mode == "train")
         return cls(
             bind_dims(graph, layout, workload),
             layout.tp,
@@ -106,6 +106,17 @@ class Context:
             _interpolator(hw),
             _op_interpolator(hw),
         )
+
+
+_PRECISIONS: dict[tuple[int, str, bool], tuple[HardwareSpec, Precision]] = {}
+
+
+def _precision(dtype: str, hw: HardwareSpec, training: bool) -> Precision:
+    """Precision.of, kept per parsed hardware spec."""
+    cached = _PRECISIONS.get((id(hw), dtype, training))
+    if cached is None or cached[0] is not hw:
+        cached = _PRECISIONS[(id(hw), dtype, training)] = (hw, Precision.of(dtype, hw, training))
+    return cached[1]
 
 
 def bind_dims(graph: ComputationalGraph, layout: Layout, workload: Workload) -> dict[str, float]:
@@ -137,9 +148,9 @@ def op_cost(node: OpNode, ctx: Context) -> OpCost | None:
     memory_s = nbytes / (ctx.hw.memory_bytes_per_s * cls.memory)
     floor_s = cls.floor_us * 1e-6
     bound = "compute" if compute_s >= memory_s else "memory"
-    measured = _measured_gemm_s(node, ctx)
+    measured = measured_gemm_s(node, ctx)
     if measured is None:
-        measured = _measured_op_s(node, ctx, flops, nbytes, floor_s)
+        measured = measured_op_s(node, ctx, flops, nbytes, floor_s)
     if measured is not None:
         return OpCost(flops, nbytes, max(measured, floor_s), bound if measured > floor_s else "floor")
     if floor_s >= max(compute_s, memory_s):
@@ -228,7 +239,7 @@ OP_WORK = {
 }
 
 
-def _measured_gemm_s(node: OpNode, ctx: Context) -> float | None:
+def measured_gemm_s(node: OpNode, ctx: Context) -> float | None:
     if ctx.interpolator is None or node.op_type != "gemm" or len(node.weights[0]) != 2:
         return None
     k, n = node.weights[0]
@@ -241,7 +252,7 @@ def _measured_gemm_s(node: OpNode, ctx: Context) -> float | None:
     return ctx.interpolator.time_s(m, n, k, ctx.precision.dtype)
 
 
-def _measured_op_s(node: OpNode, ctx: Context, flops: float, nbytes: float, floor_s: float) -> float | None:
+def measured_op_s(node: OpNode, ctx: Context, flops: float, nbytes: float, floor_s: float) -> float | None:
     """The op's measured curve at this size, when the table has one. Only grouped expert GEMMs
     follow an fp8 workload's dtype; the other ops stay bf16 under fp8."""
     if ctx.op_interpolator is None or node.op_type == "gemm":

@@ -9,20 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from sims.calculator import Context
 from sims.hardware import HardwareSpec
 from sims.cache import GraphCache
-from sims.ir import ComputationalGraph, OpNode
-from sims.partition import (
-    expert_data_parallel,
-    local_params,
-    node_params_per_device,
-    numel,
-    shared_with_embedding,
-    stage_counts,
-    stage_layer_bounds,
-    tp_split,
-)
+from sims.ir import ComputationalGraph
+from sims.op_columns import columns
+from sims.partition import expert_data_parallel, stage_counts, stage_layer_bounds, stage_split
+from sims.vector_cost import costs_for
 from sims.workload import Layout, Workload
 
 GB = 1e9
@@ -41,100 +36,132 @@ def estimate_memory(
     graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload, ctx: Context | None = None
 ) -> MemoryEstimate:
     ctx = ctx or Context.for_step(graph, hw, layout, workload)
-    io_key = (layout.tp, *ctx.dims.values(), workload.mode, workload.dtype)
-    io = _MEMO.get(graph, ("io", io_key), lambda: [_io_elements(node, ctx) for node in graph.nodes])
-    per_stage = [_stage_breakdown(graph, ctx, stage, io, io_key) for stage in range(layout.pp)]
-    stage = max(range(layout.pp), key=lambda s: sum(per_stage[s].values()))
-    return MemoryEstimate({k: v / GB for k, v in per_stage[stage].items()}, stage)
+    parts = _stage_parts(graph, ctx)
+    totals = [sum(values) for values in zip(*parts.values())]
+    stage = max(range(layout.pp), key=totals.__getitem__)
+    return MemoryEstimate({k: v[stage] / GB for k, v in parts.items()}, stage)
 
 
 # Parts shared across a sweep (weights per layout split, activations per bound dims): keyed by what
-# they depend on, so layouts and batches that agree on it reuse them.
+# they depend on, so layouts and batches that agree on it reuse them. Each is a list over stages.
 _MEMO = GraphCache(maxsize=16384)
 
 
-def _stage_breakdown(graph: ComputationalGraph, ctx: Context, stage: int, io: list, io_key: tuple) -> dict[str, float]:
-    """Bytes per component on one device of `stage`; io: (input, output) elements per node."""
-    layout, workload, p = ctx.layout, ctx.workload, ctx.precision
-    counts = stage_counts(graph, layout.pp)[stage]
-    weight_key = ("weights", layout.tp, layout.ep, layout.pp, stage, p.gemm_weight_bytes, p.other_weight_bytes)
-    weights = _MEMO.get(graph, weight_key, lambda: _weight_bytes(graph, ctx, counts))
+def _stage_parts(graph: ComputationalGraph, ctx: Context) -> dict[str, list[float]]:
+    """Bytes per component on one device of each pipeline stage."""
+    layout, workload = ctx.layout, ctx.workload
+    io_key = (layout.tp, *ctx.dims.values(), workload.mode, workload.dtype, layout.pp)
+    weights = _weight_bytes(graph, ctx)
     if workload.mode != "train":
-        largest_key = ("largest", io_key, layout.pp, stage)
         return {
             "weights": weights,
-            "kv_cache": _kv_cache_bytes(graph, ctx, counts),
-            "activations": _MEMO.get(graph, largest_key, lambda: _inference_activation_bytes(graph, ctx, counts, io)),
+            "kv_cache": _kv_cache_bytes(graph, ctx),
+            "activations": _MEMO.get(graph, ("largest", io_key), lambda: _inference_activation_bytes(graph, ctx)),
         }
-    dense, expert = local_params(graph, layout, stage)
-    expert_dp = expert_data_parallel(layout)
-    optimizer_params = dense / layout.dp + expert / expert_dp if workload.zero else dense + expert
+    state_key = ("state", layout, workload.zero, workload.dtype)
+    gradients, optimizer = _MEMO.get(graph, state_key, lambda: _training_state_bytes(graph, layout, workload))
     return {
         "weights": weights,
-        "gradients": (dense + expert) * GRAD_BYTES_PER_PARAM,
-        "optimizer": optimizer_params * OPTIMIZER_BYTES_PER_PARAM[workload.dtype],
-        "activations": _MEMO.get(graph, ("train", io_key, layout.pp, stage, workload.microbatches, workload.recompute),
-                                 lambda: _training_activation_bytes(graph, ctx, stage, counts, io)),
+        "gradients": gradients,
+        "optimizer": optimizer,
+        "activations": _MEMO.get(graph, ("train", io_key, workload.microbatches, workload.recompute),
+                                 lambda: _training_activation_bytes(graph, ctx)),
     }
 
 
-def _weight_bytes(graph: ComputationalGraph, ctx: Context, counts: list[int]) -> float:
-    p, layout, weights = ctx.precision, ctx.layout, 0.0
-    for node, count in zip(graph.nodes, counts):
-        if count and node.weights and not shared_with_embedding(node, layout):
-            per_param = p.gemm_weight_bytes if node.op_type in ("gemm", "moe_gemm") else p.other_weight_bytes
-            weights += count * node_params_per_device(node, layout) * per_param
-    return weights
+def _training_state_bytes(graph: ComputationalGraph, layout: Layout, workload: Workload) -> tuple[list, list]:
+    """Per stage: fp32 gradients of the parameters a device holds, and the Adam state (sharded
+    over the data-parallel replicas with zero)."""
+    expert_dp = expert_data_parallel(layout)
+    per_stage = [local_params(graph, layout, stage) for stage in range(layout.pp)]
+    optimizer = [dense / layout.dp + expert / expert_dp if workload.zero else dense + expert for dense, expert in per_stage]
+    return ([(dense + expert) * GRAD_BYTES_PER_PARAM for dense, expert in per_stage],
+            [params * OPTIMIZER_BYTES_PER_PARAM[workload.dtype] for params in optimizer])
 
 
-def _kv_cache_bytes(graph: ComputationalGraph, ctx: Context, counts: list[int]) -> float:
+def local_params(graph: ComputationalGraph, layout: Layout, stage: int) -> tuple[float, float]:
+    """(non-expert, expert) parameters one device of `stage` holds."""
+    dense, _, _, experts = _stage_params(graph, layout)[stage]
+    return dense, experts / _expert_split(layout)
+
+
+def _expert_split(layout: Layout) -> int:
+    """Experts split ep ways, or tp ways like a dense MLP with ep = 1."""
+    return layout.ep if layout.ep > 1 else layout.tp
+
+
+def _stage_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float, float, float, float]]:
+    """Per stage: (non-expert, non-expert GEMM, other, all experts) parameters one device holds, the
+    experts before _expert_split. Tp-split weights split by tp_split, the rest whole; a tied lm_head
+    shares the embedding's storage when both sit on one device (pp = 1)."""
+    key = ("params", layout.tp, layout.pp)
+    return _MEMO.get(graph, key, lambda: _count_stage_params(graph, layout))
+
+
+def _count_stage_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float, float, float, float]]:
+    cols = columns(graph)
+    a, experts, gemms = cols.attrs, cols.mask("moe_gemm"), cols.attrs["gemm_weights"] > 0
+    split = np.where(a["tp_split_weights"] > 0, cols.splits(layout.tp), 1.0)
+    stored = (a["tied"] == 0) | (layout.pp > 1)
+    params = np.where(stored & ~experts, a["weights"] / split, 0.0)
+    by_kind = np.stack([params, params * gemms, params * ~gemms, np.where(experts, a["weights"], 0.0)], axis=1)
+    return [tuple(stage) for stage in (stage_split(graph, layout.pp).matrix @ by_kind).tolist()]
+
+
+def _weight_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
+    p, expert_split = ctx.precision, _expert_split(ctx.layout)
+    return [(gemm + experts / expert_split) * p.gemm_weight_bytes + other * p.other_weight_bytes
+            for _, gemm, other, experts in _stage_params(graph, ctx.layout)]
+
+
+def _kv_cache_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
     """Every sequence of the replica keeps kv_len cached tokens per layer of the stage (all
     micro-batches stay resident). MLA caches one latent that every tp rank keeps whole."""
+    key = ("kv_cache", ctx.tp, ctx.layout.pp)
+    per_token = _MEMO.get(graph, key, lambda: _kv_elements_per_token(graph, ctx).tolist())
     sequences = ctx.workload.batch / ctx.layout.dp
-    total = 0.0
-    for node, count in zip(graph.nodes, counts):
-        if count and node.op_type == "attention":
-            a = node.attrs
-            total += count * a["cache_dim"] / min(ctx.tp, a["cache_heads"])
-    return total * sequences * ctx.dims["kv_len"] * ctx.precision.act_bytes
+    return [elements * sequences * ctx.dims["kv_len"] * ctx.precision.act_bytes for elements in per_token]
 
 
-def _inference_activation_bytes(graph: ComputationalGraph, ctx: Context, counts: list[int], io: list) -> float:
+def _kv_elements_per_token(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
+    a = columns(graph).attrs
+    return stage_split(graph, ctx.layout.pp).matrix @ (a["cache_dim"] / np.minimum(ctx.tp, a["cache_heads"]))
+
+
+def _inference_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
     """The largest single op's inputs + outputs (activations are freed layer by layer), plus fp32 logits."""
-    largest = max((sum(pair) for pair, c in zip(io, counts) if c), default=0.0)
-    logits = _logits_elements(graph, ctx, counts)
-    return largest * ctx.precision.act_bytes + logits * LOGITS_BYTES
+    io_in, io_out = costs_for(graph, ctx).io_elements
+    io, pp = io_in + io_out, ctx.layout.pp
+    largest = (stage_split(graph, pp).runs * io).max(axis=1).tolist() if pp > 1 else [float(io.max())]  # pp 1 runs all
+    logits = _logits_elements(graph, ctx)
+    return [op * ctx.precision.act_bytes + head * LOGITS_BYTES for op, head in zip(largest, logits)]
 
 
-def _training_activation_bytes(
-    graph: ComputationalGraph, ctx: Context, stage: int, counts: list[int], io: list
-) -> float:
+def _training_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
     """Inputs every op saves for backward, per micro-batch, times the micro-batches a stage holds
     under 1F1B (stage i of pp: min(pp - i, m)). With recompute a layer keeps only its input and one
     layer's saved set is live at a time."""
-    layout, workload = ctx.layout, ctx.workload
-    in_flight = min(layout.pp - stage, workload.microbatches)
-    num_layers = graph.meta["num_layers"]
-    saved = [pair[0] if c else 0.0 for pair, c in zip(io, counts)]
-    outside_layers = sum(s * c for s, c, n in zip(saved, counts, graph.nodes) if not 0 <= n.layers[0] < num_layers)
+    layout, workload, pp = ctx.layout, ctx.workload, ctx.layout.pp
+    counts = stage_split(graph, pp).matrix
+    saved = costs_for(graph, ctx).io_elements[0]  # by each execution of each op
     if workload.recompute:
-        bounds = stage_layer_bounds(num_layers, layout.pp)
-        layers_here = bounds[stage + 1] - bounds[stage]
-        checkpoints = layers_here * ctx.dims["tokens"] * graph.meta["hidden_size"]
-        per_micro_batch = checkpoints + outside_layers
-        live = _largest_layer_saved(graph, saved, bounds[stage], bounds[stage + 1])
+        outside_layers = (counts @ (saved * (columns(graph).attrs["in_layer"] == 0))).tolist()
+        bounds = stage_layer_bounds(graph.meta["num_layers"], pp)
+        per_micro_batch = [(bounds[s + 1] - bounds[s]) * ctx.dims["tokens"] * graph.meta["hidden_size"] + outside_layers[s]
+                           for s in range(pp)]
+        live = [_largest_layer_saved(graph, saved, bounds[s], bounds[s + 1]) for s in range(pp)]
     else:
-        per_micro_batch = sum(s * c for s, c in zip(saved, counts))
-        live = 0.0
-    logits = _logits_elements(graph, ctx, counts)
-    return (in_flight * per_micro_batch + live) * ctx.precision.act_bytes + logits * LOGITS_BYTES
+        per_micro_batch, live = (counts @ saved).tolist(), [0.0] * pp
+    logits = _logits_elements(graph, ctx)
+    return [(min(pp - s, workload.microbatches) * per_micro_batch[s] + live[s]) * ctx.precision.act_bytes
+            + logits[s] * LOGITS_BYTES for s in range(pp)]
 
 
-def _largest_layer_saved(graph: ComputationalGraph, saved: list[float], first: int, end: int) -> float:
+def _largest_layer_saved(graph: ComputationalGraph, saved: np.ndarray, first: int, end: int) -> float:
     largest = 0.0
     for layers, members in _layer_kinds(graph).items():
         if any(first <= layer < end for layer in layers):
-            largest = max(largest, sum(saved[i] for i in members))
+            largest = max(largest, float(saved[members].sum()))
     return largest
 
 
@@ -158,33 +185,8 @@ def _group_layers(graph: ComputationalGraph) -> dict[tuple[int, ...], list[int]]
 _LAYER_KINDS = GraphCache(maxsize=256)
 
 
-def _logits_elements(graph: ComputationalGraph, ctx: Context, counts: list[int]) -> float:
-    for node, count in zip(graph.nodes, counts):
-        if count and node.name == "lm_head":
-            return ctx.dims["logit_tokens"] * graph.meta["vocab_size"] / ctx.tp
-    return 0.0
-
-
-def _io_elements(node: OpNode, ctx: Context) -> tuple[float, float]:
-    """(input, output) elements of one execution on one device. Attention's input is q, k, v
-    (decode: q only; k and v are the KV cache) plus the softmax statistics."""
-    dims, tp = ctx.dims, ctx.tp
-    if node.is_comm or node.op_type == "embedding":
-        return 0.0, numel(node.outputs[0], dims) if node.op_type == "embedding" else 0.0
-    if node.op_type == "attention":
-        a = node.attrs
-        heads = a["heads"] / tp
-        q = dims["batch"] * dims["seq_len"] * heads
-        kv = (
-            0.0
-            if ctx.workload.mode == "decode"
-            else dims["batch"] * dims["kv_len"] * a["kv_dim"] * a["kv_heads"] / min(tp, a["kv_heads"])
-        )
-        return q * (a["qk_dim"] + 2) + kv, q * a["v_dim"]  # + fp32 log-sum-exp per query and head
-    if node.op_type == "moe_gemm":
-        return numel(node.inputs[0], dims) / tp, numel(node.outputs[0], dims) / tp
-    split = tp_split(node, tp)
-    mode = node.parallel.tp_mode
-    inp = numel(node.inputs[0], dims) / (split if mode in ("row", "heads", "sharded") else 1)
-    out = numel(node.outputs[0], dims) / (split if mode in ("column", "heads", "sharded") else 1)
-    return inp, out
+def _logits_elements(graph: ComputationalGraph, ctx: Context) -> list[float]:
+    """fp32 logits elements per stage: on the stage that runs lm_head."""
+    head = columns(graph).index.get("lm_head")
+    logits = ctx.dims["logit_tokens"] * graph.meta["vocab_size"] / ctx.tp
+    return [logits if head is not None and counts[head] else 0.0 for counts in stage_counts(graph, ctx.layout.pp)]

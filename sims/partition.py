@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left
+from dataclasses import dataclass
 from functools import lru_cache
 from math import prod
+
+import numpy as np
 
 from sims.cache import GraphCache
 from sims.ir import ComputationalGraph, OpNode
@@ -12,14 +15,14 @@ from sims.workload import Layout
 
 
 def numel(shape, dims: dict[str, float]) -> float:
-    constant, symbols = _split_shape(shape)
+    constant, symbols = split_shape(shape)
     for symbol in symbols:
         constant *= dims[symbol]
     return constant
 
 
 @lru_cache(maxsize=4096)
-def _split_shape(shape: tuple) -> tuple[int, tuple[str, ...]]:
+def split_shape(shape: tuple) -> tuple[int, tuple[str, ...]]:
     """(product of the integer dims, the symbolic dims): evaluation then multiplies a few floats."""
     return prod(d for d in shape if isinstance(d, int)), tuple(d for d in shape if isinstance(d, str))
 
@@ -52,58 +55,42 @@ def stage_layer_bounds(num_layers: int, pp: int) -> list[int]:
     return bounds
 
 
+@dataclass(frozen=True)
+class StageSplit:
+    """How pp pipeline stages split a graph: counts[stage][node index], the executions of each node
+    per forward pass on that stage (the embedding, layer -1, runs on the first stage; final norm and
+    head, layer L, on the last), and the same as (stage x node) float arrays of counts and of 0/1."""
+
+    counts: list[list[int]]
+    matrix: np.ndarray
+    runs: np.ndarray
+
+
+def stage_split(graph: ComputationalGraph, pp: int) -> StageSplit:
+    return _STAGE_SPLITS.get(graph, pp, lambda: _split_stages(graph, pp))
+
+
 def stage_counts(graph: ComputationalGraph, pp: int) -> list[list[int]]:
-    """counts[stage][node index]: executions of each node per forward pass on that stage. The
-    embedding (layer -1) runs on the first stage, final norm and head (layer L) on the last."""
-    return _STAGE_COUNTS.get(graph, pp, lambda: _count_per_stage(graph, pp))
+    return stage_split(graph, pp).counts
 
 
-def _count_per_stage(graph: ComputationalGraph, pp: int) -> list[list[int]]:
+def _split_stages(graph: ComputationalGraph, pp: int) -> StageSplit:
     interior = stage_layer_bounds(graph.meta["num_layers"], pp)[1:-1]
     counts = [[0] * len(graph.nodes) for _ in range(pp)]
-    for index, node in enumerate(graph.nodes):
-        for layer in node.layers:
-            counts[bisect_right(interior, layer)][index] += 1
-    return counts
+    for index, layers in enumerate(_STAGE_SPLITS.get(graph, "sorted layers", lambda: _sorted_layers(graph))):
+        # stage s holds the layers from interior[s - 1] up to interior[s] (the ends open)
+        edges = [0, *(bisect_left(layers, bound) for bound in interior), len(layers)]
+        for stage in range(pp):
+            counts[stage][index] = edges[stage + 1] - edges[stage]
+    matrix = np.array(counts, dtype=float)
+    return StageSplit(counts, matrix, (matrix > 0).astype(float))
 
 
-_STAGE_COUNTS = GraphCache(maxsize=256)
+def _sorted_layers(graph: ComputationalGraph) -> list[list[int]]:
+    return [sorted(node.layers) for node in graph.nodes]
 
 
-def node_params_per_device(node: OpNode, layout: Layout) -> float:
-    params = weight_numel(node.weights)
-    if node.op_type == "moe_gemm":
-        return params / (layout.ep if layout.ep > 1 else layout.tp)
-    if node.parallel.tp_dim is None:
-        return params
-    return params / tp_split(node, layout.tp)
-
-
-def local_params(graph: ComputationalGraph, layout: Layout, stage: int) -> tuple[float, float]:
-    """(non-expert, expert) parameters one device of `stage` holds."""
-    key = ("local_params", layout.tp, layout.ep, layout.pp, stage)
-    return _LOCAL_PARAMS.get(graph, key, lambda: _count_local_params(graph, layout, stage))
-
-
-_LOCAL_PARAMS = GraphCache(maxsize=4096)
-
-
-def _count_local_params(graph: ComputationalGraph, layout: Layout, stage: int) -> tuple[float, float]:
-    dense = expert = 0.0
-    for node, count in zip(graph.nodes, stage_counts(graph, layout.pp)[stage]):
-        if not count or not node.weights or shared_with_embedding(node, layout):
-            continue
-        params = count * node_params_per_device(node, layout)
-        if node.op_type == "moe_gemm":
-            expert += params
-        else:
-            dense += params
-    return dense, expert
-
-
-def shared_with_embedding(node: OpNode, layout: Layout) -> bool:
-    """A tied lm_head shares the embedding's storage when both sit on one device (pp = 1)."""
-    return bool(node.attrs.get("tied")) and layout.pp == 1
+_STAGE_SPLITS = GraphCache(maxsize=256)
 
 
 def expert_data_parallel(layout: Layout) -> int:

@@ -11,26 +11,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from sims.cache import GraphCache
 from sims.calculator import (
     ADAM_BYTES_PER_PARAM,
     GRAD_BYTES,
-    OP_WORK,
     TRAIN_BACKWARD_FACTOR,
     Context,
-    OpCost,
-    Precision,
     StepEstimate,
     all_gather_s,
     all_reduce_s,
     bind_dims,
-    op_cost,
     reduce_scatter_s,
     send_recv_s,
 )
 from sims.hardware import HardwareSpec
 from sims.ir import ComputationalGraph, OpNode
-from sims.partition import expert_data_parallel, local_params, stage_counts
+from sims.memory import local_params
+from sims.op_columns import columns, work_coefficients
+from sims.partition import expert_data_parallel, stage_counts, stage_split
+from sims.vector_cost import Costs, costs_for
 from sims.workload import Layout, Workload
 
 
@@ -62,8 +63,9 @@ def estimate_step(
         extra.append(_row("pp_send_recv", "send_recv", m, 0.0, 0.0, p2p_s * m, "comm"))
         extra.append(_row("pipeline_bubble", "idle", 0, 0.0, 0.0, pipeline_s - m * stage_s[ops.slowest], "idle"))
     if workload.mode == "train":
-        for row in _training_update_rows(graph, ctx, ops.slowest):
-            extra.append(row)
+        key = ("update", layout.tp, layout.dp, layout.ep, layout.pp, ops.slowest, workload.zero, workload.dtype)
+        for row in _step_cache(hw).get(graph, key, lambda: _training_update_rows(graph, ctx, ops.slowest)):
+            extra.append(dict(row))
             latency += row["time_s"]
 
     def rows() -> list[dict]:
@@ -81,54 +83,45 @@ class StageOps:
 
     stage_s: list[float]
     slowest: int
-    costs: list[OpCost | None]
-    multipliers: list[float]
+    costs: Costs
+    multipliers: np.ndarray
     counts: list[int]  # executions of each node on the slowest stage
 
     def slowest_rows(self, graph: ComputationalGraph) -> list[tuple]:
         """(name, op_type, executions, flops, bytes, time, bound) of the slowest stage's ops."""
-        return [
-            (node.name, node.op_type, n, cost.flops * n * mult, cost.bytes * n * mult, cost.time_s * n * mult,
-             cost.bound)
-            for node, cost, mult, n in zip(graph.nodes, self.costs, self.multipliers, self.counts)
-            if cost is not None and n
-        ]
+        c, rows = self.costs, []
+        per_op = zip(graph.nodes, c.flops.tolist(), c.bytes.tolist(), c.time_s.tolist(), self.multipliers.tolist(),
+                     self.counts, c.runs, c.bounds)
+        for node, flops, nbytes, time_s, mult, n, runs, bound in per_op:
+            if runs and n:
+                rows.append((node.name, node.op_type, n, flops * n * mult, nbytes * n * mult, time_s * n * mult, bound))
+        return rows
 
 
 def _stage_ops(graph: ComputationalGraph, ctx: Context) -> StageOps:
-    """Shared by every layout and workload that bind the ops alike (same tp, ep, dims per
-    micro-batch, dtype, mode; the stage sums also per pp): a sweep over dp, pp, batch and
-    micro-batches costs each op once per size."""
-    w = ctx.workload
-    binding = (ctx.layout.tp, *ctx.dims.values(), w.dtype, w.mode, w.recompute)
-    key = (ctx.layout.ep, *binding)
-    cache = _step_cache(ctx.hw)
-    return cache.get(graph, (key, ctx.layout.pp), lambda: _cost_stages(graph, ctx, cache.get(
-        graph, key, lambda: _op_costs(graph, ctx, cache.get(graph, ("ep_free", binding), lambda: {
-            i: op_cost(node, ctx) for i, node in enumerate(graph.nodes) if not _depends_on_ep(node)})))))
+    """Every op costed at once per binding (sims/vector_cost.py), then summed per stage: a sweep over
+    dp, pp, batch and micro-batches costs each op once per size."""
+    costs, w, pp = costs_for(graph, ctx), ctx.workload, ctx.layout.pp
+    key = ("stages", pp, w.recompute)
+    stages = costs.derived.get(key)
+    if stages is None:
+        stages = costs.derived[key] = _cost_stages(graph, ctx, costs)
+    return stages
 
 
-def _depends_on_ep(node) -> bool:
-    """Whether ep changes the node's cost (sims/calculator.py): collectives, grouped expert GEMMs and
-    the shuffles that split over tp only under expert parallelism. The rest is shared across ep."""
-    return node.is_comm or node.op_type == "moe_gemm" or bool(node.attrs.get("sequence_parallel_with_ep"))
+def _cost_stages(graph: ComputationalGraph, ctx: Context, costs: Costs) -> StageOps:
+    w, pp = ctx.workload, ctx.layout.pp
+    multipliers, weights = _step_cache(ctx.hw).get(graph, ("passes", w.mode, w.recompute, pp), lambda: _stage_weights(
+        graph, w, pp))
+    stage_s = (weights @ costs.time_s).tolist()
+    slowest = max(range(pp), key=stage_s.__getitem__)
+    return StageOps(stage_s, slowest, costs, multipliers, stage_counts(graph, pp)[slowest])
 
 
-def _op_costs(graph: ComputationalGraph, ctx: Context, ep_free: dict[int, OpCost | None]) -> list[OpCost | None]:
-    return [ep_free[i] if i in ep_free else op_cost(node, ctx) for i, node in enumerate(graph.nodes)]
-
-
-def _cost_stages(graph: ComputationalGraph, ctx: Context, costs: list[OpCost | None]) -> StageOps:
-    w = ctx.workload
-    multipliers = _step_cache(ctx.hw).get(graph, ("passes", w.mode, w.recompute), lambda: [
-        passes(node, w, graph.meta["num_layers"])[0] for node in graph.nodes])
-    counts = stage_counts(graph, ctx.layout.pp)
-    stage_s = [
-        sum(c.time_s * mult * n for c, mult, n in zip(costs, multipliers, stage) if c is not None and n)
-        for stage in counts
-    ]
-    slowest = max(range(ctx.layout.pp), key=stage_s.__getitem__)
-    return StageOps(stage_s, slowest, costs, multipliers, counts[slowest])
+def _stage_weights(graph: ComputationalGraph, workload: Workload, pp: int) -> tuple[np.ndarray, np.ndarray]:
+    """(pass multiplier per node, executions x multiplier per stage and node)."""
+    multipliers = np.array([passes(node, workload, graph.meta["num_layers"])[0] for node in graph.nodes])
+    return multipliers, stage_split(graph, pp).matrix * multipliers
 
 
 _STEP_CACHES: dict[int, tuple[HardwareSpec, GraphCache]] = {}
@@ -151,7 +144,8 @@ def pipeline_time_s(stage_s: list[float], microbatches: int) -> float:
 def model_flops(graph: ComputationalGraph, workload: Workload) -> float:
     """FLOPs of one step of the whole model on the whole batch (layout-independent; replicated
     ops counted once; no recompute). The numerator of MFU."""
-    return _MODEL_FLOPS.get(graph, workload, lambda: _count_model_flops(graph, workload))
+    key = (workload.mode, workload.batch, workload.seq_len, workload.context_len)
+    return _MODEL_FLOPS.get(graph, key, lambda: _count_model_flops(graph, workload))
 
 
 _MODEL_FLOPS = GraphCache(maxsize=4096)
@@ -159,15 +153,16 @@ _MODEL_FLOPS = GraphCache(maxsize=4096)
 
 def _count_model_flops(graph: ComputationalGraph, workload: Workload) -> float:
     whole = Workload(**{**workload.__dict__, "microbatches": 1})
-    bytes_unused = Precision(workload.dtype, 2, 2, 2, 1.0, 1.0)
-    ctx = Context(bind_dims(graph, Layout(), whole), tp=1, ep=1, precision=bytes_unused)
-    total = 0.0
-    for node in graph.nodes:
-        if node.is_comm:
-            continue
-        flops, _ = OP_WORK[node.op_type](node, ctx)
-        total += flops * node.repeat * passes(node, whole, graph.meta["num_layers"])[1]
-    return total
+    per_feature = _MODEL_FLOPS.get(graph, ("per_feature", workload.mode), lambda: _model_flops_per_feature(graph, whole))
+    return float(per_feature @ columns(graph).values(bind_dims(graph, Layout(), whole)))
+
+
+def _model_flops_per_feature(graph: ComputationalGraph, workload: Workload) -> np.ndarray:
+    """Whole-model FLOPs per unit of each feature: every op's forward FLOPs at tp = ep = 1 (collectives
+    have none) times its executions and passes."""
+    flops = work_coefficients(graph, 1, 1, workload.mode)[0]
+    executions = np.array([node.repeat * passes(node, workload, graph.meta["num_layers"])[1] for node in graph.nodes])
+    return executions @ flops
 
 
 def _pipeline_p2p_s(graph: ComputationalGraph, ctx: Context) -> float:

@@ -95,7 +95,35 @@ def layout_from_parallel(parallel: Mapping, devices: int) -> tuple[dict, bool]:
     return layout, sizes.fsdp > 1
 
 
+def _parsed(kind: str, record: Mapping, parse):
+    """parse(record), remembered by the record's items and their types (a sweep passes the same
+    few layouts and workloads again and again); records with unhashable values are parsed anew."""
+    try:
+        key = (kind, tuple(record.items()), tuple(map(type, record.values())))
+        hash(key)
+    except TypeError:
+        return parse(record)
+    parsed = _PARSED.get(key)
+    if parsed is None:
+        parsed = parse(record)
+        if len(_PARSED) >= 4096:
+            _PARSED.clear()
+        _PARSED[key] = parsed
+    return parsed
+
+
+_PARSED: dict[tuple, "Layout | Workload"] = {}
+
+
 def parse_layout(layout: Mapping) -> Layout:
+    return _parsed("layout", layout, _parse_layout)
+
+
+def parse_workload(workload: Mapping) -> Workload:
+    return _parsed("workload", workload, _parse_workload)
+
+
+def _parse_layout(layout: Mapping) -> Layout:
     _no_unknown("layout", layout, LAYOUT_KEYS)
     values = {}
     for key in LAYOUT_KEYS:
@@ -103,7 +131,7 @@ def parse_layout(layout: Mapping) -> Layout:
     return Layout(**values)
 
 
-def parse_workload(workload: Mapping) -> Workload:
+def _parse_workload(workload: Mapping) -> Workload:
     _no_unknown("workload", workload, tuple(WORKLOAD_DEFAULTS))
     w = {**WORKLOAD_DEFAULTS, **{k: v for k, v in workload.items() if v is not None}}
     if w["mode"] not in MODES:

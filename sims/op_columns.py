@@ -1,0 +1,180 @@
+"""A graph's nodes as columns of numbers, for costing every op at once (sims/vector_cost.py).
+
+For fixed tp, ep and mode, an op's FLOPs, bytes and activation elements are linear in a few
+products of the bound dims, its "features": the monomials its shapes use (tokens, routed_tokens,
+batch*seq_len, ...) and attention's causal query-key pairs (batch * pairs per sequence). `Columns`
+holds per graph what the formulas of sims/calculator.py (gemm_work, attention_work, ...) and
+sims/memory.py read from each node; `work_coefficients` turns them into (node x feature) matrices
+for one tp and ep. Grouped expert GEMMs' weight traffic (the experts the tokens hit) is not linear
+and is added per binding by vector_cost.Plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sims.cache import GraphCache
+from sims.ir import OP_TYPES, ComputationalGraph, OpNode
+from sims.partition import split_shape, weight_numel
+
+PAIRS = ("pairs",)
+TOKENS, QUERIES, KEYS = ("tokens",), ("batch", "seq_len"), ("batch", "kv_len")
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Per graph: element counts per feature of each node's first input, other inputs and first
+    output (node x feature), node positions by name, op-type masks, and per-node numbers (`attrs`)."""
+
+    features: tuple[tuple[str, ...], ...]
+    first_in: np.ndarray
+    other_in: np.ndarray
+    out: np.ndarray
+    index: dict[str, int]
+    masks: dict[str, np.ndarray]
+    comm: np.ndarray
+    attrs: dict[str, np.ndarray]
+    split_memo: dict[int, np.ndarray]
+
+    def mask(self, op_type: str) -> np.ndarray:
+        return self.masks[op_type]
+
+    def column(self, feature: tuple[str, ...]) -> int:
+        return self.features.index(feature)
+
+    def values(self, dims: dict[str, float]) -> np.ndarray:
+        """The features' values for one binding of the dims."""
+        values = []
+        for feature in self.features:
+            if feature == PAIRS:
+                q, kv = dims["seq_len"], dims["kv_len"]
+                values.append(dims["batch"] * (q * kv - q * (q - 1) / 2))
+            else:
+                value = 1.0
+                for symbol in feature:
+                    value *= dims[symbol]
+                values.append(value)
+        return np.array(values)
+
+    def splits(self, tp: int) -> np.ndarray:
+        """partition.tp_split of every node (read-only)."""
+        split = self.split_memo.get(tp)
+        if split is None:
+            split = self.split_memo[tp] = self._splits(tp)
+        return split
+
+    def _splits(self, tp: int) -> np.ndarray:
+        a = self.attrs
+        plain = np.minimum(tp, a["max_split"])
+        width, limited = a["width"], a["limited_width"]
+        partly = width / ((width - limited) / tp + limited / np.minimum(tp, a["limited_split"]))
+        return np.where(a["replicated"] > 0, 1.0, np.where(limited > 0, partly, plain))
+
+
+def columns(graph: ComputationalGraph) -> Columns:
+    return _COLUMNS.get(graph, None, lambda: _build_columns(graph))
+
+
+_COLUMNS = GraphCache(maxsize=256)
+
+
+def _node_attrs(node: OpNode, num_layers: int) -> dict[str, float]:
+    """What the formulas read from one node (0 where they do not apply); bytes in activation elements."""
+    a, mode, op = node.attrs, node.parallel.tp_mode, node.op_type
+    weights = node.weights[0] if node.weights else (0, 0)
+    experts, k, n = weights if op == "moe_gemm" else (1, weights[-2] if len(weights) > 1 else 0, 0)
+    heads, qk, v = a.get("heads", 0), a.get("qk_dim", 0), a.get("v_dim", 0)
+    linear, attention, moe = op in ("gemm", "router"), op == "attention", op == "moe_gemm"
+    plain_io = op in ("gemm", "router", "norm", "elementwise")
+    return {
+        # gemm_work, norm_work, elementwise_work, embedding_work: per element of first input / output
+        "linear": linear, "linear_flops": 2.0 * k if linear else 0.0,
+        "in_split": mode in ("row", "heads"), "out_split": mode in ("column", "heads"),
+        "norm": 5.0 if op == "norm" else 0.0, "norm_passes": (4 if a.get("fused_residual") else 2) if op == "norm" else 0,
+        "elementwise": op == "elementwise", "per_element": a.get("flops_per_element", 1) if op == "elementwise" else 0,
+        "sequence_parallel": bool(a.get("sequence_parallel_with_ep")), "embedding": op == "embedding",
+        "comm": node.is_comm and op != "all_to_all", "all_to_all": op == "all_to_all",
+        # moe_gemm_work: per token of the replica, and the weights of all experts
+        "moe_flops": 2.0 * a["top_k"] * k * n if moe else 0.0, "moe_elements": a["top_k"] * (k + n) if moe else 0,
+        "expert_weights": experts * k * n if moe else 0, "miss": 1.0 - a["top_k"] / experts if moe else 1.0,
+        # attention_work: per query-key pair, per query, per cached key
+        "attention_flops": 2.0 * heads * (qk + v) if attention else 0.0,
+        "query_elements": heads * (qk + v) if attention else 0, "kv_dim": a.get("kv_dim", 0) if attention else 0,
+        "kv_heads": a.get("kv_heads", 1), "saved_per_query": heads * (qk + 2) if attention else 0,
+        "out_per_query": heads * v if attention else 0,
+        # memory.py: activations, weights and KV cache
+        "moe": moe, "plain_io": plain_io,
+        "io_in_split": mode in ("row", "heads", "sharded"), "io_out_split": mode in ("column", "heads", "sharded"),
+        "weights": weight_numel(node.weights), "gemm_weights": op in ("gemm", "moe_gemm"),
+        "tp_split_weights": node.parallel.tp_dim is not None, "tied": bool(a.get("tied")),
+        "cache_dim": a.get("cache_dim", 0) if attention else 0, "cache_heads": a.get("cache_heads", 1) if attention else 1,
+        "in_layer": 0 <= node.layers[0] < num_layers,
+        # partition.tp_split
+        "max_split": a.get("max_split", np.inf), "limited_width": a.get("limited_width", 0),
+        "limited_split": a.get("limited_split", 1), "width": weights[-1] if a.get("limited_width") else 1,
+        "replicated": mode == "replicated",
+    }
+
+
+def _build_columns(graph: ComputationalGraph) -> Columns:
+    nodes = graph.nodes
+    monomials = {split_shape(shape)[1] for node in nodes for shape in (*node.inputs, node.outputs[0])}
+    features = tuple(dict.fromkeys((*sorted(monomials), TOKENS, QUERIES, KEYS, PAIRS)))
+    position = {feature: i for i, feature in enumerate(features)}
+    first_in, other_in, out = (np.zeros((len(nodes), len(features))) for _ in range(3))
+    for row, node in enumerate(nodes):
+        for target, shapes in ((first_in, node.inputs[:1]), (other_in, node.inputs[1:]), (out, node.outputs[:1])):
+            for shape in shapes:
+                constant, symbols = split_shape(shape)
+                target[row, position[symbols]] += constant
+    per_node = [_node_attrs(node, graph.meta["num_layers"]) for node in nodes]
+    table = np.array([list(values.values()) for values in per_node], dtype=float).T
+    attrs = dict(zip(per_node[0], table))
+    op_types = np.array([OP_TYPES.index(node.op_type) for node in nodes])
+    masks = {op_type: op_types == code for code, op_type in enumerate(OP_TYPES)}
+    index = {node.name: i for i, node in enumerate(nodes)}
+    comm = np.array([n.is_comm for n in nodes])
+    return Columns(features, first_in, other_in, out, index, masks, comm, attrs, {})
+
+
+def work_coefficients(graph: ComputationalGraph, tp: int, ep: int, mode: str) -> tuple[np.ndarray, ...]:
+    """(flops, activation elements moved, input elements, output elements) per unit of each feature
+    for every node: shared by the layouts of a sweep with this tp, whether ep > 1, and mode."""
+    key = ("work", tp, ep > 1, mode)
+    return _COLUMNS.get(graph, key, lambda: _work_coefficients(columns(graph), tp, ep > 1, mode))
+
+
+def _work_coefficients(cols: Columns, tp: int, expert_parallel: bool, mode: str) -> tuple[np.ndarray, ...]:
+    a = cols.attrs
+    per_split = 1 / cols.splits(tp)
+    per_in, per_out = np.where(a["in_split"] > 0, per_split, 1.0), np.where(a["out_split"] > 0, per_split, 1.0)
+    # MoE token shuffles run on the whole replica's tokens, split over tp only under expert parallelism.
+    per_shuffle = np.where(a["sequence_parallel"] > 0, 1 / tp, per_split) if expert_parallel else per_split
+    elementwise = a["elementwise"] * per_shuffle
+    flops = _outer(a["linear_flops"] * per_split + a["per_element"] * per_shuffle, cols.out)
+    flops += _outer(a["norm"] * per_split, cols.first_in)
+    moved = _outer(a["linear"] * per_in + a["norm_passes"] * per_split + elementwise + a["comm"] + a["all_to_all"] / tp,
+                   cols.first_in)
+    moved += _outer(elementwise, cols.other_in)
+    moved += _outer(a["linear"] * per_out + elementwise + a["embedding"] * (1 / tp + 1), cols.out)
+    tokens, pairs, queries, keys = (cols.column(f) for f in (TOKENS, PAIRS, QUERIES, KEYS))
+    flops[:, tokens] += a["moe_flops"] / tp
+    moved[:, tokens] += a["moe_elements"] / tp
+    flops[:, pairs] += a["attention_flops"] / tp
+    moved[:, queries] += a["query_elements"] / tp
+    kv_dim = a["kv_dim"] * (a["kv_heads"] / np.minimum(tp, a["kv_heads"]))  # kv heads replicated when tp > kv_heads
+    moved[:, keys] += kv_dim
+    # Activations (memory.py): attention saves q (+ fp32 log-sum-exp) and, outside decode, k and v.
+    io_in = _outer(a["moe"] / tp + a["plain_io"] * np.where(a["io_in_split"] > 0, per_split, 1.0), cols.first_in)
+    io_out = _outer(a["moe"] / tp + a["plain_io"] * np.where(a["io_out_split"] > 0, per_split, 1.0) + a["embedding"], cols.out)
+    io_in[:, queries] += a["saved_per_query"] / tp
+    io_out[:, queries] += a["out_per_query"] / tp
+    if mode != "decode":
+        io_in[:, keys] += kv_dim
+    return flops, moved, io_in, io_out
+
+
+def _outer(per_node: np.ndarray, elements: np.ndarray) -> np.ndarray:
+    return per_node[:, None] * elements

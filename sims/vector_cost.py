@@ -1,0 +1,180 @@
+"""Every op of a graph costed at once: sims/calculator.py's per-op cost (op_cost, the reference that
+predict_op uses) as numpy vectors over the graph's nodes, instead of one Python call per op.
+
+A `Plan` holds, for one (tp, ep, dtype, mode) on one hardware spec, every op's FLOPs and bytes per
+unit of each feature of the bound dims (sims/op_columns.py), the roofline rates, and the collectives'
+link model. Costing a binding is then two matrix-vector products and the roofline on vectors; ops the
+efficiency table has measured curves for are looked up one by one as in op_cost.
+tests/sims/test_sims_vector_cost.py pins plans and op_cost equal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from sims.cache import GraphCache
+from sims.calculator import OP_CLASS, Context, measured_gemm_s, measured_op_s
+from sims.comm import BUS_FACTOR, link_model
+from sims.ir import ComputationalGraph, OpNode
+from sims.op_columns import Columns, columns, work_coefficients
+
+
+@dataclass
+class Plan:
+    columns: Columns
+    nodes: list[OpNode]
+    flops: np.ndarray  # (node x feature)
+    bytes: np.ndarray
+    const_bytes: np.ndarray  # weights read per execution
+    expert_bytes: np.ndarray  # grouped expert GEMMs: weight bytes if every expert were hit
+    miss: np.ndarray  # 1 - top_k / experts (1 elsewhere): the chance a token leaves an expert untouched
+    hit_tokens_per_token: float  # tokens choosing among one device's experts, per token of the replica
+    peak: np.ndarray  # achieved FLOP/s
+    bandwidth: np.ndarray  # achieved bytes/s
+    floor_s: np.ndarray
+    runs: np.ndarray  # False for collectives that do not run in this layout
+    latency_s: np.ndarray  # collectives: latency + bus factor * bytes / bus bandwidth
+    bus_factor: np.ndarray
+    bus_bandwidth: np.ndarray
+    io: tuple[np.ndarray, np.ndarray]  # (input, output) activation elements per feature (memory.py)
+    measurable: tuple[int, ...]  # nodes the efficiency table may hold measured curves for
+
+    def cost(self, ctx: Context) -> "Costs":
+        features = self.columns.values(ctx.dims)
+        flops = self.flops @ features
+        nbytes = self.bytes @ features + self.const_bytes
+        if self.expert_bytes.any():  # E * (1 - (1 - k/E)^T) of E experts touched by T tokens
+            nbytes += self.expert_bytes * (1.0 - self.miss ** (ctx.dims["tokens"] * self.hit_tokens_per_token))
+        compute_s, memory_s = flops / self.peak, nbytes / self.bandwidth
+        time_s = np.maximum(compute_s, memory_s) + self.floor_s
+        comm_s = self.latency_s + self.bus_factor * nbytes / self.bus_bandwidth
+        time_s = np.where(self.runs, np.where(self.columns.comm, comm_s, time_s), 0.0)
+        measured = {}
+        for i in self.measurable:
+            node, floor_s = self.nodes[i], float(self.floor_s[i])
+            seconds = measured_gemm_s(node, ctx)
+            if seconds is None:
+                seconds = measured_op_s(node, ctx, float(flops[i]), float(nbytes[i]), floor_s)
+            if seconds is not None:
+                measured[i] = seconds
+                time_s[i] = max(seconds, floor_s)
+        return Costs(self, features, flops, nbytes, time_s, compute_s, memory_s, measured)
+
+
+@dataclass
+class Costs:
+    """One forward execution of every op on one device for one binding: op_cost's figures, and what
+    step.py and memory.py derive from them per pipeline split (`derived`)."""
+
+    plan: Plan
+    features: np.ndarray
+    flops: np.ndarray
+    bytes: np.ndarray
+    time_s: np.ndarray  # 0 where the op does not run
+    compute_s: np.ndarray
+    memory_s: np.ndarray
+    measured: dict[int, float]
+    derived: dict = field(default_factory=dict)
+
+    @property
+    def runs(self) -> np.ndarray:
+        return self.plan.runs
+
+    @cached_property
+    def bounds(self) -> list[str]:
+        """op_cost's bound of every node: comm, floor, compute or memory."""
+        floors, bounds = self.plan.floor_s, []
+        for i, comm in enumerate(self.plan.columns.comm):
+            compute_s, memory_s = self.compute_s[i], self.memory_s[i]
+            bound = "compute" if compute_s >= memory_s else "memory"
+            if comm:
+                bound = "comm"
+            elif i in self.measured:
+                bound = bound if self.measured[i] > floors[i] else "floor"
+            elif floors[i] >= max(compute_s, memory_s):
+                bound = "floor"
+            bounds.append(bound)
+        return bounds
+
+    @cached_property
+    def io_elements(self) -> tuple[np.ndarray, np.ndarray]:
+        """(input, output) elements of one execution of every op on one device (sims/memory.py)."""
+        return self.plan.io[0] @ self.features, self.plan.io[1] @ self.features
+
+
+
+
+def costs_for(graph: ComputationalGraph, ctx: Context) -> Costs:
+    """Every op's cost for the context's binding, shared by the layouts and workloads that bind the
+    ops alike (same tp, ep, dims per micro-batch, dtype, mode): a sweep costs each size once."""
+    w = ctx.workload
+    key = ("costs", ctx.tp, ctx.ep, *ctx.dims.values(), w.dtype, w.mode)
+    return _cache(ctx.hw).get(graph, key, lambda: plan_for(graph, ctx).cost(ctx))
+
+
+def plan_for(graph: ComputationalGraph, ctx: Context) -> Plan:
+    w = ctx.workload
+    return _cache(ctx.hw).get(graph, (ctx.tp, ctx.ep, w.dtype, w.mode), lambda: _build_plan(graph, ctx))
+
+
+_CACHES: dict[int, tuple[object, GraphCache]] = {}
+
+
+def _cache(hw) -> GraphCache:
+    """One cache of plans and costs per parsed hardware spec (and so per efficiency table)."""
+    cached = _CACHES.get(id(hw))
+    if cached is None or cached[0] is not hw:
+        cached = _CACHES[id(hw)] = (hw, GraphCache(maxsize=8192))
+    return cached[1]
+
+
+def _build_plan(graph: ComputationalGraph, ctx: Context) -> Plan:
+    cols, p, tp, ep = columns(graph), ctx.precision, ctx.tp, ctx.ep
+    a = cols.attrs
+    compute, memory, floor_s, measurable = _cache(ctx.hw).get(graph, "efficiency", lambda: _efficiency(graph, ctx))
+    flops, moved, io_in, io_out = work_coefficients(graph, tp, ep, ctx.workload.mode)
+    weight_bytes = np.where(cols.mask("gemm"), p.gemm_weight_bytes, p.other_weight_bytes)
+    split = 1 / cols.splits(tp)
+    const_bytes = a["linear"] * a["weights"] * split * weight_bytes + (a["norm"] > 0) * a["weights"] * p.other_weight_bytes
+    expert_bytes = a["expert_weights"] / (tp if ep == 1 else ep) * p.gemm_weight_bytes
+    peak = np.where(a["gemm_weights"] > 0, p.gemm_peak, p.other_peak) * compute
+    latency, factor, bus, runs = _collectives(graph, ctx)
+    return Plan(cols, graph.nodes, flops, moved * p.act_bytes, const_bytes, expert_bytes, a["miss"],
+                1.0 if ep == 1 else ep / tp, peak, ctx.hw.memory_bytes_per_s * memory, floor_s, runs, latency, factor,
+                bus, (io_in, io_out), measurable)
+
+
+def _efficiency(graph: ComputationalGraph, ctx: Context) -> tuple:
+    """(compute, memory) efficiency and floor (s) of every op from the hardware's table, and the ops
+    it may hold measured curves for."""
+    classes = [ctx.hw.efficiency.for_op(n.name, OP_CLASS[n.op_type]) if not n.is_comm else None for n in graph.nodes]
+    compute = np.array([c.compute if c else 1.0 for c in classes])
+    memory = np.array([c.memory if c else 1.0 for c in classes])
+    floor_s = np.array([c.floor_us * 1e-6 if c else 0.0 for c in classes])
+    measurable = tuple(
+        i for i, node in enumerate(graph.nodes)
+        if (ctx.interpolator is not None and node.op_type == "gemm" and len(node.weights[0]) == 2)
+        or (ctx.op_interpolator is not None and node.op_type != "gemm" and not node.is_comm)
+    )
+    return compute, memory, floor_s, measurable
+
+
+def _collectives(graph: ComputationalGraph, ctx: Context) -> tuple[np.ndarray, ...]:
+    """(latency s, bus factor, bus bytes/s, runs) of every node: calculator.comm_cost's link model."""
+    n = len(graph.nodes)
+    latency, factor, bus, runs = np.zeros(n), np.zeros(n), np.ones(n), np.ones(n, dtype=bool)
+    for i in np.flatnonzero(columns(graph).comm).tolist():
+        node = graph.nodes[i]
+        group = ctx.tp if node.parallel.group == "tp" else ctx.ep
+        when = node.parallel.when
+        skipped = (when == "ep_is_1" and ctx.ep > 1) or (when == "ep_gt_1" and ctx.ep == 1)
+        if group <= 1 or skipped or (node.attrs.get("inference_only") and ctx.workload.mode == "train"):
+            runs[i] = False
+            continue
+        link = ("link", node.op_type, group)
+        latency[i], bus[i] = _cache(ctx.hw).get(graph, link, lambda: link_model(node.op_type, group, group, ctx.hw))
+        factor[i] = BUS_FACTOR[node.op_type](group)
+    return latency, factor, bus, runs

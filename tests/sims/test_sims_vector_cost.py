@@ -1,0 +1,78 @@
+"""The vectorised costing (sims/vector_cost.py, sims/op_columns.py) against the per-op reference
+(calculator.op_cost), and a sweep's shared caches against each configuration costed alone."""
+
+import itertools
+
+import pytest
+from sims_helpers import hardware, model_config
+
+from sims import build_graph, simulate
+from sims.cache import clear_caches
+from sims.calculator import Context, op_cost
+from sims.hardware import hardware_spec
+from sims.vector_cost import plan_for
+from sims.workload import layout_problem, parse_layout, parse_workload
+
+MODELS = ("qwen3_8b", "qwen3_30b_a3b", "deepseek_v3")
+WORKLOADS = (
+    {"mode": "prefill", "seq_len": 1000},
+    {"mode": "decode", "context_len": 3000},
+    {"mode": "train", "seq_len": 2048, "microbatches": 3},
+)
+
+
+def close(a: float, b: float) -> bool:
+    return a == b or abs(a - b) <= 1e-12 * max(abs(a), abs(b))
+
+
+def layouts(graph, hw, workload):
+    for tp, dp, ep, pp in itertools.product((1, 2, 4, 8), (1, 3), (1, 2, 8), (1, 2)):
+        layout = parse_layout({"tp": tp, "dp": dp, "ep": ep, "pp": pp})
+        if layout_problem(graph.meta, hw, layout, workload) is None:
+            yield layout
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("table", [None, "sims/calibration/tables/h100.json"])
+def test_every_op_of_a_plan_costs_what_op_cost_says(model, table):
+    hw = hardware_spec(hardware("h100", efficiency_table=table, nodes=4))
+    checked = 0
+    for shape, dtype in itertools.product(WORKLOADS, ("bf16", "fp8")):
+        workload = parse_workload({**shape, "batch": 24, "dtype": dtype})
+        graph = build_graph(model_config(model), workload.mode)
+        for layout in layouts(graph, hw, workload):
+            ctx = Context.for_step(graph, hw, layout, workload)
+            costs = plan_for(graph, ctx).cost(ctx)
+            for i, node in enumerate(graph.nodes):
+                reference = op_cost(node, ctx)
+                assert bool(costs.runs[i]) == (reference is not None), (node.name, layout)
+                if reference is None:
+                    assert costs.time_s[i] == 0.0
+                    continue
+                got = (float(costs.flops[i]), float(costs.bytes[i]), float(costs.time_s[i]))
+                assert all(map(close, got, (reference.flops, reference.bytes, reference.time_s))), (node.name, layout)
+                assert costs.bounds[i] == reference.bound, (node.name, layout)
+                checked += 1
+    assert checked > 1000
+
+
+def sweep_points():
+    for model, shape in itertools.product(MODELS, WORKLOADS):
+        for tp, dp, ep, pp, batch in itertools.product((1, 2, 4, 8), (1, 2), (1, 4), (1, 2), (12, 96)):
+            yield model, {"tp": tp, "dp": dp, "ep": ep, "pp": pp}, {**shape, "batch": batch}
+
+
+def test_a_sweep_predicts_what_each_configuration_predicts_alone():
+    """Costs shared between the configurations of a sweep (per binding, tp, ep, stage split) give
+    the same summary and per-op rows as simulating each configuration with every cache cleared."""
+    hw = hardware("h100", efficiency_table=None, nodes=2)
+    points = list(sweep_points())
+    swept = [simulate(model_config(model), hw, layout, workload) for model, layout, workload in points]
+    valid = 0
+    for (model, layout, workload), shared in zip(points, swept):
+        clear_caches()
+        alone = simulate(model_config(model), hw, layout, workload)
+        assert shared.summary() == alone.summary(), (model, layout, workload)
+        assert shared.breakdown_rows() == alone.breakdown_rows(), (model, layout, workload)
+        valid += shared.status == "ok"
+    assert valid > 300
