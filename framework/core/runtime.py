@@ -21,6 +21,7 @@ import traceback
 from collections.abc import Mapping
 from pathlib import Path
 
+from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -63,7 +64,12 @@ def validate(cfg: DictConfig) -> BackendAdapter:
         key = "hardware.efficiency_table" + (f".{stack}" if stack else "")
         check_path_exists(table, key, "efficiency table", base=REPO_ROOT)
     check_targets(cfg)
-    adapter = instantiate(cfg.backend.adapter)
+    try:
+        adapter = instantiate(cfg.backend.adapter)
+    except InstantiationException as error:  # an adapter's own check: its one line, not Hydra's wrapping
+        if isinstance(error.__cause__, CrucibleError):
+            raise error.__cause__ from None
+        raise
     check_backend_runs_task(adapter, cfg.backend.name, cfg.task.name)
     return adapter
 

@@ -81,6 +81,16 @@ def test_attention_auto_picks_cudnn_only_on_a_gpu_in_bfloat16():
     assert _config(2).for_platform("full", "auto", "auto", "gpu").remat == "full"
 
 
+def test_decode_attention_auto_picks_the_pallas_kernel_only_on_a_gpu_in_bfloat16():
+    bf16 = _config(2, dtype="bfloat16")
+    assert bf16.for_platform("none", "auto", "auto", "gpu").decode_kernel == "pallas"
+    assert bf16.for_platform("none", "auto", "auto", "cpu").decode_kernel == "xla"
+    assert _config(2).for_platform("none", "auto", "auto", "gpu").decode_kernel == "xla"  # float32
+    assert _config(2).for_platform("none", "auto", "pallas", "cpu").decode_kernel == "pallas"  # asked for
+    with pytest.raises(ConfigError, match=r"backend.adapter.decode_attention: 'flash' is not one of xla, pallas"):
+        _config(2, decode_kernel="flash")
+
+
 def test_bad_execution_options_are_one_line_config_errors():
     with pytest.raises(ConfigError, match=r"backend.adapter.remat: 'some' is not one of none, minimal, full"):
         _config(2, remat="some")
