@@ -219,6 +219,22 @@ def test_the_decode_probe_times_two_row_counts_and_tables_the_kernels(tmp_path):
     assert host["events"] > 0 and host["top"][0][2] > 0
 
 
+def test_the_probe_names_each_compiled_kernel_by_its_shape_op_and_source_line():
+    import jax
+    import jax.numpy as jnp
+
+    from framework.backends.maxtext.benchmarks.decode_probe import hlo_sources
+
+    def scaled_sine(x):
+        return jnp.sin(x) * 2 + x  # the line the fused kernel must name
+
+    line = scaled_sine.__code__.co_firstlineno + 1
+    sources = hlo_sources(jax.jit(scaled_sine).lower(jnp.ones(8)).compile().as_text())
+    fused = [source for name, source in sources.items() if "fusion" in name]
+    assert fused and all(source.startswith("f32[8]") for source in fused), sources
+    assert any(source.endswith(f"test_grpo_e2e.py:{line}") for source in fused), sources
+
+
 def test_two_gpu_parity_takes_its_gpus_from_the_callers_visible_devices(monkeypatch):
     from framework.backends.maxtext.benchmarks.two_gpu_parity import visible
 

@@ -95,12 +95,20 @@ class Sampler:
     def generate_padded(self, params: Any, prompt_ids: np.ndarray | Array, prompt_mask: np.ndarray | Array,
                         rng: Array, sampling: SamplingParams) -> SampleOutput:
         """Sample from prompts already left-padded to a common length ([B, P] ids and 0/1 mask)."""
+        return _generate(*self._program_args(params, prompt_ids, prompt_mask, rng), sampling=sampling)
+
+    def lower(self, params: Any, prompts: Sequence[Sequence[int]], rng: Array,
+              sampling: SamplingParams) -> jax.stages.Lowered:
+        """The sampling program `generate` runs for these prompts, lowered (for its HLO or cost analysis)."""
+        return _generate.lower(*self._program_args(params, *self.left_pad(prompts), rng), sampling=sampling)
+
+    def _program_args(self, params: Any, prompt_ids: np.ndarray | Array, prompt_mask: np.ndarray | Array,
+                      rng: Array) -> tuple:
         if np.any(np.asarray(prompt_mask).sum(axis=1) == 0):
             raise DataError("sampler: a prompt is empty; every prompt needs at least one token")
         prompt_ids = put(np.asarray(prompt_ids, np.int32), self.mesh, self.rules, ("activation_batch", None))
         prompt_mask = put(np.asarray(prompt_mask, np.int32), self.mesh, self.rules, ("activation_batch", None))
-        return _generate(self.model, params, prompt_ids, prompt_mask, rng, self._eos_array(),
-                         np.int32(self.pad_token_id), sampling=sampling)
+        return self.model, params, prompt_ids, prompt_mask, rng, self._eos_array(), np.int32(self.pad_token_id)
 
     def _eos_array(self) -> np.ndarray:
         """EOS ids padded with -1 (never a token) to a fixed length, so their number costs no recompile."""

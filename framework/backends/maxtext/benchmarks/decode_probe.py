@@ -7,7 +7,8 @@
 
 Rows = prompts x generations (16 x 8 by default) and 2 x generations: if a decode step costs about
 the same at both, the step is bound by per-kernel cost, not by the rows' work. `--profile` traces one
-generate with jax.profiler (perfetto trace) and prints each device kernel's count and total microseconds.
+generate with jax.profiler (perfetto trace) and prints each device kernel's count, total microseconds and,
+from the compiled program's HLO, its output shape, op and source line.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import glob
 import gzip
 import json
 import os
+import re
 import statistics
 import time
 
@@ -25,8 +27,27 @@ from framework.backends.maxtext.benchmarks.shapes import parse_args
 from framework.core.parallel import ParallelConfig
 
 
-def kernel_table(trace_dir: str, top: int = 40) -> dict:
-    """{process name: {total_us, events, top: [[kernel, count, us], ...]}} from the perfetto trace."""
+_INSTRUCTION = re.compile(r'^\s*(?:ROOT )?%([\w.\-]+) = (.+?) (?:fusion|custom-call)\(.*?'
+                          r'metadata=\{op_name="([^"]*)"(?: stack_frame_id=(\d+))?', re.M)
+
+
+def hlo_sources(hlo_text: str) -> dict[str, str]:
+    """{kernel name: "output shape  op_name  file:line"} for the fusions and custom calls of compiled HLO
+    text: what each kernel of a profile computes, and which line of ours it came from."""
+    files = dict(re.findall(r'^(\d+) "([^"]*)"$', hlo_text.split("FunctionNames")[0], re.M))
+    locations = {i: (f, line) for i, f, line in re.findall(r'^(\d+) \{file_name_id=(\d+) .*?line=(\d+)', hlo_text, re.M)}
+    frames = dict(re.findall(r'^(\d+) \{file_location_id=(\d+)', hlo_text, re.M))
+    sources = {}
+    for name, shape, op_name, frame in _INSTRUCTION.findall(hlo_text):
+        file, line = locations.get(frames.get(frame, ""), ("", ""))
+        where = f"{os.path.basename(files.get(file, '?'))}:{line}" if line else ""
+        sources[name.replace(".", "_")] = f"{shape}  {op_name.split('/')[-1]}  {where}".strip()
+    return sources
+
+
+def kernel_table(trace_dir: str, top: int = 40, sources: dict[str, str] | None = None) -> dict:
+    """{process name: {total_us, events, top: [[kernel, count, us(, source)], ...]}} from the perfetto trace;
+    `sources` (hlo_sources) adds what each kernel computes."""
     path = glob.glob(f"{trace_dir}/**/perfetto_trace.json.gz", recursive=True)[0]
     trace = json.load(gzip.open(path))
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
@@ -39,7 +60,8 @@ def kernel_table(trace_dir: str, top: int = 40) -> dict:
             row[1] += event.get("dur", 0.0)
     return {names.get(pid, str(pid)): {
         "total_us": sum(v[1] for v in table.values()), "events": sum(v[0] for v in table.values()),
-        "top": [[name, v[0], round(v[1], 1)] for name, v in sorted(table.items(), key=lambda kv: -kv[1][1])[:top]]}
+        "top": [[name, v[0], round(v[1], 1), *([sources.get(name, "")] if sources else [])]
+                for name, v in sorted(table.items(), key=lambda kv: -kv[1][1])[:top]]}
         for pid, table in tables.items()}
 
 
@@ -71,7 +93,8 @@ def main(argv: list[str] | None = None) -> dict:
         ids = np.random.default_rng(0).integers(1, config.vocab_size, (args.prompts, args.prompt_tokens)).tolist()
         with jax.profiler.trace(args.profile, create_perfetto_trace=True):
             jax.block_until_ready(sampler.generate(params, ids, jax.random.key(99), sampling))
-        report["kernels"] = kernel_table(args.profile)
+        hlo = sampler.lower(params, ids, jax.random.key(99), sampling).compile().as_text()
+        report["kernels"] = kernel_table(args.profile, sources=hlo_sources(hlo))
     print(json.dumps(report, indent=1))
     return report
 
