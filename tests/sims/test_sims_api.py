@@ -148,5 +148,7 @@ def test_a_layout_that_does_not_fit_says_so_in_a_warning():
 
 
 def test_a_stack_without_its_table_warns_that_it_is_uncalibrated():
-    summary = simulate(model_config("qwen3_8b"), hardware("h100"), {}, DECODE, stack="torch_fused").summary()
+    h100 = hardware("h100")
+    transformers_only = {**h100, "efficiency_table": h100["efficiency_table"]["transformers"]}
+    summary = simulate(model_config("qwen3_8b"), transformers_only, {}, DECODE, stack="torch_fused").summary()
     assert summary["warning"] == "no torch_fused efficiency table for h100: uncalibrated built-in factors"
