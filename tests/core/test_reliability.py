@@ -200,6 +200,13 @@ def test_every_twelfth_bad_input_is_one_clear_line(tmp_path):
     assert not problems(sample, run_batch(sample, tmp_path))
 
 
+def test_an_adapters_own_check_is_its_line_not_hydras_wrapping(tmp_path):
+    args = [*GRPO, "backend.adapter.remat=some"]
+    result = run_batch([(args, "")], tmp_path)[0]
+    assert result["rc"] == 2
+    assert result["stderr"].strip() == "error: backend.adapter.remat: 'some' is not one of none, minimal, full"
+
+
 @pytest.mark.slow
 def test_every_bad_input_is_one_clear_line(tmp_path):
     assert len(CASES) >= 150

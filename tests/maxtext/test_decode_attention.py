@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from framework.backends.maxtext.models.decode_attention import CACHE_BLOCK, cache_length, decode_attention
+from framework.backends.maxtext.models import transformer
+from framework.backends.maxtext.models.decode_attention import CACHE_BLOCK, cache_slots, decode_attention, live_slots
 
 HEADS, KV_HEADS, HEAD_DIM = 8, 2, 16
 
@@ -36,8 +37,13 @@ def random_inputs(slots: int, start: list[int], stop: list[int], seed: int = 0):
     return q, keys, values, np.array(start, np.int32), np.array(stop, np.int32)
 
 
-def test_cache_lengths_are_whole_kernel_blocks():
-    assert [cache_length(n) for n in (1, CACHE_BLOCK, CACHE_BLOCK + 1, 512)] == [64, 64, 128, 512]
+def test_the_kernels_cache_is_whole_blocks_and_the_live_slots_come_from_the_mask():
+    assert [cache_slots(n, 0, "pallas") for n in (1, CACHE_BLOCK, CACHE_BLOCK + 1, 512)] == [64, 64, 128, 512]
+    assert cache_slots(300, 100, "xla") == 400 and cache_slots(300, 100, "pallas") == 448
+    live = np.zeros((3, 1, 8), bool)
+    live[0, 0, 2:6], live[1, 0, :], live[2, 0, 7] = True, True, True
+    start, stop = live_slots(jnp.asarray(live))
+    assert start.tolist() == [2, 0, 7] and stop.tolist() == [6, 8, 8]
 
 
 @pytest.mark.parametrize("slots", [CACHE_BLOCK, 4 * CACHE_BLOCK])
@@ -58,14 +64,28 @@ def test_the_kernel_attends_to_each_rows_live_slots_only(slots):
     np.testing.assert_allclose(np.asarray(again)[1], np.asarray(out)[1], rtol=1e-6, atol=1e-6)
 
 
-def greedy_tokens(tiny: dict, kernel: str, prompts, mesh=None) -> np.ndarray:
+def greedy_tokens(tiny: dict, kernel: str, prompts, mesh=None, rules=None) -> tuple[np.ndarray, int]:
+    """The greedy completions, and how many times the traced program called the fused kernel."""
     from framework.backends.maxtext.models import Transformer
     from framework.backends.maxtext.sampler import Sampler, SamplingParams
 
-    model = Transformer(tiny["config"].replace(decode_kernel=kernel), mesh)
-    sampler = Sampler(model, eos_token_ids=[2], pad_token_id=0, prompt_bucket=8)
-    out = sampler.generate(tiny["params"], prompts, jax.random.key(0), SamplingParams(max_new_tokens=6, temperature=0.0))
-    return np.asarray(out.completion_ids)
+    calls = []
+    traced = transformer.decode_attention
+
+    def counted(*args):
+        calls.append(1)
+        return traced(*args)
+
+    transformer.decode_attention = counted
+    try:
+        jax.clear_caches()  # trace anew, so that the count is this program's
+        model = Transformer(tiny["config"].replace(decode_kernel=kernel), mesh, rules)
+        sampler = Sampler(model, eos_token_ids=[2], pad_token_id=0, prompt_bucket=8)
+        out = sampler.generate(tiny["params"], prompts, jax.random.key(0),
+                               SamplingParams(max_new_tokens=6, temperature=0.0))
+    finally:
+        transformer.decode_attention = traced
+    return np.asarray(out.completion_ids), len(calls)
 
 
 def test_the_sampler_decodes_the_same_tokens_with_the_kernel(tmp_path_factory):
@@ -74,7 +94,10 @@ def test_the_sampler_decodes_the_same_tokens_with_the_kernel(tmp_path_factory):
 
     tiny = load_tiny("tiny_qwen2", tmp_path_factory.getbasetemp())
     prompts = prompts_of_lengths(3, 11, 1, 7)  # padded to 16: rows start at different slots
-    np.testing.assert_array_equal(greedy_tokens(tiny, "pallas", prompts), greedy_tokens(tiny, "xla", prompts))
+    fused, calls = greedy_tokens(tiny, "pallas", prompts)
+    plain, no_calls = greedy_tokens(tiny, "xla", prompts)
+    assert calls == tiny["config"].num_layers and no_calls == 0  # once per layer in the decode step's trace
+    np.testing.assert_array_equal(fused, plain)
 
 
 @pytest.mark.slow
@@ -83,31 +106,36 @@ def test_under_a_mesh_the_kernel_runs_per_shard_with_the_same_tokens(tmp_path_fa
 
     facts = facts_on_cpu_devices(__file__, 4, str(tmp_path_factory.getbasetemp()), timeout=600)
     assert facts["shard_map_in_program"]
-    assert facts["equal"] == {"dp4": True, "dp2_tp2": True}
+    assert facts["equal"] == {"dp4": True, "dp2_tp2": True, "dp2_tp2_sequence_rule": True}
+    assert set(facts["kernel_calls"].values()) == {2}  # tiny_qwen2's two layers each call it
 
 
 def _on_forced_devices(base: str) -> dict:
     """Greedy tokens of the kernel under dp=4 and dp=2 x tp=2 meshes against XLA on one device."""
     from pathlib import Path
 
-    from framework.backends.maxtext.sharding import build_mesh
+    from framework.backends.maxtext.sharding import build_mesh, logical_axis_rules
     from framework.core.parallel import ParallelConfig
     from tests.maxtext.test_sampler import prompts_of_lengths
     from tests.maxtext.tiny_checkpoints import load_tiny
 
     tiny = load_tiny("tiny_qwen2", Path(base))
     prompts = prompts_of_lengths(3, 11, 1, 7)
-    expected = greedy_tokens(tiny, "xla", prompts)
-    meshes = {"dp4": ParallelConfig(dp=4, fsdp=1, tp=1, pp=1, ep=1, cp=1),
-              "dp2_tp2": ParallelConfig(dp=2, fsdp=1, tp=2, pp=1, ep=1, cp=1)}
-    equal = {name: bool(np.array_equal(greedy_tokens(tiny, "pallas", prompts, build_mesh(layout)), expected))
-             for name, layout in meshes.items()}
+    expected, _ = greedy_tokens(tiny, "xla", prompts)
+    dp2_tp2 = ParallelConfig(dp=2, fsdp=1, tp=2, pp=1, ep=1, cp=1)
+    runs = {"dp4": (ParallelConfig(dp=4, fsdp=1, tp=1, pp=1, ep=1, cp=1), None), "dp2_tp2": (dp2_tp2, None),
+            # a user rule sharding the cache's slots: the kernel still sees whole rows
+            "dp2_tp2_sequence_rule": (dp2_tp2, logical_axis_rules({"cache_sequence": "tensor"}))}
+    equal, kernel_calls = {}, {}
+    for name, (layout, rules) in runs.items():
+        tokens, kernel_calls[name] = greedy_tokens(tiny, "pallas", prompts, build_mesh(layout), rules)
+        equal[name] = bool(np.array_equal(tokens, expected))
     q = jnp.zeros((4, 1, HEADS, HEAD_DIM))
     cache = jnp.zeros((4, KV_HEADS, CACHE_BLOCK, HEAD_DIM))
     rows = jnp.zeros(4, jnp.int32)
-    mesh = build_mesh(meshes["dp2_tp2"])
+    mesh = build_mesh(dp2_tp2)
     jaxpr = jax.make_jaxpr(lambda *a: decode_attention(*a, mesh, None))(q, cache, cache, rows, rows + 1)
-    return {"equal": equal, "shard_map_in_program": "shard_map" in str(jaxpr)}
+    return {"equal": equal, "kernel_calls": kernel_calls, "shard_map_in_program": "shard_map" in str(jaxpr)}
 
 
 if __name__ == "__main__":

@@ -85,6 +85,8 @@ def test_the_rollout_tp_is_the_smallest_group_that_fits_beside_the_training_stat
     # 60 GB of weights + 43.5 GB of KV cache over 4 devices: over the 68 GB budget (85%) on one, fits halved
     assert pick_rollout_tp(60 * gb, 1e7, 0, task, 4, 80) == 2
     assert pick_rollout_tp(50 * gb, 1e7, 0, task, 4, 80) == 1
+    # the same with the Pallas kernel's cache rounded to 64 slots a row (34 -> 64: 81.9 GB of KV cache)
+    assert pick_rollout_tp(50 * gb, 1e7, 0, task, 4, 80, slots=64) == 2
     assert pick_rollout_tp(2 * gb, 1e3, 0, grpo_task("grpo.prompts_per_step=2", "grpo.micro_batch_size=16"),
                            4, 80) == 2  # 2 prompts: at most 2 replicas
     # 14 query / 2 KV heads (Qwen2.5-0.5B): tp=4 would replicate the KV heads, so it is never picked
@@ -98,7 +100,7 @@ def test_the_trainers_rollout_tp_counts_the_training_state_on_the_update_shards(
 
     task, gb = grpo_task(), 1e9  # beta 0: params + 2 AdamW moments stay, no reference
     model = SimpleNamespace(num_layers=28, num_heads=28, num_kv_heads=4, head_dim=128, dtype="bfloat16",
-                            param_dtype="float32")
+                            param_dtype="float32", decode_kernel="pallas")
     fsdp4 = {"data": 1, "fsdp": 4, "expert": 1, "tensor": 1}
     # the rollout holds the policy cast to bf16: half the float32 weights
     assert rollout_tp_for(model, 2 * gb, fsdp4, task, 80) == 1  # 0.5B in float32: replicas

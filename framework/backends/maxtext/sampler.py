@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from framework.backends.maxtext.models.decode_attention import cache_length
+from framework.backends.maxtext.models.decode_attention import cache_slots
 from framework.backends.maxtext.models.rope import positions_from_mask
 from framework.backends.maxtext.models.transformer import KVCache, Transformer, unstack_layers
 from framework.backends.maxtext.sharding import LogicalRules, cast_floating, put
@@ -142,10 +142,8 @@ def _generate(model: Transformer, params: Any, prompt_ids: Array, prompt_mask: A
     variables = {"params": unstack_layers(cast_floating(params, config.dtype))}
 
     positions = positions_from_mask(prompt_mask)
-    slots = prompt_length + max_new
-    if config.decode_kernel == "pallas":  # the kernel reads whole blocks of slots
-        slots = cache_length(slots)
-    cache = KVCache.create(config, batch, slots, model.mesh, model.rules)
+    cache = KVCache.create(config, batch, cache_slots(prompt_length, max_new, config.decode_kernel), model.mesh,
+                           model.rules)
     hidden, cache = model.apply(variables, prompt_ids, positions, prompt_mask, cache,
                                 method=Transformer.hidden_states)
     last_logits = model.apply(variables, hidden[:, -1:], method=Transformer.logits)[:, 0]

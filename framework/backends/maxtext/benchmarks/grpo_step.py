@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> dict:
     step_s = statistics.median(t[1] + t[2] for t in timings)
     result = {"framework": "crucible-maxtext (jax)", "jax": jax.__version__, "device": jax.devices()[0].device_kind,
               "devices": jax.device_count(), "remat": config.remat, "attention": config.attention_kernel,
+              "decode_attention": config.decode_kernel,
               "setup_s": built - started, "first_step_done_s": first_step_done - started,
               "compile_s_per_step": compile_s,
               **step_report(args, task.rows_per_step, step_s, rollout_s, update_s)}

@@ -4,9 +4,11 @@ The XLA path (Attention._masked) scores every slot of a layer's cache buffer, ma
 unwritten slots, and runs two batched matmuls and a softmax that reach 10-35% of the memory
 bandwidth at decode shapes (docs/benchmarks.md, "Where the rollout's time goes"). Pallas' GPU
 decode-attention kernel (jax.experimental.pallas.ops.gpu.decode_attention.gqa: the query heads of
-one KV head in one tile, the sequence split in `k_splits` parts combined afterwards) reads only a
-row's live slots [start, stop). That is exact here because a row's real tokens are contiguous in
-the cache: left padding, then the prompt, then every decoded token.
+one KV head in one tile, the sequence split in `k_splits` parts combined afterwards) attends to a
+row's live slots [start, stop) only and skips the splits that hold none (inside a split holding live
+slots it still reads the blocks before `start`). That is exact because a row's real tokens are
+contiguous in the cache: left padding, then the prompt, then every decoded token (the sampler's
+layout; a cached forward with holes in its mask must use the XLA path).
 
 Under a mesh the kernel runs per shard (shard_map): rows split over the batch axes, KV heads over
 the tensor axis together with their query heads.
@@ -26,20 +28,23 @@ Array = jax.Array
 # The KV cache layout [batch, KV heads, slots, head_dim]: what the kernel reads without a transpose.
 CACHE_AXES = ("cache_batch", "cache_kv_heads", "cache_sequence", "cache_head_dim")
 CACHE_BLOCK = 64  # keys per kernel block; a cache buffer the kernel reads is a multiple of it
-MAX_SPLITS = 8  # sequence parts per (row, KV head): parallelism for short batches, one combine after
+MAX_SPLITS = 4  # sequence parts per (row, KV head): 4 measured 1.5-2.5% faster than 8 (docs/benchmarks.md)
 
 
-def cache_length(length: int) -> int:
-    """The cache buffer length for `length` slots: a whole number of kernel blocks."""
-    return -(-length // CACHE_BLOCK) * CACHE_BLOCK
+def cache_slots(prompt_length: int, max_new_tokens: int, decode_kernel: str) -> int:
+    """The slots of a sampler's KV cache: the prompt and every new token, rounded up to whole kernel
+    blocks for the Pallas kernel (the sampler allocates it, the preflight counts it)."""
+    slots = prompt_length + max_new_tokens
+    return -(-slots // CACHE_BLOCK) * CACHE_BLOCK if decode_kernel == "pallas" else slots
 
 
-def live_slots(attend: Array, index: Array) -> tuple[Array, Array]:
+def live_slots(attend: Array) -> tuple[Array, Array]:
     """[B] first and one-past-last live slot of each row, from the [B, 1, S] attend mask of a decode
-    step whose token sits at slot `index` (its real slots are contiguous, see the module docstring)."""
-    start = jnp.argmax(attend[:, 0], axis=-1).astype(jnp.int32)
-    stop = jnp.broadcast_to(index + 1, start.shape).astype(jnp.int32)
-    return start, stop
+    step (the slots between must all be live, see the module docstring)."""
+    live = attend[:, 0]
+    start = jnp.argmax(live, axis=-1)
+    stop = live.shape[-1] - jnp.argmax(live[:, ::-1], axis=-1)
+    return start.astype(jnp.int32), stop.astype(jnp.int32)
 
 
 def decode_attention(q: Array, keys: Array, values: Array, start: Array, stop: Array,
@@ -49,8 +54,9 @@ def decode_attention(q: Array, keys: Array, values: Array, start: Array, stop: A
     kernel = functools.partial(_kernel, interpret=jax.default_backend() != "gpu")
     if mesh is None or mesh.size == 1:
         return kernel(q, keys, values, start, stop)
-    cache_spec = logical_to_spec(CACHE_AXES, rules or DEFAULT_RULES, keys.shape, mesh)
-    batch_axes, heads_axes = cache_spec[0], cache_spec[1]
+    batch_axes, heads_axes, *_ = logical_to_spec(CACHE_AXES, rules or DEFAULT_RULES, keys.shape, mesh)
+    # Each shard holds whole rows' slots: start/stop index the full sequence (a rule sharding it is gathered).
+    cache_spec = PartitionSpec(batch_axes, heads_axes, None, None)
     q_spec = PartitionSpec(batch_axes, None, heads_axes, None)
     rows_spec = PartitionSpec(batch_axes)
     return jax.shard_map(kernel, mesh=mesh, in_specs=(q_spec, cache_spec, cache_spec, rows_spec, rows_spec),

@@ -124,7 +124,7 @@ class Attention(nn.Module):
             keys, values, index = cache
             keys, values = self._write(keys, k, index), self._write(values, v, index)
             if c.decode_kernel == "pallas" and q.shape[1] == 1:
-                out = decode_attention(q, keys, values, *live_slots(attend, index), self.mesh, self.rules)
+                out = decode_attention(q, keys, values, *live_slots(attend), self.mesh, self.rules)
             else:
                 out = self._masked(q, keys, values, attend)
             new_cache = (keys, values)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
+from framework.backends.maxtext.models.decode_attention import cache_slots
 from framework.core.dtypes import BYTES, SHORT
 from framework.core.errors import ConfigError, CrucibleError
 from framework.core.parallel import ParallelConfig
@@ -143,18 +144,19 @@ def reshard_seconds(bytes_per_device: float, hardware: Mapping[str, Any]) -> flo
 
 
 def pick_rollout_tp(rollout_weight_bytes: float, kv_bytes_per_token: float, resident_bytes: float, task: GRPOTask,
-                    devices: int, memory_gb: float, heads: tuple[int, ...] = ()) -> int:
+                    devices: int, memory_gb: float, heads: tuple[int, ...] = (), slots: int | None = None) -> int:
     """The rollout's tensor-parallel size when `parallel.rollout.tp` is null: the smallest divisor of `devices`
     (the devices the rollout's fixed axes leave) that divides every head count in `heads` (the rules would
     replicate heads a tp does not divide), whose replicas (devices / tp) split the prompts evenly, and whose
     share of the rollout's weights (`rollout_weight_bytes`: the policy cast to the compute dtype)
     and of the KV cache fits beside the training state that stays on the device (`resident_bytes`); the
-    largest such tp when none fits (the preflight's memory check then speaks)."""
+    largest such tp when none fits (the preflight's memory check then speaks). `slots`: a row's KV-cache
+    slots (default prompt + new tokens; decode_attention.cache_slots)."""
     candidates = [tp for tp in range(1, devices + 1)
                   if devices % tp == 0 and task.prompts_per_step % (devices // tp) == 0
                   and all(count % tp == 0 for count in heads)] or [1]
     budget = memory_gb * 1e9 * MEMORY_HEADROOM - resident_bytes
-    cache_tokens = task.rows_per_step * (task.max_prompt_tokens + task.max_new_tokens)
+    cache_tokens = task.rows_per_step * (slots or task.max_prompt_tokens + task.max_new_tokens)
     for tp in candidates:
         replicas = devices // tp
         if rollout_weight_bytes / tp + kv_bytes_per_token * cache_tokens / (replicas * tp) <= budget:
@@ -177,8 +179,9 @@ def rollout_tp_for(model: Any, weight_bytes: float, update_mesh: Mapping[str, in
     rollout_weights = rollout_weight_bytes(model, weight_bytes)
     kv_per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim * BYTES[model.dtype]
     devices = devices or update_mesh["data"] * shards
+    slots = cache_slots(task.max_prompt_tokens, task.max_new_tokens, model.decode_kernel)
     return pick_rollout_tp(rollout_weights, kv_per_token, resident, task, devices, memory_gb,
-                           heads=(model.num_heads, model.num_kv_heads))
+                           heads=(model.num_heads, model.num_kv_heads), slots=slots)
 
 
 def refuse_out_of_memory(prediction: Mapping[str, Any], hardware: Mapping[str, Any], task: GRPOTask) -> None:
