@@ -105,8 +105,6 @@ class Costs:
         return self.plan.io[0] @ self.features, self.plan.io[1] @ self.features
 
 
-
-
 def costs_for(graph: ComputationalGraph, ctx: Context) -> Costs:
     """Every op's cost for the context's binding, shared by the layouts and workloads that bind the
     ops alike (same tp, ep, dims per micro-batch, dtype, mode): a sweep costs each size once."""

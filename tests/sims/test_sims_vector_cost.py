@@ -56,15 +56,30 @@ def test_every_op_of_a_plan_costs_what_op_cost_says(model, table):
     assert checked > 1000
 
 
+SWEEP_LAYOUTS = tuple(itertools.product((1, 2, 4, 8), (1, 2), (1, 4), (1, 2)))  # tp, dp, ep, pp
+# Each variant differs from the plain bf16 configuration it follows in one field only, so a cache key
+# that leaves the field out hands the variant the plain one's costs. fp32 also changes the Adam state
+# per parameter (fp8 keeps bf16's); zero and recompute change only training.
+VARIANTS = {"prefill": ({"dtype": "fp8"}, {"dtype": "fp32"}),
+            "decode": ({"dtype": "fp8"}, {"dtype": "fp32"}),
+            "train": ({"dtype": "fp8"}, {"dtype": "fp32"}, {"zero": True}, {"recompute": True})}
+
+
 def sweep_points():
     for model, shape in itertools.product(MODELS, WORKLOADS):
-        for tp, dp, ep, pp, batch in itertools.product((1, 2, 4, 8), (1, 2), (1, 4), (1, 2), (12, 96)):
-            yield model, {"tp": tp, "dp": dp, "ep": ep, "pp": pp}, {**shape, "batch": batch}
+        for n, (tp, dp, ep, pp) in enumerate(SWEEP_LAYOUTS):
+            layout = {"tp": tp, "dp": dp, "ep": ep, "pp": pp}
+            for batch in (96, 12) if n % 2 else (96,):
+                yield model, layout, {**shape, "batch": batch}
+            if n % 5 == 0:  # the variants on 7 layouts (both values of dp, ep and pp among them)
+                for variant in VARIANTS[shape["mode"]]:
+                    yield model, layout, {**shape, "batch": 96, **variant}
 
 
 def test_a_sweep_predicts_what_each_configuration_predicts_alone():
-    """Costs shared between the configurations of a sweep (per binding, tp, ep, stage split) give
-    the same summary and per-op rows as simulating each configuration with every cache cleared."""
+    """Costs shared between the configurations of a sweep (per binding, tp, ep, stage split, dtype,
+    zero, recompute) give the same summary and per-op rows as simulating each configuration with
+    every cache cleared."""
     hw = hardware("h100", efficiency_table=None, nodes=2)
     points = list(sweep_points())
     swept = [simulate(model_config(model), hw, layout, workload) for model, layout, workload in points]
