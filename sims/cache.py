@@ -3,6 +3,7 @@
 Keyed by the graph's identity plus a key; each entry keeps the graph alive, so an id can never be
 reused by another graph while its entry exists. The oldest entry goes once `maxsize` is exceeded.
 `clear_caches()` empties every GraphCache (tests compare a sweep with configurations costed alone).
+`PerHardware` keeps one GraphCache per parsed hardware spec (costs depend on its efficiency table).
 """
 
 from __future__ import annotations
@@ -36,6 +37,23 @@ class GraphCache:
 
 
 _ALL: WeakSet[GraphCache] = WeakSet()
+
+
+class PerHardware:
+    """One GraphCache per hardware spec object, the newest `specs` of them kept (each entry keeps its spec
+    alive, so an id is never reused while its cache exists)."""
+
+    def __init__(self, specs: int = 64, entries: int = 8192):
+        self.specs, self.entries = specs, entries
+        self._caches: OrderedDict[int, tuple[Any, GraphCache]] = OrderedDict()
+
+    def of(self, hw: Any) -> GraphCache:
+        cached = self._caches.get(id(hw))
+        if cached is None or cached[0] is not hw:
+            cached = self._caches[id(hw)] = (hw, GraphCache(maxsize=self.entries))
+            if len(self._caches) > self.specs:
+                self._caches.popitem(last=False)
+        return cached[1]
 
 
 def clear_caches() -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sims.cache import GraphCache
+from sims.cache import GraphCache, PerHardware
 from sims.calculator import (
     ADAM_BYTES_PER_PARAM,
     GRAD_BYTES,
@@ -64,7 +64,7 @@ def estimate_step(
         extra.append(_row("pipeline_bubble", "idle", 0, 0.0, 0.0, pipeline_s - m * stage_s[ops.slowest], "idle"))
     if workload.mode == "train":
         key = ("update", layout.tp, layout.dp, layout.ep, layout.pp, ops.slowest, workload.zero, workload.dtype)
-        for row in _step_cache(hw).get(graph, key, lambda: _training_update_rows(graph, ctx, ops.slowest)):
+        for row in _STEP_CACHES.of(hw).get(graph, key, lambda: _training_update_rows(graph, ctx, ops.slowest)):
             extra.append(dict(row))
             latency += row["time_s"]
 
@@ -111,7 +111,7 @@ def _stage_ops(graph: ComputationalGraph, ctx: Context) -> StageOps:
 
 def _cost_stages(graph: ComputationalGraph, ctx: Context, costs: Costs) -> StageOps:
     w, pp = ctx.workload, ctx.layout.pp
-    multipliers, weights = _step_cache(ctx.hw).get(graph, ("passes", w.mode, w.recompute, pp), lambda: _stage_weights(
+    multipliers, weights = _STEP_CACHES.of(ctx.hw).get(graph, ("passes", w.mode, w.recompute, pp), lambda: _stage_weights(
         graph, w, pp))
     stage_s = (weights @ costs.time_s).tolist()
     slowest = max(range(pp), key=stage_s.__getitem__)
@@ -124,15 +124,7 @@ def _stage_weights(graph: ComputationalGraph, workload: Workload, pp: int) -> tu
     return multipliers, stage_split(graph, pp).matrix * multipliers
 
 
-_STEP_CACHES: dict[int, tuple[HardwareSpec, GraphCache]] = {}
-
-
-def _step_cache(hw: HardwareSpec) -> GraphCache:
-    """One cache of costed stages per parsed hardware spec (and so per efficiency table)."""
-    cached = _STEP_CACHES.get(id(hw))
-    if cached is None or cached[0] is not hw:
-        cached = _STEP_CACHES[id(hw)] = (hw, GraphCache(maxsize=8192))
-    return cached[1]
+_STEP_CACHES = PerHardware()  # costed stages, per parsed hardware spec (and so per efficiency table)
 
 
 def pipeline_time_s(stage_s: list[float], microbatches: int) -> float:

@@ -15,7 +15,7 @@ from functools import cached_property
 
 import numpy as np
 
-from sims.cache import GraphCache
+from sims.cache import PerHardware
 from sims.calculator import OP_CLASS, Context, measured_gemm_s, measured_op_s
 from sims.comm import BUS_FACTOR, link_model
 from sims.ir import ComputationalGraph, OpNode
@@ -110,29 +110,21 @@ def costs_for(graph: ComputationalGraph, ctx: Context) -> Costs:
     ops alike (same tp, ep, dims per micro-batch, dtype, mode): a sweep costs each size once."""
     w = ctx.workload
     key = ("costs", ctx.tp, ctx.ep, *ctx.dims.values(), w.dtype, w.mode)
-    return _cache(ctx.hw).get(graph, key, lambda: plan_for(graph, ctx).cost(ctx))
+    return _CACHES.of(ctx.hw).get(graph, key, lambda: plan_for(graph, ctx).cost(ctx))
 
 
 def plan_for(graph: ComputationalGraph, ctx: Context) -> Plan:
     w = ctx.workload
-    return _cache(ctx.hw).get(graph, (ctx.tp, ctx.ep, w.dtype, w.mode), lambda: _build_plan(graph, ctx))
+    return _CACHES.of(ctx.hw).get(graph, (ctx.tp, ctx.ep, w.dtype, w.mode), lambda: _build_plan(graph, ctx))
 
 
-_CACHES: dict[int, tuple[object, GraphCache]] = {}
-
-
-def _cache(hw) -> GraphCache:
-    """One cache of plans and costs per parsed hardware spec (and so per efficiency table)."""
-    cached = _CACHES.get(id(hw))
-    if cached is None or cached[0] is not hw:
-        cached = _CACHES[id(hw)] = (hw, GraphCache(maxsize=8192))
-    return cached[1]
+_CACHES = PerHardware()  # plans and costs, per parsed hardware spec (and so per efficiency table)
 
 
 def _build_plan(graph: ComputationalGraph, ctx: Context) -> Plan:
     cols, p, tp, ep = columns(graph), ctx.precision, ctx.tp, ctx.ep
     a = cols.attrs
-    compute, memory, floor_s, measurable = _cache(ctx.hw).get(graph, "efficiency", lambda: _efficiency(graph, ctx))
+    compute, memory, floor_s, measurable = _CACHES.of(ctx.hw).get(graph, "efficiency", lambda: _efficiency(graph, ctx))
     flops, moved, io_in, io_out = work_coefficients(graph, tp, ep, ctx.workload.mode)
     weight_bytes = np.where(cols.mask("gemm"), p.gemm_weight_bytes, p.other_weight_bytes)
     split = 1 / cols.splits(tp)
@@ -173,6 +165,6 @@ def _collectives(graph: ComputationalGraph, ctx: Context) -> tuple[np.ndarray, .
             runs[i] = False
             continue
         link = ("link", node.op_type, group)
-        latency[i], bus[i] = _cache(ctx.hw).get(graph, link, lambda: link_model(node.op_type, group, group, ctx.hw))
+        latency[i], bus[i] = _CACHES.of(ctx.hw).get(graph, link, lambda: link_model(node.op_type, group, group, ctx.hw))
         factor[i] = BUS_FACTOR[node.op_type](group)
     return latency, factor, bus, runs

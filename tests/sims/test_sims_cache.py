@@ -78,3 +78,14 @@ def test_costs_shared_across_ep_equal_costs_computed_for_each_layout_alone():
             assert result.latency_s == alone.latency_s
             assert result.breakdown_rows() == alone.breakdown_rows()
         assert len({r.latency_s for r in shared}) == 4
+
+
+def test_per_hardware_caches_are_one_per_spec_object_and_bounded():
+    from sims.cache import PerHardware
+
+    caches = PerHardware(specs=2)
+    first, second, third = object(), object(), object()
+    assert caches.of(first) is caches.of(first) and caches.of(first) is not caches.of(second)
+    kept = caches.of(first)
+    caches.of(third)  # a third spec: the oldest one's cache goes
+    assert caches.of(first) is not kept
