@@ -14,7 +14,7 @@ from typing import Any, Mapping, TypeVar
 from framework.core.errors import ConfigError
 
 T = TypeVar("T")
-_HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
+HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
 
 
 def build(cls: type[T], values: Any, key: str) -> T:
@@ -27,7 +27,7 @@ def build(cls: type[T], values: Any, key: str) -> T:
         raise ConfigError(f"{key}: expected a mapping of {cls.__name__} fields, got {type(values).__name__}")
     hints = typing.get_type_hints(cls, include_extras=True)  # Annotated ranges (framework/core/ranges.py)
     fields = [f.name for f in dataclasses.fields(cls) if f.init]
-    unknown = sorted(set(values) - set(fields) - _HYDRA_KEYS)
+    unknown = sorted(set(values) - set(fields) - HYDRA_KEYS)
     if unknown:
         raise ConfigError(f"{key}.{unknown[0]}: unknown key; valid: {', '.join(sorted(fields))}")
     missing = [name for name in fields if name not in values]

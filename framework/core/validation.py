@@ -18,11 +18,11 @@ from typing import Any, Literal, Union
 
 from omegaconf import DictConfig, OmegaConf
 
+from framework.core.build import HYDRA_KEYS
 from framework.core.errors import ConfigError
 from framework.core.paths import CONF_DIR
 from framework.core.ranges import range_of
 
-_HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
 
 
 def import_target(path: str, key: str) -> Any:
@@ -121,7 +121,7 @@ def _parameters(target: Any) -> tuple[dict[str, inspect.Parameter], dict[str, An
 def check_against_signature(node: dict, target: Any, key: str) -> None:
     """Keys of `node` bind to `target`'s signature: no unknown key, no missing one, right types."""
     params, hints, var_kw = _parameters(target)
-    values = {k: v for k, v in node.items() if k not in _HYDRA_KEYS}
+    values = {k: v for k, v in node.items() if k not in HYDRA_KEYS}
     unknown = sorted(set(values) - set(params))
     if unknown and not var_kw:
         raise ConfigError(f"{key}.{unknown[0]}: unknown key for {_type_name(target)}; valid: {', '.join(params) or 'none'}")

@@ -40,9 +40,8 @@ import time
 from pathlib import Path
 
 from framework.backends.maxtext.benchmarks.shapes import parse_args, step_report
+from framework.backends.maxtext.benchmarks.trl_grpo_step import PROMPT_TOKEN, random_init_dir
 from framework.core.paths import REPO_ROOT, load_conf
-
-PROMPT_TOKEN = "7"
 
 
 def tunix_model_config(hf_config: dict, dtype: str):
@@ -158,8 +157,6 @@ def main(argv: list[str] | None = None) -> dict:
     import tunix
     from transformers import AutoTokenizer
     from tunix.rl.grpo.grpo_learner import GRPOConfig
-
-    from framework.backends.maxtext.benchmarks.trl_grpo_step import random_init_dir
 
     random.seed(0)
     tokenizer = AutoTokenizer.from_pretrained(random_init_dir(args))
