@@ -28,6 +28,8 @@ File format (JSON), every section optional; what is left out keeps the built-in 
         {"op": "rotary", "dtype": "bf16", "flops": 1.6e8, "bytes": 2.1e8, "time_us": 132.0},
         {"op": "attention", "dtype": "bf16", "flops": 2.7e8, "bytes": 5.4e8, "time_us": 190.0,
          "batch": 16, "kv_len": 8192},                  # decode: a point of the batch x KV surface
+        {"op": "attention", "dtype": "bf16", "flops": 1.7e10, "bytes": 8.4e7, "time_us": 55.0,
+         "batch": 8, "seq_len": 512},                   # prefill: a point of the batch x prompt surface
         ...
       ]
     }
@@ -45,7 +47,7 @@ collective without a `collectives` fit). collectives: [{"collective": "all_reduc
 (sims/calibration/collectives.py; the model is in sims/comm.py). gemm_measurements: y = x @ W with x (m, k), W (k, n);
 GEMMs of other shapes are interpolated between them (sims.calibration.interpolate). op_measurements:
 an op's time at the FLOPs and bytes the simulator counts for it (decode attention also with its
-batch and kv_len); other sizes of the same op are interpolated along its measured curve or surface.
+batch and kv_len, prefill attention measured on a grid with its batch and seq_len); other sizes of the same op are interpolated along its measured curve or surface.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class OpMeasurement:
     time_us: float
     batch: int | None = None  # decode attention: sequences and cached tokens (its batch x KV surface)
     kv_len: int | None = None
+    seq_len: int | None = None  # prefill attention on a grid: with batch, its batch x prompt-length surface
 
 
 @dataclass(frozen=True)
@@ -246,7 +249,7 @@ def save_table(table: EfficiencyTable, path: str | Path) -> None:
 
 def _op_measurement(entry: Mapping, origin: str) -> OpMeasurement:
     _check_mapping(origin, entry)
-    _no_unknown(entry, {"op", "dtype", "flops", "bytes", "time_us", "batch", "kv_len"}, origin)
+    _no_unknown(entry, {"op", "dtype", "flops", "bytes", "time_us", "batch", "kv_len", "seq_len"}, origin)
     missing = [key for key in ("op", "dtype", "flops", "bytes", "time_us") if key not in entry]
     if missing:
         needed = "op, dtype, flops, bytes, time_us"
@@ -258,7 +261,7 @@ def _op_measurement(entry: Mapping, origin: str) -> OpMeasurement:
         raise ConfigError(f"{origin}: time_us is {entry['time_us']!r}; expected a positive number")
     _check_member(f"{origin}: dtype", entry["dtype"], DTYPES)
     numbers = (float(entry[key]) for key in ("flops", "bytes", "time_us"))
-    point = {key: entry[key] for key in ("batch", "kv_len") if key in entry}
+    point = {key: entry[key] for key in ("batch", "kv_len", "seq_len") if key in entry}
     for key, value in point.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{origin}: {key} is {value!r}; expected an integer >= 1")
