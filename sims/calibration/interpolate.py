@@ -275,7 +275,10 @@ class AttentionSurface:
     def pick(surfaces: dict, op: str, dtype: str, mode: str, nbytes: float, batch, length) -> "AttentionSurface | None":
         if batch is None or length is None or not surfaces:
             return None
-        width = _width_class(nbytes, batch, length)
+        # prefill: nearest to the exact log2 width (Qwen3-8B at tp=2, 13.3, takes the 14 of Qwen3 rather
+        # than tie with a 12 of head dim 64); decode keeps the rounded width's nearest, as tables had it
+        exact = math.log2(max(nbytes / (batch * length), 1.0))
+        width = exact if mode == "prefill" else _width_class(nbytes, batch, length)
         candidates = [(abs(w - width), w) for (o, d, md, w) in surfaces if (o, d, md) == (op, dtype, mode)]
         return surfaces[(op, dtype, mode, min(candidates)[1])] if candidates else None
 

@@ -146,3 +146,13 @@ def test_the_prefill_grid_stays_off_the_accuracy_benchmarks_held_out_prefills(ti
     held_out = {(w["batch"], w["seq_len"]) for w in cases if w["mode"] == "prefill"}
     assert held_out and not held_out & set(grid)
     assert len({b for b, _ in grid}) >= 2 and len({n for _, n in grid}) >= 2
+
+
+def test_a_tensor_parallel_prefill_takes_the_nearest_measured_width():
+    # a second model of 4096 bytes per prompt token (head dim 64) runs at half the efficiency
+    narrow = [replace(m, bytes=m.bytes * 4096 / WIDTH, time_us=(FLOOR + 2 * (m.time_us * 1e-6 - FLOOR)) * 1e6)
+              for m in grid()]
+    interpolator = OpInterpolator(tuple(grid() + narrow), compute_roofline)
+    m = prefill_point(8, 512)  # at tp=2: half the bytes per token, log2 13.3, nearer the 20480-byte model
+    got = interpolator.time_s("attention", "bf16", m.flops, m.bytes / 2, FLOOR, 8, seq_len=512)
+    assert got == pytest.approx(true_time_s(8, 512))
