@@ -12,9 +12,9 @@ workload and each node is timed as transformers runs it (sims/calibration/kernel
 the model's real shapes (q/k/v/o, MLP gate/up/down, lm_head), the grouped expert GEMMs, the
 router, attention (prefill and decode through torch SDPA; also on a batch x length grid of each),
 norms, rotary, activations, the cache write, the embedding; plus a large copy (memory bandwidth)
-and a one-element kernel (the launch floor). Each measurement carries the FLOPs and bytes the simulator counts for that node
-(`sims.predict_op`), so `fit_table` turns time into efficiency in the calculator's own terms.
-`python run.py task=calibrate` runs the same from Crucible's command line.
+and a one-element kernel (the launch floor). Each measurement carries the FLOPs and bytes the
+simulator counts for that node (`sims.predict_op`), so `fit_table` turns time into efficiency in
+the calculator's own terms. `python run.py task=calibrate` runs the same from Crucible's command line.
 """
 
 from __future__ import annotations
