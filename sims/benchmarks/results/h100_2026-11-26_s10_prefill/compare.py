@@ -7,8 +7,8 @@ Also writes <run>/prefill_grid.json, the prefill-grid points alone of each run's
 Tables compared (transformers stack; torch_fused likewise with its own files):
   run+grid     fitted from this run's microbench.json (with the prefill grid: the surface)
   run-grid     the same measurements without the prefill-grid points (the curve, as before)
-  shipped      sims/calibration/tables/<table> as refit.yaml lists it now
-  s9+grid      session 9's files (the table shipped before) plus this run's prefill-grid points
+  s9           session 9's files: the table shipped before this run
+  s9+grid      session 9's files plus this run's prefill-grid points: the table shipped since
 A case is held out when the table's measurements never timed its op at the same FLOPs and bytes.
 """
 
@@ -18,13 +18,11 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
-
 from sims.benchmarks import accuracy, torch_fused
 from sims.benchmarks.accuracy_report import summarise
 from sims.calibration.fit import fit_table
 from sims.calibration.microbench import PREFILL_GRID, WORKLOADS
-from sims.calibration.refit import SHIPPED, read_measurements
+from sims.calibration.refit import read_measurements
 from sims.calibration.table import save_table
 from sims.hardware import REPO_ROOT, read_hardware_file
 
@@ -39,17 +37,22 @@ def is_grid_point(m: dict) -> bool:
     return m.get("op") == "attention" and m.get("mode") == "prefill" and point in set(PREFILL_GRID) - WORKLOAD_POINTS
 
 
-def shipped_files(table: str) -> list[str]:
-    return [str(REPO_ROOT / f) for f in yaml.safe_load(SHIPPED.read_text())[table]["files"]]
+S9_FILES = {  # what refit.yaml listed for each H100 table before this run
+    "transformers": [S9 / "hf/microbench.json", S9 / "fp8/measurements.json"],
+    "torch_fused": [S9 / "fused_tp1/microbench.json", S9 / "moe_ep1/microbench.json", S9 / "fp8/measurements.json",
+                    REPO_ROOT / "sims/benchmarks/results/h100x2_2026-11-26_s9/coll/collectives_2.json"],
+}
 
 
-def tables(stack: str, run_files: list[Path], s9_files: list[str], shipped: str) -> dict[str, list[dict]]:
-    run = read_measurements([str(f) for f in run_files])
+def tables(stack: str, run_files: list[Path]) -> dict[str, list[dict]]:
+    """Measurements per compared table; the run's GEMM-only and collective files are session 9's."""
+    run = read_measurements([str(f) for f in run_files + S9_FILES[stack][len(run_files):]])
+    s9 = read_measurements([str(f) for f in S9_FILES[stack]])
     return {
         "run+grid": run,
         "run-grid": [m for m in run if not is_grid_point(m)],
-        "shipped": read_measurements(shipped_files(shipped)),
-        "s9+grid": read_measurements(s9_files) + [m for m in run if is_grid_point(m)],
+        "s9": s9,
+        "s9+grid": s9 + [m for m in run if is_grid_point(m)],
     }
 
 
@@ -103,19 +106,16 @@ def write_grid_files() -> None:
 def main() -> None:
     write_grid_files()
     hardware = {**read_hardware_file(REPO_ROOT / "conf/hardware/h100.yaml"), "efficiency_table": None}
-    fp8 = str(S9 / "fp8/measurements.json")
     print("transformers: calibrated median / worst abs. error (cases) over held-out cases\n")
     print("| table | cases of | all | attention | whole models | attention prefill 8x512 |\n|---|---|---|---|---|---|")
-    measured = tables("transformers", [HERE / "hf/microbench.json", Path(fp8)], [str(S9 / "hf/microbench.json"), fp8],
-                      "h100.json")
+    measured = tables("transformers", [HERE / "hf/microbench.json"])
     for label, folder in (("this run", HERE / "hf"), ("session 9", S9 / "hf")):
         saved = json.loads((folder / "accuracy.json").read_text())
         print("\n".join(transformers_rows(hardware, label, saved, measured)))
     fused_runs = [HERE / d / "microbench.json" for d in ("fused_tp1", "moe_ep1") if (HERE / d / "microbench.json").exists()]
     if not fused_runs:
         return
-    s9_fused = shipped_files("h100_torch_fused.json")
-    measured = tables("torch_fused", fused_runs + [Path(f) for f in s9_fused[2:]], s9_fused, "h100_torch_fused.json")
+    measured = tables("torch_fused", fused_runs)
     print("\ntorch_fused whole steps: calibrated median / worst abs. error (cases); prefill cases\n")
     print("| table | cases of | all | prefill cases |\n|---|---|---|---|")
     for label, report in (("this run", HERE / "fused_tp1/accuracy_tp1.json"), ("session 9", S9 / "fused_tp1/accuracy_tp1.json"),
