@@ -26,7 +26,7 @@ class FusedTorchKernels(HFKernels):
 
         width = node.inputs[0][-1]
         weight = self.randn(width)
-        return Bench(lambda x: F.rms_norm(x, (width,), weight, 1e-6), lambda: (self.randn(b, s, width),))
+        return Bench(lambda x: F.rms_norm(x, (width,), weight, 1e-6), lambda: (self.randn(b, s, width),), (weight,))
 
     def _qk_norm(self, b: int, s: int) -> Bench:
         import torch.nn.functional as F
