@@ -52,7 +52,7 @@ TINY_CASES = (("tiny_llama", None, 2, 32, 2, False), ("tiny_qwen2", None, 2, 32,
 def calibrate(stack: str, models: dict, hardware: dict, device: str, tiny: bool) -> list[dict]:
     plan = microbench.Plan(
         (), ("backward", "copy", "launch"), dtype="fp32" if tiny else "bf16", warmup=1 if tiny else 3,
-        repeats=3 if tiny else 10, copy_mb=16 if tiny else 512, stack=stack,
+        repeats=3 if tiny else 10, copy_mb=16 if tiny else 512, stack=stack, skip_failed=True,
         train_workloads=microbench.QUICK_TRAIN_WORKLOADS if tiny else microbench.TRAIN_WORKLOADS)
     measurements = []
     for name, layers in models.values():
@@ -87,22 +87,26 @@ def measure_steps(cases, device: str, tiny: bool) -> list[dict]:
     results = []
     for name, layers, micro_batch, seq_len, micro_batches, recompute in cases:
         cfg = model_config(name, layers)
-        torch.manual_seed(0)
-        model = TrainDecoder(cfg, device, dtype, recompute)
-        batches = [(torch.randint(0, cfg["vocab_size"], (micro_batch, seq_len), device=device),
-                    torch.randint(0, cfg["vocab_size"], (micro_batch, seq_len), device=device))
-                   for _ in range(micro_batches)]
-        seconds = timed(lambda: model.step(batches), device, warmup, repeats)
-        peak = torch.cuda.max_memory_allocated() / 1e9 if device.startswith("cuda") else None
-        results.append({"name": f"{name}{f' {layers}L' if layers else ''} mb={micro_batch} s={seq_len} "
-                                f"m={micro_batches}{' recompute' if recompute else ''}",
-                        "model": name, "layers": layers, "workload": {
-                            "mode": "train", "batch": micro_batch * micro_batches, "seq_len": seq_len,
-                            "microbatches": micro_batches, "recompute": recompute,
-                            "dtype": "fp32" if device == "cpu" else "bf16"},
-                        "time_us": seconds * 1e6, "peak_memory_gb": peak, "held_out": True})
-        print(f"{results[-1]['name']}: {seconds * 1e3:.1f} ms", flush=True)
-        del model, batches
+        case = {"name": f"{name}{f' {layers}L' if layers else ''} mb={micro_batch} s={seq_len} m={micro_batches}"
+                        f"{' recompute' if recompute else ''}", "model": name, "layers": layers,
+                "workload": {"mode": "train", "batch": micro_batch * micro_batches, "seq_len": seq_len,
+                             "microbatches": micro_batches, "recompute": recompute,
+                             "dtype": "fp32" if device == "cpu" else "bf16"}, "held_out": True}
+        try:
+            torch.manual_seed(0)
+            model = TrainDecoder(cfg, device, dtype, recompute)
+            batches = [(torch.randint(0, cfg["vocab_size"], (micro_batch, seq_len), device=device),
+                        torch.randint(0, cfg["vocab_size"], (micro_batch, seq_len), device=device))
+                       for _ in range(micro_batches)]
+            seconds = timed(lambda: model.step(batches), device, warmup, repeats)
+            case["time_us"] = seconds * 1e6
+            case["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 1e9 if device.startswith("cuda") else None
+            print(f"{case['name']}: {seconds * 1e3:.1f} ms", flush=True)
+        except RuntimeError as error:  # out of memory: reported, the other cases still run
+            case["failed"] = str(error).splitlines()[0]
+            print(f"{case['name']}: failed: {case['failed']}", flush=True)
+        results.append(case)
+        model = batches = None
         _free(device)
         if device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats()
@@ -131,7 +135,7 @@ def predict(cases: list[dict], hardware: dict, tables: dict[str, str | None]) ->
     """predicted_<label>_us and error_<label> for each table (None: the hardware file's own)."""
     for label, table in tables.items():
         hw = dict(hardware) if table is None else {**hardware, "efficiency_table": table}
-        for case in cases:
+        for case in (c for c in cases if "time_us" in c):
             result = simulate(model_config(case["model"], case["layers"]), hw, {"tp": 1}, case["workload"], stack=STACK)
             if result.status != "ok":
                 raise SystemExit(f"the simulator cannot model {case['name']}: {result.reason}")
@@ -145,12 +149,13 @@ def markdown(report: dict) -> str:
     labels = report["labels"]
     lines = ["| step (held out) | measured (ms) | " + " | ".join(f"{label} (ms, error)" for label in labels) + " |",
              "|---|---|" + "---|" * len(labels)]
-    for c in report["cases"]:
+    timed_cases = [c for c in report["cases"] if "time_us" in c]
+    for c in timed_cases:
         cells = [f"{c[f'predicted_{label}_us'] / 1e3:.1f} ({c[f'error_{label}']:+.1%})" for label in labels]
         lines.append(f"| {c['name']} | {c['time_us'] / 1e3:.1f} | " + " | ".join(cells) + " |")
     lines += ["", "| table | median abs. error | worst | cases |", "|---|---|---|---|"]
     for label in labels:
-        errors = [abs(c[f"error_{label}"]) for c in report["cases"]]
+        errors = [abs(c[f"error_{label}"]) for c in timed_cases]
         lines.append(f"| {label} | {statistics.median(errors):.1%} | {max(errors):.1%} | {len(errors)} |")
     return "\n".join(lines) + "\n"
 
@@ -163,6 +168,8 @@ def main() -> None:
     parser.add_argument("--stacks", nargs="+", default=[STACK, "transformers"], choices=("torch_fused", "transformers"),
                         help="stacks whose backward kernels to calibrate (the steps use torch_fused's)")
     parser.add_argument("--refit", metavar="DIR", help="no measuring: refit and re-predict a run saved in DIR")
+    parser.add_argument("--budget-s", type=float, default=150.0,
+                        help="start no further stack's calibration after this many seconds")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -177,17 +184,24 @@ def main() -> None:
         hardware = hardware_for(device, args.hardware)
         env = environment(device)
         print(json.dumps(env), flush=True)
+        started = time.perf_counter()
+        cases = measure_steps(TINY_CASES if args.tiny else CASES, device, args.tiny)  # the truth first
+        (out / "train_steps.json").write_text(json.dumps({"environment": env, "hardware": hardware["name"],
+                                                          "stacks": [], "cases": cases}, indent=1))
         measured = {}
         for stack in args.stacks:
+            if measured and time.perf_counter() - started > args.budget_s:
+                print(f"skipped the {stack} calibration: past --budget-s {args.budget_s}", flush=True)
+                continue
             measured[stack] = calibrate(stack, TINY_CALIBRATED if args.tiny else CALIBRATED, hardware, device, args.tiny)
             (out / f"microbench_{stack}.json").write_text(json.dumps(measured[stack], indent=1))
-        cases = measure_steps(TINY_CASES if args.tiny else CASES, device, args.tiny)
+            print(f"{stack}: {len(measured[stack])} measurements, {time.perf_counter() - started:.0f} s", flush=True)
     tables = {stack: fit_stack_table(stack, m, hardware, env, out) for stack, m in measured.items()}
     shipped = read_hardware_file_tables(hardware["name"])
     labels = {"shipped": shipped, "calibrated": tables.get(STACK)}
     predict(cases, hardware, {label: table for label, table in labels.items() if table or label == "shipped"})
     report = {"environment": env, "hardware": hardware["name"], "stacks": list(measured), "tables": tables,
-              "labels": [label for label in labels if f"predicted_{label}_us" in cases[0]], "cases": cases}
+              "labels": [label for label in labels if any(f"predicted_{label}_us" in c for c in cases)], "cases": cases}
     (out / "train_steps.json").write_text(json.dumps(report, indent=1))
     (out / "train_steps.md").write_text(markdown(report))
     print(markdown(report))

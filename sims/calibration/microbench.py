@@ -85,6 +85,7 @@ class Plan:
     attention_grid: tuple[tuple[int, int], ...] = ATTENTION_GRID  # decode (batch, kv_len) points
     fp8_gemms: bool = False  # also time each 2-D GEMM in fp8 (torch._scaled_mm): the table's fp8 GEMMs
     train_workloads: tuple[Mapping, ...] = TRAIN_WORKLOADS  # the shapes of `backward`
+    skip_failed: bool = False  # a kernel that raises is reported and left out instead of stopping the run
 
 
 @dataclass
@@ -114,8 +115,16 @@ def measure(
     progress = progress or (lambda iterable, total, desc: iterable)
     results = []
     for index, item in enumerate(progress(items, len(items), "micro-benchmarks")):
-        args = [item.bench.make_args() for _ in range(rotations(item.bytes_touched, device))]
-        timing = time_call(item.bench.fn, args, device, plan.warmup, plan.repeats, plan.graphs and item.graphs)
+        try:
+            args = [item.bench.make_args() for _ in range(rotations(item.bytes_touched, device))]
+            timing = time_call(item.bench.fn, args, device, plan.warmup, plan.repeats, plan.graphs and item.graphs)
+        except RuntimeError as error:  # out of memory, a kernel refusing the shape: kept out of the fit
+            if not plan.skip_failed:
+                raise
+            print(f"skipped {item.record['benchmark']}: {str(error).splitlines()[0]}", flush=True)
+            results.append({"benchmark": item.record["benchmark"], "failed": str(error).splitlines()[0]})
+            args = None
+            continue
         record = {**item.record, "time_us": timing.time_us, "spread": timing.spread, "timing": timing.mode}
         if plan.count_kernels and device.startswith("cuda"):
             record["kernels"] = count_kernels(item.bench.fn, args[0])
@@ -123,7 +132,8 @@ def measure(
         results.append(record)
         if on_result:
             on_result(index, record)
-    return results + derive_moe_shuffles(results) + derive_backward(results)
+    timed = [r for r in results if "failed" not in r]
+    return results + derive_moe_shuffles(timed) + derive_backward(timed)
 
 
 def _items(kernels: HFKernels, hf_config: Mapping, hardware: Mapping, plan: Plan) -> list[Item]:
