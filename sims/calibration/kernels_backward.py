@@ -56,9 +56,6 @@ def with_backward(bench: Bench) -> Bench:
     """The bench's forward followed by its backward, one call."""
     import torch
 
-    for param in bench.params:
-        param.requires_grad_(True)
-
     def make_args():
         leaves: list = []
         args = tuple(_floating_leaves(arg, leaves) if bench.grad_args is None or i in bench.grad_args else arg
@@ -68,8 +65,14 @@ def with_backward(bench: Bench) -> Bench:
         return args, leaves + list(bench.params), [torch.randn_like(t) for t in outs]
 
     def forward_backward(args, leaves, grads):
-        outs = [t for t in _tensors(bench.fn(*args)) if t.is_floating_point()]
-        return torch.autograd.grad(outs, leaves, grads, allow_unused=True)
+        for param in bench.params:  # only here: the forward benches of the same module stay inference-like
+            param.requires_grad_(True)
+        try:
+            outs = [t for t in _tensors(bench.fn(*args)) if t.is_floating_point()]
+            return torch.autograd.grad(outs, leaves, grads, allow_unused=True)
+        finally:
+            for param in bench.params:
+                param.requires_grad_(False)
 
     return Bench(forward_backward, make_args)
 
