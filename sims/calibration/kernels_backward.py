@@ -52,8 +52,10 @@ def _tensors(value) -> list:
     return []
 
 
-def with_backward(bench: Bench) -> Bench:
-    """The bench's forward followed by its backward, one call."""
+def with_backward(bench: Bench, residual_arg: int | None = None) -> Bench:
+    """The bench's forward followed by its backward, one call. `residual_arg`: the argument that is the
+    residual stream, which the model also carries past the op: its two gradients are added (the
+    add kernel a residual fork costs in every backward)."""
     import torch
 
     def make_args():
@@ -62,6 +64,8 @@ def with_backward(bench: Bench) -> Bench:
                      for i, arg in enumerate(bench.make_args()))
         with torch.no_grad():
             outs = [t for t in _tensors(bench.fn(*args)) if t.is_floating_point()]
+        if residual_arg is not None:
+            outs.append(args[residual_arg])
         return args, leaves + list(bench.params), [torch.randn_like(t) for t in outs]
 
     def forward_backward(args, leaves, grads):
@@ -69,6 +73,8 @@ def with_backward(bench: Bench) -> Bench:
             param.requires_grad_(True)
         try:
             outs = [t for t in _tensors(bench.fn(*args)) if t.is_floating_point()]
+            if residual_arg is not None:
+                outs.append(args[residual_arg])
             return torch.autograd.grad(outs, leaves, grads, allow_unused=True)
         finally:
             for param in bench.params:
