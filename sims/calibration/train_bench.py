@@ -51,7 +51,8 @@ def train_items(kernels, hf_config: Mapping, hardware: Mapping, plan) -> list:
             if node.op_type == "gemm" and len(node.weights[0]) == 2:
                 forward.update(m=int(dims["tokens"]), n=node.weights[0][1], k=node.weights[0][0])
             residual = node.name.endswith("_residual_add") or node.attrs.get("fused_residual")
-            items += pair(Item, bench, forward, work["bytes"], 1 if residual else None)
+            items += pair(Item, bench, forward, work["bytes"], 1 if residual else None,
+                          graphs=node.op_type != "embedding")  # its CUDA backward syncs with the host
         vocab = graph.meta["vocab_size"]
         flops, nbytes = loss_work(dims["tokens"], vocab, 1, 4 if plan.dtype == "fp32" else 2)
         loss = kernels_backward.loss(plan.stack, int(dims["tokens"]), vocab, kernels.device, kernels.dtype)
@@ -61,13 +62,13 @@ def train_items(kernels, hf_config: Mapping, hardware: Mapping, plan) -> list:
     return items + update_items(Item, kernels, hf_config, plan)
 
 
-def pair(item_type, bench, forward: dict, nbytes: float, residual_arg: int | None = None) -> list:
+def pair(item_type, bench, forward: dict, nbytes: float, residual_arg: int | None = None, graphs: bool = True) -> list:
     """Items timing `bench` forward, and forward + backward (a record without op_class: not fitted).
     residual_arg: the bench's argument that is the residual stream (kernels_backward.with_backward)."""
     both = {k: v for k, v in forward.items() if k not in ("op_class", "m", "n", "k", "own_op_only")}
     both |= {"benchmark": f"{forward['op']}_forward_backward", "backward_of": forward["op_class"]}
     pair_bench = kernels_backward.with_backward(bench, residual_arg)
-    return [item_type(bench, forward, nbytes), item_type(pair_bench, both, 3 * nbytes)]
+    return [item_type(bench, forward, nbytes), item_type(pair_bench, both, 3 * nbytes, graphs=graphs)]
 
 
 def update_items(item_type, kernels, hf_config: Mapping, plan) -> list:
