@@ -146,3 +146,19 @@ def test_borrowed_training_measurements_keep_ratios_and_scale_memory_bound_times
     assert borrowed[0] == ratio
     assert borrowed[1]["time_us"] == pytest.approx(20000.0 * 3.35 / 4.8)
     assert len(borrowed) == 2  # the H100's forward kernels stay out of an H200 table
+
+
+def test_measured_megatron_and_grpo_steps_are_repredicted():
+    from sims_helpers import REPO
+
+    from sims.benchmarks.train_repredict import grpo_cases, megatron_cases, predict
+
+    megatron = REPO / "framework/backends/megatron/benchmarks/results"
+    grpo = REPO / "framework/backends/maxtext/benchmarks/results/h100_2026-11-26_s8_call2/layouts_4gpu.json"
+    cases = megatron_cases([str(megatron / f"megatron_{n}.json") for n in ("1b", "dp2", "tp2")], REPO)
+    cases += grpo_cases([str(grpo)], REPO)
+    assert [c["measured_s"] for c in cases] == pytest.approx([0.7721, 0.4219, 0.5326, 0.6858, 0.6858], abs=1e-3)
+    assert [c["workload"].get("microbatches") for c in cases] == [8, 4, 8, None, 8]
+    rows = predict(cases, REPO)
+    assert all(r["predicted_s"] > 0 and "cross_entropy" in r["breakdown_s"] for r in rows)
+    assert rows[3]["predicted_s"] > rows[4]["predicted_s"]  # eight optimizer steps instead of one
