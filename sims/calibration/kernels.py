@@ -16,7 +16,8 @@ executes them, on tensors of those shapes:
     router                       the model's top-k router module
     experts_gate_up, _down       transformers' grouped GEMM (_grouped_linear) over random routing
     experts_act                  the experts module's gate on the routed copies
-    embed_tokens, lm_head        the embedding lookup; F.linear on each sequence's last token
+    embed_tokens, lm_head        the embedding lookup; F.linear on each sequence's last token (every
+                                 token in a training graph)
 
 `FusedTorchKernels` (sims/calibration/kernels_fused.py) times the `torch_fused` stack's graph
 (single F.rms_norm kernels, one QKV and one gate/up GEMM, a separate residual add). `moe_block` times the experts module whole; what it takes beyond its two grouped GEMMs and the

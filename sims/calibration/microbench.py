@@ -14,7 +14,10 @@ router, attention (prefill and decode through torch SDPA), norms, rotary, activa
 write, the embedding; plus a large copy (memory bandwidth) and a one-element kernel (the launch
 floor). Each measurement carries the FLOPs and bytes the simulator counts for that node
 (`sims.predict_op`), so `fit_table` turns time into efficiency in the calculator's own terms.
-`python run.py task=calibrate` runs the same from Crucible's command line.
+`python run.py task=calibrate` runs the same from Crucible's command line. `--benchmarks backward`
+(not in the default set) times what a training step adds at training shapes: each train-graph node
+forward and forward + backward, the loss, the gradient accumulation and the optimizer step
+(sims/calibration/train_bench.py); the fitted table then holds backward measurements.
 """
 
 from __future__ import annotations
