@@ -1,6 +1,6 @@
 """Training steps: calibrate the backward kernels, then predict held-out whole training steps.
 
-    python -m sims.benchmarks.train_steps --out $OUT/train              # one GPU, about 3 minutes
+    python -m sims.benchmarks.train_steps --out $OUT/train              # one GPU, about a minute
     python -m sims.benchmarks.train_steps --tiny --out /tmp/train       # CPU check, seconds
     python -m sims.benchmarks.train_steps --refit DIR --out DIR2        # refit + re-predict, no measuring
 
