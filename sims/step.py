@@ -3,8 +3,11 @@ the optimizer update, shared across a sweep where layouts bind the ops alike.
 
 Pipeline with per-micro-batch stage times t_i and m micro-batches:
   step = sum_i t_i + (m - 1) * max_i t_i     (= (m + pp - 1) * t for equal stages; bubble (pp-1)/(m+pp-1))
-Training: backward = 2x forward for every op (collectives once more), recompute adds a forward of
-every decoder-layer op. Nothing overlaps: compute, collectives and the gradient sync add up.
+Training: an op's backward = its forward time x its measured backward/forward ratio when the efficiency
+table has backward measurements (sims/calibration/backward.py), else 2x; collectives run once more;
+recompute adds a forward of every decoder-layer op. Per micro-batch also the loss over the vocabulary
+(forward + backward, on the last stage) and the weight gradients' accumulation into fp32 main grads
+(every stage); per step the dp gradient sync and the optimizer (Adam + clipping). Nothing overlaps.
 """
 
 from __future__ import annotations
@@ -15,17 +18,21 @@ import numpy as np
 
 from sims.cache import GraphCache, PerHardware
 from sims.calculator import (
-    ADAM_BYTES_PER_PARAM,
+    GRAD_ACCUMULATE_BYTES,
     GRAD_BYTES,
+    OP_CLASS,
     TRAIN_BACKWARD_FACTOR,
     Context,
     StepEstimate,
     all_gather_s,
     all_reduce_s,
     bind_dims,
+    loss_work,
+    optimizer_bytes_per_param,
     reduce_scatter_s,
     send_recv_s,
 )
+from sims.calibration.backward import BackwardRatios
 from sims.hardware import HardwareSpec
 from sims.ir import ComputationalGraph, OpNode
 from sims.memory import local_params
@@ -84,8 +91,9 @@ class StageOps:
     stage_s: list[float]
     slowest: int
     costs: Costs
-    multipliers: np.ndarray
+    multipliers: np.ndarray  # forward executions' time multiplier per node: passes, measured backward
     counts: list[int]  # executions of each node on the slowest stage
+    train_rows: tuple[tuple, ...] = ()  # the slowest stage's loss and grad accumulation, per micro-batch
 
     def slowest_rows(self, graph: ComputationalGraph) -> list[tuple]:
         """(name, op_type, executions, flops, bytes, time, bound) of the slowest stage's ops."""
@@ -95,7 +103,7 @@ class StageOps:
         for node, flops, nbytes, time_s, mult, n, runs, bound in per_op:
             if runs and n:
                 rows.append((node.name, node.op_type, n, flops * n * mult, nbytes * n * mult, time_s * n * mult, bound))
-        return rows
+        return rows + list(self.train_rows)
 
 
 def _stage_ops(graph: ComputationalGraph, ctx: Context) -> StageOps:
@@ -113,9 +121,65 @@ def _cost_stages(graph: ComputationalGraph, ctx: Context, costs: Costs) -> Stage
     w, pp = ctx.workload, ctx.layout.pp
     multipliers, weights = _STEP_CACHES.of(ctx.hw).get(graph, ("passes", w.mode, w.recompute, pp), lambda: _stage_weights(
         graph, w, pp))
+    ratios = backward_ratios(graph, ctx.hw) if w.mode == "train" else None
+    if ratios is not None:  # measured backward/forward ratios in place of the flat factor
+        measured = np.array([0.0 if node.is_comm else ratios.ratio(node.name, OP_CLASS[node.op_type], t) -
+                             TRAIN_BACKWARD_FACTOR for node, t in zip(graph.nodes, costs.time_s.tolist())])
+        multipliers = multipliers + measured
+        weights = stage_split(graph, pp).matrix * multipliers
     stage_s = (weights @ costs.time_s).tolist()
+    per_stage_rows = _train_rows(graph, ctx, ratios) if w.mode == "train" else [()] * pp
+    stage_s = [t + sum(row[5] for row in rows) for t, rows in zip(stage_s, per_stage_rows)]
     slowest = max(range(pp), key=stage_s.__getitem__)
-    return StageOps(stage_s, slowest, costs, multipliers, stage_counts(graph, pp)[slowest])
+    return StageOps(stage_s, slowest, costs, multipliers, stage_counts(graph, pp)[slowest], per_stage_rows[slowest])
+
+
+def backward_ratios(graph: ComputationalGraph, hw: HardwareSpec) -> BackwardRatios | None:
+    """The efficiency table's backward/forward ratios; None without backward measurements (2x)."""
+    measurements = hw.efficiency.backward_measurements
+    if not measurements:
+        return None
+    return _STEP_CACHES.of(hw).get(graph, "backward_ratios", lambda: BackwardRatios(measurements, TRAIN_BACKWARD_FACTOR))
+
+
+def _train_rows(graph: ComputationalGraph, ctx: Context, ratios: BackwardRatios | None) -> list[tuple]:
+    """Per stage, one micro-batch's training work outside the graph's nodes: the loss over the
+    vocabulary, forward and backward, where lm_head runs; the weight gradients added into the fp32
+    main grads on every stage."""
+    layout, pp = ctx.layout, ctx.layout.pp
+    counts = stage_counts(graph, pp)
+    head = next((i for i, node in enumerate(graph.nodes) if node.name == "lm_head"), None)
+    flops, nbytes = loss_work(ctx.dims["logit_tokens"], graph.meta["vocab_size"], layout.tp, ctx.precision.act_bytes)
+    loss_s, loss_bound = extra_op_s("cross_entropy", "elementwise", flops, nbytes, ctx)
+    loss_ratio = ratios.ratio("cross_entropy", "elementwise", loss_s) if ratios else TRAIN_BACKWARD_FACTOR
+    loss = ("cross_entropy", "elementwise", 1, flops * (1 + TRAIN_BACKWARD_FACTOR), nbytes * (1 + loss_ratio),
+            loss_s * (1 + loss_ratio), loss_bound)
+    rows = []
+    for stage in range(pp):
+        params = sum(local_params(graph, layout, stage))
+        accumulate_bytes = params * GRAD_ACCUMULATE_BYTES
+        accumulate_s, bound = extra_op_s("grad_accumulate", "elementwise", params, accumulate_bytes, ctx)
+        accumulate = ("grad_accumulate", "elementwise", 1, params, accumulate_bytes, accumulate_s, bound)
+        has_head = head is not None and counts[stage][head]
+        rows.append((loss, accumulate) if has_head else (accumulate,))
+    return rows
+
+
+def extra_op_s(op: str, op_class: str, flops: float, nbytes: float, ctx: Context) -> tuple[float, str]:
+    """(time, bound) of work that is no graph node (the loss, the grad accumulation, the optimizer):
+    the table's measured curve for `op` when it has one, else the roofline with the op's or its
+    class's efficiency and floor."""
+    hw = ctx.hw
+    eff = hw.efficiency.for_op(op, op_class)
+    compute_s = flops / (ctx.precision.other_peak * eff.compute)
+    memory_s = nbytes / (hw.memory_bytes_per_s * eff.memory)
+    floor_s = eff.floor_us * 1e-6
+    bound = "compute" if compute_s >= memory_s else "memory"
+    dtype = "bf16" if ctx.precision.dtype == "fp8" else ctx.precision.dtype
+    measured = ctx.op_interpolator.time_s(op, dtype, flops, nbytes, floor_s) if ctx.op_interpolator else None
+    if measured is not None:
+        return max(measured, floor_s), bound if measured > floor_s else "floor"
+    return max(compute_s, memory_s) + floor_s, bound if floor_s < max(compute_s, memory_s) else "floor"
 
 
 def _stage_weights(graph: ComputationalGraph, workload: Workload, pp: int) -> tuple[np.ndarray, np.ndarray]:
@@ -180,10 +244,9 @@ def _training_update_rows(graph: ComputationalGraph, ctx: Context, stage: int) -
         else:
             sync_s += all_reduce_s(grads, group, hw, span)
     updated = dense / layout.dp + expert / expert_dp if workload.zero else dense + expert
-    optimizer = hw.efficiency.op_classes["optimizer"]
-    opt_bytes = updated * ADAM_BYTES_PER_PARAM[workload.dtype]
-    opt_s = opt_bytes / (hw.memory_bytes_per_s * optimizer.memory) + optimizer.floor_us * 1e-6
-    rows = [_row("optimizer_step", "optimizer", 1, 10.0 * updated, opt_bytes, opt_s, "memory")]
+    opt_bytes = updated * optimizer_bytes_per_param(workload.dtype)
+    opt_s, bound = extra_op_s("optimizer_step", "optimizer", 10.0 * updated, opt_bytes, ctx)
+    rows = [_row("optimizer_step", "optimizer", 1, 10.0 * updated, opt_bytes, opt_s, bound)]
     if sync_s:
         rows.insert(0, _row("dp_grad_sync", "all_reduce", 1, 0.0, (dense + expert) * GRAD_BYTES, sync_s, "comm"))
     return rows

@@ -27,6 +27,7 @@ step fp8 python -m sims.calibration.microbench --hardware "$HW_FILE" --benchmark
   --measurements "$OUT/fp8/measurements.json" --out "$OUT/fp8/table.json"
 step fused_tp1 python -m sims.benchmarks.torch_fused --out "$OUT/fused_tp1"
 step moe_ep1 python -m sims.benchmarks.torch_fused --moe --out "$OUT/moe_ep1"
+step train python -m sims.benchmarks.train_steps --out "$OUT/train"
 
 # several GPUs: collectives (CUDA-graph replays), tensor/expert-parallel accuracy, the sim_sweep layouts
 for n in 2 4 8; do

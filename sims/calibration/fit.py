@@ -4,6 +4,9 @@ A measurement is a dict, one of:
   kernel:     {"op_class": "gemm", "dtype": "bf16", "flops": F, "bytes": B, "time_us": T,
                "m": .., "n": .., "k": ..,     # m, n, k only for 2-D GEMMs (kept as gemm_measurements)
                "op": "q_proj"}                # optional: the IR node it times (fits an `ops` entry)
+  backward:   {"pass": "backward", "op": "qkv_proj", "op_class": "gemm", "dtype": "bf16", "flops": F, "bytes": B,
+               "forward_us": Tf, "time_us": Tb}  # an op's backward next to its forward (kept as
+               # backward_measurements; the forward FLOPs and bytes; sims/calibration/backward.py)
   collective: {"collective": "all_reduce" | "all_gather" | "reduce_scatter" | "all_to_all" | "send_recv",
                "group": n, "bytes": B, "time_us": T, "link": "intra_node"}  # nccl-tests' bytes (sims/comm.py);
                # link optional: by group size against devices_per_node
@@ -34,6 +37,7 @@ from framework.core.errors import ConfigError
 from sims.calibration.interpolate import AttentionSurface, surface_key
 from sims.calibration.table import (
     OP_CLASSES,
+    BackwardMeasurement,
     ClassEfficiency,
     CollectiveFit,
     EfficiencyTable,
@@ -53,14 +57,17 @@ def fit_table(
     """The table for `hardware` from kernel (and collective) measurements of software `stack`."""
     hw = hardware_spec({**hardware, "efficiency_table": None})
     defaults = EfficiencyTable()
-    kernels = [m for m in measurements if "op_class" in m]
+    kernels = [m for m in measurements if "op_class" in m and m.get("pass") != "backward"]
+    backward = tuple(BackwardMeasurement(m["op"], m["op_class"], m["dtype"], float(m["flops"]), float(m["bytes"]),
+                                         float(m["forward_us"]), float(m["time_us"]))
+                     for m in measurements if m.get("pass") == "backward")
     collectives = [m for m in measurements if "collective" in m]
-    unknown = sorted({m["op_class"] for m in kernels} - set(OP_CLASSES))
+    unknown = sorted({m["op_class"] for m in kernels} - set(OP_CLASSES) | {m.op_class for m in backward} - set(OP_CLASSES))
     if unknown:
         raise ConfigError(f"measurements name unknown op_class {', '.join(unknown)}; valid: {', '.join(OP_CLASSES)}")
     op_classes = dict(defaults.op_classes)
-    for name in OP_CLASSES:
-        mine = [m for m in kernels if m["op_class"] == name]
+    for name in OP_CLASSES:  # own_op_only: the loss, the gradient accumulation (not a graph node's class)
+        mine = [m for m in kernels if m["op_class"] == name and not m.get("own_op_only")]
         if mine:
             op_classes[name] = _fit_class(mine, hw, defaults.op_classes[name])
     ops = {}
@@ -88,6 +95,7 @@ def fit_table(
         op_measurements=op_times,
         collectives=collective_fits,
         gemm_measurements=gemms,
+        backward_measurements=backward,
         device_name=hw.name,
         source=source,
         stack=stack,

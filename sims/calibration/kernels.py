@@ -16,7 +16,8 @@ executes them, on tensors of those shapes:
     router                       the model's top-k router module
     experts_gate_up, _down       transformers' grouped GEMM (_grouped_linear) over random routing
     experts_act                  the experts module's gate on the routed copies
-    embed_tokens, lm_head        the embedding lookup; F.linear on each sequence's last token
+    embed_tokens, lm_head        the embedding lookup; F.linear on each sequence's last token (every
+                                 token in a training graph)
 
 `FusedTorchKernels` (sims/calibration/kernels_fused.py) times the `torch_fused` stack's graph
 (single F.rms_norm kernels, one QKV and one gate/up GEMM, a separate residual add). `moe_block` times the experts module whole; what it takes beyond its two grouped GEMMs and the
@@ -43,6 +44,8 @@ MEASURABLE_DTYPES = ("bf16", "fp32")  # framework.core.dtypes.SHORT names
 class Bench:
     fn: Callable
     make_args: Callable[[], tuple]  # a fresh argument set (new random tensors)
+    params: tuple = ()  # weights held by fn (a module's): their gradients count in its backward
+    grad_args: tuple[int, ...] | None = None  # the args a training step differentiates (None: every float one)
 
 
 def build_hf_model(hf_config: Mapping, device: str, dtype: str, **overrides):
@@ -109,7 +112,7 @@ class HFKernels:
             width = node.outputs[0][-1]
             return Bench(lambda x, residual: residual + x, lambda: (self.randn(b, s, width), self.randn(b, s, width)))
         if kind == "gemm" and len(node.weights[0]) == 2:
-            rows = (b, 1) if name == "lm_head" else (b, s)
+            rows = (b, 1) if name == "lm_head" and dims["logit_tokens"] < dims["tokens"] else (b, s)
             return self._linear(node, rows)
         if kind == "router" and self.router is not None:
             return self._router(int(dims["tokens"]))
@@ -132,15 +135,15 @@ class HFKernels:
     def _embedding(self, b: int, s: int) -> Bench:
         embed = self.model.model.embed_tokens
         vocab = embed.weight.shape[0]
-        return Bench(embed, lambda: (self.torch.randint(0, vocab, (b, s), device=self.device),))
+        return Bench(embed, lambda: (self.torch.randint(0, vocab, (b, s), device=self.device),), (embed.weight,))
 
     def _norm(self, node: OpNode, b: int, s: int) -> Bench:
         width = node.inputs[0][-1]
         norm = self.norm if width == self.norm.weight.shape[0] else type(self.norm)(width).to(self.device, self.dtype)
         if node.attrs.get("fused_residual"):
             pair = lambda: (self.randn(b, s, width), self.randn(b, s, width))  # noqa: E731
-            return Bench(lambda x, residual: norm(residual + x), pair)
-        return Bench(norm, lambda: (self.randn(b, s, width),))
+            return Bench(lambda x, residual: norm(residual + x), pair, tuple(norm.parameters()))
+        return Bench(norm, lambda: (self.randn(b, s, width),), tuple(norm.parameters()))
 
     def _qk_norm(self, b: int, s: int) -> Bench:
         a = self.attn
@@ -184,7 +187,7 @@ class HFKernels:
             q = self.randn(b, s, heads, head_dim).transpose(1, 2)  # transformers' layout after q_norm
             return (q, self.randn(b, s, kv_heads, head_dim).transpose(1, 2), cos, sin)
 
-        return Bench(self.rotary_fn, make_args)
+        return Bench(self.rotary_fn, make_args, grad_args=(0, 1))  # q and k; cos and sin are constants
 
     def _kv_cache_write(self, b: int, s: int, kv_len: int) -> Bench:
         _, kv_heads, head_dim = attention_heads(self.attn)

@@ -26,7 +26,20 @@ class FusedTorchKernels(HFKernels):
 
         width = node.inputs[0][-1]
         weight = self.randn(width)
-        return Bench(lambda x: F.rms_norm(x, (width,), weight, 1e-6), lambda: (self.randn(b, s, width),))
+        return Bench(lambda x: F.rms_norm(x, (width,), weight, 1e-6), lambda: (self.randn(b, s, width),), (weight,))
+
+    def _act(self, node: OpNode, b: int, s: int) -> Bench:
+        """silu(gate) * up on the two halves of the fused gate/up GEMM's output (Megatron's GLU, the
+        plain decoder's chunk): in a backward their gradients are written back into one tensor."""
+        import torch.nn.functional as F
+
+        width = node.outputs[0][-1]
+
+        def act(gate_up):
+            gate, up = gate_up.chunk(2, dim=-1)
+            return F.silu(gate) * up
+
+        return Bench(act, lambda: (self.randn(b, s, 2 * width),))
 
     def _qk_norm(self, b: int, s: int) -> Bench:
         import torch.nn.functional as F

@@ -15,6 +15,9 @@ norms, rotary, activations, the cache write, the embedding; plus a large copy (m
 and a one-element kernel (the launch floor). Each measurement carries the FLOPs and bytes the
 simulator counts for that node (`sims.predict_op`), so `fit_table` turns time into efficiency in
 the calculator's own terms. `python run.py task=calibrate` runs the same from Crucible's command line.
+`--benchmarks backward` (not in the default set) times what a training step adds at training shapes:
+each train-graph node forward and forward + backward, the loss, the gradient accumulation and the
+optimizer step (sims/calibration/train_bench.py); the fitted table then holds backward measurements.
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ from sims.calibration.kernels import Bench, HFKernels
 from sims.calibration.kernels_fused import KERNELS_BY_STACK, kernels_for
 from sims.calibration.table import save_table
 from sims.calibration.timing import rotations, time_call
+from sims.calibration.train_bench import derive_backward, train_items
 from sims.workload import Layout, parse_workload
 
 BENCHMARKS = ("gemm", "moe", "router", "attention", "norm", "elementwise", "embedding", "copy", "launch")
+KINDS = (*BENCHMARKS, "backward")  # backward: training kernels (sims/calibration/train_bench.py), asked for by name
 MIXED_LAUNCH_KERNELS = 8
 MOE_BLOCK_OPS = ("experts_gate_up", "experts_act", "experts_down")
 DERIVED_OPS = ("moe_permute", "moe_unpermute")  # the experts module's time beyond MOE_BLOCK_OPS
@@ -58,6 +63,15 @@ QUICK_ATTENTION_GRID = tuple((b, kv) for b in (1, 2) for kv in (16, 48))
 # 1024, 3072, 4096; (4, 2048) is also a workload above and is timed once).
 PREFILL_GRID = tuple((b, s) for b in (1, 4, 16) for s in (256, 768, 2048, 6144))
 QUICK_PREFILL_GRID = tuple((b, s) for b in (1, 3) for s in (24, 96))
+# Training shapes for `backward`: every node of the train graph forward and forward + backward, the loss
+# over the vocabulary, the gradient accumulation and the optimizer step.
+TRAIN_WORKLOADS = (
+    {"mode": "train", "batch": 1, "seq_len": 1024},
+    {"mode": "train", "batch": 2, "seq_len": 2048},
+    {"mode": "train", "batch": 4, "seq_len": 2048},
+    {"mode": "train", "batch": 1, "seq_len": 8192},
+)
+QUICK_TRAIN_WORKLOADS = ({"mode": "train", "batch": 1, "seq_len": 16}, {"mode": "train", "batch": 2, "seq_len": 32})
 QUICK_WORKLOADS = (
     {"mode": "prefill", "batch": 1, "seq_len": 16},
     {"mode": "prefill", "batch": 2, "seq_len": 64},
@@ -79,6 +93,8 @@ class Plan:
     attention_grid: tuple[tuple[int, int], ...] = ATTENTION_GRID  # decode (batch, kv_len) points
     prefill_grid: tuple[tuple[int, int], ...] = PREFILL_GRID  # prefill attention (batch, seq_len) points
     fp8_gemms: bool = False  # also time each 2-D GEMM in fp8 (torch._scaled_mm): the table's fp8 GEMMs
+    train_workloads: tuple[Mapping, ...] = TRAIN_WORKLOADS  # the shapes of `backward`
+    skip_failed: bool = False  # a kernel that raises is reported and left out instead of stopping the run
 
 
 @dataclass
@@ -88,6 +104,7 @@ class Item:
     bench: Bench
     record: dict
     bytes_touched: float = 0.0
+    graphs: bool = True  # False: eager calls even where the plan replays CUDA graphs (the optimizer step)
 
 
 def measure(
@@ -102,11 +119,21 @@ def measure(
     (the input of fit_table), the moe_permute/moe_unpermute ones derived from moe_block."""
     kernels = kernels_for(plan.stack, hf_config, device, plan.dtype)
     items = _items(kernels, hf_config, hardware, plan)
+    if "backward" in plan.benchmarks:
+        items += train_items(kernels, hf_config, hardware, plan)
     progress = progress or (lambda iterable, total, desc: iterable)
     results = []
     for index, item in enumerate(progress(items, len(items), "micro-benchmarks")):
-        args = [item.bench.make_args() for _ in range(rotations(item.bytes_touched, device))]
-        timing = time_call(item.bench.fn, args, device, plan.warmup, plan.repeats, plan.graphs)
+        try:
+            args = [item.bench.make_args() for _ in range(rotations(item.bytes_touched, device))]
+            timing = time_call(item.bench.fn, args, device, plan.warmup, plan.repeats, plan.graphs and item.graphs)
+        except RuntimeError as error:  # out of memory, a kernel refusing the shape: kept out of the fit
+            if not plan.skip_failed:
+                raise
+            print(f"skipped {item.record['benchmark']}: {str(error).splitlines()[0]}", flush=True)
+            results.append({"benchmark": item.record["benchmark"], "failed": str(error).splitlines()[0]})
+            args = None
+            continue
         record = {**item.record, "time_us": timing.time_us, "spread": timing.spread, "timing": timing.mode}
         if plan.count_kernels and device.startswith("cuda"):
             record["kernels"] = count_kernels(item.bench.fn, args[0])
@@ -114,7 +141,8 @@ def measure(
         results.append(record)
         if on_result:
             on_result(index, record)
-    return results + derive_moe_shuffles(results)
+    timed = [r for r in results if "failed" not in r]
+    return results + derive_moe_shuffles(timed) + derive_backward(timed)
 
 
 def _items(kernels: HFKernels, hf_config: Mapping, hardware: Mapping, plan: Plan) -> list[Item]:
@@ -231,8 +259,8 @@ def main() -> None:
                         help="the software stack whose kernels to time (sims/stacks.yaml)")
     parser.add_argument("--quick", action="store_true", help="a few small workloads (smoke test)")
     parser.add_argument("--fp8", action="store_true", help="also time every GEMM in fp8 (torch._scaled_mm)")
-    parser.add_argument("--benchmarks", nargs="+", choices=BENCHMARKS, default=BENCHMARKS,
-                        help="kernel kinds to time (default: all)")
+    parser.add_argument("--benchmarks", nargs="+", choices=KINDS, default=BENCHMARKS,
+                        help="kernel kinds to time (default: all but backward, the training kernels)")
     parser.add_argument("--no-graphs", action="store_true", help="time eager calls instead of CUDA graph replays")
     parser.add_argument("--measurements", help="also write the raw measurements to this JSON file")
     args = parser.parse_args()
@@ -243,7 +271,8 @@ def main() -> None:
     plan = Plan(QUICK_WORKLOADS if args.quick else WORKLOADS, tuple(args.benchmarks), dtype=args.dtype,
                 graphs=not args.no_graphs, copy_mb=16 if args.quick else 256, stack=args.stack,
                 attention_grid=QUICK_ATTENTION_GRID if args.quick else ATTENTION_GRID,
-                prefill_grid=QUICK_PREFILL_GRID if args.quick else PREFILL_GRID, fp8_gemms=args.fp8)
+                prefill_grid=QUICK_PREFILL_GRID if args.quick else PREFILL_GRID, fp8_gemms=args.fp8,
+                train_workloads=QUICK_TRAIN_WORKLOADS if args.quick else TRAIN_WORKLOADS)
     measurements = []
     for model_file in args.model:
         hf_config = yaml.safe_load(Path(model_file).read_text())["hf_config"]

@@ -31,6 +31,10 @@ File format (JSON), every section optional; what is left out keeps the built-in 
         {"op": "attention", "dtype": "bf16", "flops": 1.7e10, "bytes": 8.4e7, "time_us": 55.0,
          "batch": 8, "seq_len": 512},                   # prefill: a point of the batch x prompt surface
         ...
+      ],
+      "backward_measurements": [                        # optional backward timings, by IR node name
+        {"op": "qkv_proj", "op_class": "gemm", "dtype": "bf16", "flops": 5.2e10, "bytes": 4.3e7, "forward_us": 80.1, "time_us": 171.3},
+        ...
       ]
     }
 
@@ -47,7 +51,11 @@ collective without a `collectives` fit). collectives: [{"collective": "all_reduc
 (sims/calibration/collectives.py; the model is in sims/comm.py). gemm_measurements: y = x @ W with x (m, k), W (k, n);
 GEMMs of other shapes are interpolated between them (sims.calibration.interpolate). op_measurements:
 an op's time at the FLOPs and bytes the simulator counts for it (decode attention also with its
-batch and kv_len, prefill attention measured on a grid with its batch and seq_len); other sizes of the same op are interpolated along its measured curve or surface.
+batch and kv_len, prefill attention measured on a grid with its batch and seq_len); other sizes of
+the same op are interpolated along its measured curve or surface.
+backward_measurements: the backward pass of an op (GEMM dgrad + wgrad, attention backward, ...)
+measured next to its forward at the forward's FLOPs and bytes; the simulator takes backward/forward
+ratios from them (sims/calibration/backward.py). A table without them keeps backward = 2x forward.
 """
 
 from __future__ import annotations
@@ -91,6 +99,19 @@ class OpMeasurement:
     batch: int | None = None  # decode attention: sequences and cached tokens (its batch x KV surface)
     kv_len: int | None = None
     seq_len: int | None = None  # prefill attention on a grid: with batch, its batch x prompt-length surface
+
+
+@dataclass(frozen=True)
+class BackwardMeasurement:
+    """An op's backward time measured next to its forward one, at the forward's FLOPs and bytes."""
+
+    op: str
+    op_class: str
+    dtype: str
+    flops: float
+    bytes: float
+    forward_us: float
+    time_us: float
 
 
 @dataclass(frozen=True)
@@ -144,6 +165,7 @@ class EfficiencyTable:
     op_measurements: tuple[OpMeasurement, ...] = ()
     stack: str | None = None  # the software stack it was measured on; None: any stack
     collectives: tuple[CollectiveFit, ...] = ()
+    backward_measurements: tuple[BackwardMeasurement, ...] = ()
 
     @cached_property
     def collective_fits(self) -> dict[tuple[str, str], list[CollectiveFit]]:
@@ -161,7 +183,7 @@ class EfficiencyTable:
     def from_dict(cls, record: Mapping, origin: str = "efficiency table") -> "EfficiencyTable":
         """Validate a table; sections and classes it leaves out keep the defaults."""
         known = {"format", "device_name", "source", "stack", "op_classes", "ops", "links", "collectives",
-                 "gemm_measurements", "op_measurements"}
+                 "gemm_measurements", "op_measurements", "backward_measurements"}
         _no_unknown(record, known, origin)
         if record.get("format", FORMAT) != FORMAT:
             raise ConfigError(f"{origin}: format is {record.get('format')!r}; valid: {FORMAT}")
@@ -210,8 +232,12 @@ class EfficiencyTable:
         collectives = tuple(
             _collective(entry, f"{origin}: collectives[{i}]") for i, entry in enumerate(record.get("collectives") or ())
         )
+        backward = tuple(
+            _backward(entry, f"{origin}: backward_measurements[{i}]")
+            for i, entry in enumerate(record.get("backward_measurements") or ())
+        )
         return cls(op_classes, links, gemms, record.get("device_name"), record.get("source", origin), ops, op_times,
-                   stack, collectives)
+                   stack, collectives, backward)
 
     def to_dict(self) -> dict:
         return {
@@ -225,6 +251,8 @@ class EfficiencyTable:
             "collectives": [asdict(c) for c in self.collectives],
             "gemm_measurements": [asdict(g) for g in self.gemm_measurements],
             "op_measurements": [{k: v for k, v in asdict(m).items() if v is not None} for m in self.op_measurements],
+            **({"backward_measurements": [asdict(m) for m in self.backward_measurements]}
+               if self.backward_measurements else {}),
         }
 
 
@@ -266,6 +294,23 @@ def _op_measurement(entry: Mapping, origin: str) -> OpMeasurement:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{origin}: {key} is {value!r}; expected an integer >= 1")
     return OpMeasurement(str(entry["op"]), entry["dtype"], *numbers, **point)
+
+
+def _backward(entry: Mapping, origin: str) -> BackwardMeasurement:
+    keys = ("op", "op_class", "dtype", "flops", "bytes", "forward_us", "time_us")
+    _check_mapping(origin, entry)
+    _no_unknown(entry, set(keys), origin)
+    missing = [key for key in keys if key not in entry]
+    if missing:
+        raise ConfigError(f"{origin}: missing {', '.join(missing)}; each backward measurement needs {', '.join(keys)}")
+    for key in ("flops", "bytes"):
+        _check_non_negative(f"{origin}: {key}", entry[key])
+    for key in ("forward_us", "time_us"):
+        if not isinstance(entry[key], (int, float)) or entry[key] <= 0:
+            raise ConfigError(f"{origin}: {key} is {entry[key]!r}; expected a positive number")
+    _check_member(f"{origin}: dtype", entry["dtype"], DTYPES)
+    _check_member(f"{origin}: op_class", entry["op_class"], OP_CLASSES)
+    return BackwardMeasurement(str(entry["op"]), entry["op_class"], entry["dtype"], *(float(entry[k]) for k in keys[3:]))
 
 
 def _collective(entry: Mapping, origin: str) -> CollectiveFit:

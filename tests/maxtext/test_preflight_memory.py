@@ -89,3 +89,18 @@ def test_auto_micro_batch_runs_and_is_recorded(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "grpo: micro_batch_size auto -> 16 (the preflight's memory estimate)" in proc.stderr
     assert json.loads((tmp_path / "summary.json").read_text())["result"]["metrics"]["micro_batch_size"] == 16
+
+
+def test_the_update_is_one_optimizer_step_per_epoch_over_accumulated_micro_batches():
+    """The preflight simulates the update as it runs: the step's rows in micro-batches whose gradients
+    accumulate, then one AdamW step per ppo epoch (not one step per micro-batch)."""
+    from sims.api import simulate
+
+    from framework.backends.maxtext.trainers.preflight import grpo_phases
+
+    task, hf, hardware = _qwen_05b_task(micro_batch_size=16, ppo_epochs=2)
+    (workload, repeats), = [(w, n) for name, w, n in grpo_phases(task, zero=False) if name == "train"]
+    assert (workload["batch"], workload["microbatches"], repeats) == (128, 8, 2)
+    rows = simulate(hf, hardware, {"dp": 1}, workload, stack="xla").rows
+    counts = {row["name"]: row["count"] for row in rows if row["name"] in ("optimizer_step", "grad_accumulate")}
+    assert counts == {"optimizer_step": 1, "grad_accumulate": 8}

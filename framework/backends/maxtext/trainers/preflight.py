@@ -29,6 +29,14 @@ ROLLOUT_PHASES = ("prefill", "decode")
 MEMORY_HEADROOM = 0.85
 
 
+def train_workload(task: GRPOTask, micro_batch: int, zero: bool, recompute: bool) -> dict:
+    """One optimizer step of the update as it runs: the step's rows in micro-batches of `micro_batch`
+    whose gradients accumulate (the simulator's `microbatches`), then one AdamW step."""
+    return {"mode": "train", "batch": task.rows_per_step, "microbatches": task.rows_per_step // micro_batch,
+            "seq_len": task.max_prompt_tokens + task.max_new_tokens, "dtype": SHORT[task.compute_dtype],
+            "zero": zero, "recompute": recompute}
+
+
 def grpo_phases(task: GRPOTask, zero: bool, recompute: bool = False) -> list[tuple[str, dict, int]]:
     """(name, simulator workload, how many times it runs per step) for one GRPO step; `recompute`: the
     update rematerialises each layer (backend.adapter.remat=full)."""
@@ -40,8 +48,7 @@ def grpo_phases(task: GRPOTask, zero: bool, recompute: bool = False) -> list[tup
     phases = [
         ("prefill", {"mode": "prefill", "batch": task.prompts_per_step, "seq_len": prompt, "dtype": dtype}, 1),
         ("decode", {"mode": "decode", "batch": rows, "context_len": prompt + new // 2, "dtype": dtype}, new),
-        ("train", {"mode": "train", "batch": task.micro_batch_size, "seq_len": sequence, "dtype": dtype,
-                   "zero": zero, "recompute": recompute}, task.ppo_epochs * micro_steps),
+        ("train", train_workload(task, task.micro_batch_size, zero, recompute), task.ppo_epochs),
     ]
     if extra_forwards:
         phases.append(("forward", {"mode": "prefill", "batch": task.micro_batch_size, "seq_len": sequence,
@@ -107,9 +114,8 @@ def pick_micro_batch(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], 
                           f"the {layout['dp']} data-parallel replicas; set a number")
     budget_gb = hardware["memory_gb"] * MEMORY_HEADROOM - resident_bytes / 1e9
     for size in candidates:
-        train = {"mode": "train", "batch": size, "seq_len": task.max_prompt_tokens + task.max_new_tokens,
-                 "dtype": SHORT[task.compute_dtype], "zero": zero, "recompute": recompute}
-        summary = simulate(hf_config, hardware, layout, train, stack=stack_for_backend("maxtext")).summary()
+        summary = simulate(hf_config, hardware, layout, train_workload(task, size, zero, recompute),
+                           stack=stack_for_backend("maxtext")).summary()
         if summary["status"] != "ok":
             raise ConfigError(f"grpo.micro_batch_size: auto needs the simulator's memory estimate, which cannot "
                               f"model this run ({summary['reason']}); set a number that divides {rows}")

@@ -1,0 +1,164 @@
+"""The training-step model: measured backward/forward ratios in place of the flat 2x, the loss over the
+vocabulary, the gradient accumulation into fp32 main grads and clipping in the optimizer, by hand."""
+
+import json
+
+import pytest
+from sims_helpers import hardware, model_config
+
+from sims import build_graph, simulate
+from sims.calculator import CLIP_BYTES_PER_PARAM, GRAD_ACCUMULATE_BYTES, optimizer_bytes_per_param
+from sims.calibration.backward import BackwardRatios
+from sims.calibration.fit import fit_table
+from sims.calibration.table import BackwardMeasurement, EfficiencyTable
+from sims.calibration.train_bench import derive_backward, parameter_shapes
+from sims.memory import local_params
+from sims.workload import parse_layout
+from framework.core.errors import ConfigError
+
+H100_HBM = 3.35e12
+TRAIN = {"mode": "train", "batch": 4, "seq_len": 128, "microbatches": 2}
+EXACT = {"op_classes": {name: {"compute": 1.0, "memory": 1.0, "floor_us": 0.0}
+                        for name in ("gemm", "attention", "norm", "elementwise", "embedding", "optimizer")}}
+
+
+def backward(op, op_class, forward_us, time_us):
+    return {"op": op, "op_class": op_class, "dtype": "bf16", "flops": 1.0, "bytes": 1.0,
+            "forward_us": forward_us, "time_us": time_us}
+
+
+def table_file(tmp_path, name="table.json", **sections) -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps({**EXACT, **sections}))
+    return str(path)
+
+
+def row(result, name):
+    return next(r for r in result.breakdown_rows() if r["name"] == name)
+
+
+def test_ratio_is_measured_at_its_sizes_log_linear_between_and_kept_beyond():
+    ratios = BackwardRatios([BackwardMeasurement("q_proj", "gemm", "bf16", 1, 1, 10.0, 20.0),
+                             BackwardMeasurement("q_proj", "gemm", "bf16", 1, 1, 1000.0, 3000.0),
+                             BackwardMeasurement("attention", "attention", "bf16", 1, 1, 100.0, 250.0)], 2.0)
+    assert ratios.ratio("q_proj", "gemm", 10e-6) == pytest.approx(2.0)
+    assert ratios.ratio("q_proj", "gemm", 100e-6) == pytest.approx(2.5)  # halfway in log(forward time)
+    assert ratios.ratio("q_proj", "gemm", 1e-6) == pytest.approx(2.0)
+    assert ratios.ratio("q_proj", "gemm", 1.0) == pytest.approx(3.0)
+    assert ratios.ratio("o_proj", "gemm", 1e-3) == pytest.approx(2.5)  # its class's median op ratio
+    assert ratios.ratio("mlp_act", "elementwise", 1e-3) == 2.0  # nothing measured in the class
+
+
+def test_measured_backward_replaces_twice_forward(tmp_path):
+    cfg = model_config("qwen2_5_0_5b_instruct")
+    flat = simulate(cfg, hardware("h100", efficiency_table=table_file(tmp_path)), {"tp": 2}, TRAIN)
+    measured = table_file(tmp_path, "measured.json", backward_measurements=[backward("q_proj", "gemm", 50.0, 175.0),
+                                                           backward("attention", "attention", 50.0, 150.0)])
+    result = simulate(cfg, hardware("h100", efficiency_table=measured), {"tp": 2}, TRAIN)
+    forward = row(flat, "q_proj")["time_s"] / 3
+    assert row(result, "q_proj")["time_s"] == pytest.approx(forward * (1 + 3.5))
+    assert row(result, "o_proj")["time_s"] == pytest.approx(row(flat, "o_proj")["time_s"] / 3 * 4.5)  # gemm class
+    assert row(result, "attention")["time_s"] == pytest.approx(row(flat, "attention")["time_s"] / 3 * 4)
+    assert row(result, "input_layernorm")["time_s"] == pytest.approx(row(flat, "input_layernorm")["time_s"])
+    assert row(result, "attn_all_reduce")["time_s"] == pytest.approx(row(flat, "attn_all_reduce")["time_s"])
+    assert sum(r["time_s"] for r in result.breakdown_rows()) == pytest.approx(result.latency_s)
+
+
+def test_loss_accumulation_and_optimizer_by_hand(tmp_path):
+    cfg = model_config("qwen2_5_0_5b_instruct")
+    result = simulate(cfg, hardware("h100", efficiency_table=table_file(tmp_path)), {}, TRAIN)
+    tokens_per_micro_batch = 2 * 128
+    logits = tokens_per_micro_batch * cfg["vocab_size"]
+    assert row(result, "cross_entropy")["time_s"] == pytest.approx(2 * 3 * logits * (2 + 4) / H100_HBM)
+    params = sum(local_params(build_graph(cfg, "train"), parse_layout({}), 0))
+    assert params == pytest.approx(494_032_768)  # Qwen2.5-0.5B, tied embedding
+    assert row(result, "grad_accumulate")["time_s"] == pytest.approx(2 * params * GRAD_ACCUMULATE_BYTES / H100_HBM)
+    assert optimizer_bytes_per_param("bf16") == 30 + CLIP_BYTES_PER_PARAM
+    assert row(result, "optimizer_step")["bytes"] == pytest.approx(params * 42)
+    assert sum(r["time_s"] for r in result.breakdown_rows()) == pytest.approx(result.latency_s)
+
+
+def test_loss_runs_on_the_last_stage_and_accumulation_on_every_one(tmp_path):
+    cfg = model_config("qwen2_5_0_5b_instruct")
+    hw = hardware("h100", efficiency_table=table_file(tmp_path))
+    result = simulate(cfg, hw, {"pp": 2}, TRAIN)
+    names = {r["name"] for r in result.breakdown_rows()}
+    assert "grad_accumulate" in names
+    assert ("cross_entropy" in names) == ("lm_head" in names)
+
+
+def test_measured_optimizer_and_loss_curves_replace_the_roofline(tmp_path):
+    cfg = model_config("qwen2_5_0_5b_instruct")
+    params = 494_032_768
+    table = table_file(tmp_path, op_measurements=[
+        {"op": "optimizer_step", "dtype": "bf16", "flops": 10.0 * params, "bytes": 42.0 * params, "time_us": 20000.0},
+        {"op": "grad_accumulate", "dtype": "bf16", "flops": params, "bytes": 10.0 * params, "time_us": 3000.0}])
+    result = simulate(cfg, hardware("h100", efficiency_table=table), {}, TRAIN)
+    assert row(result, "optimizer_step")["time_s"] == pytest.approx(0.020)
+    assert row(result, "grad_accumulate")["time_s"] == pytest.approx(2 * 0.003)
+
+
+def test_backward_measurements_load_save_and_stay_optional():
+    entry = backward("q_proj", "gemm", 50.0, 120.0)
+    table = EfficiencyTable.from_dict({"backward_measurements": [entry]})
+    assert table.to_dict()["backward_measurements"] == [entry]
+    assert "backward_measurements" not in EfficiencyTable.from_dict({}).to_dict()  # old tables: unchanged files
+    with pytest.raises(ConfigError, match="forward_us"):
+        EfficiencyTable.from_dict({"backward_measurements": [{**entry, "forward_us": 0}]})
+    with pytest.raises(ConfigError, match="op_class"):
+        EfficiencyTable.from_dict({"backward_measurements": [{**entry, "op_class": "conv"}]})
+
+
+def test_backward_is_the_pair_minus_the_forward_and_fits_into_the_table():
+    point = {"op": "q_proj", "dtype": "bf16", "mode": "train", "batch": 1, "seq_len": 8, "kv_len": 8, "tokens": 8,
+             "flops": 1e9, "bytes": 1e7}
+    measurements = [{**point, "benchmark": "q_proj", "op_class": "gemm", "time_us": 40.0},
+                    {**point, "benchmark": "q_proj_forward_backward", "backward_of": "gemm", "time_us": 130.0},
+                    {"benchmark": "cross_entropy", "op": "cross_entropy", "op_class": "elementwise",
+                     "own_op_only": True, "dtype": "bf16", "flops": 1e6, "bytes": 1e9, "time_us": 5000.0}]
+    derived = derive_backward(measurements)
+    assert [(d["op"], d["forward_us"], d["time_us"]) for d in derived] == [("q_proj", 40.0, 90.0)]
+    table = fit_table(measurements + derived, hardware("h100"))
+    assert [(m.op, m.forward_us, m.time_us) for m in table.backward_measurements] == [("q_proj", 40.0, 90.0)]
+    assert "cross_entropy" in table.ops
+    assert table.op_classes["elementwise"] == EfficiencyTable().op_classes["elementwise"]  # not a class member
+
+
+def test_parameter_shapes_count_the_model_once():
+    cfg = model_config("qwen2_5_0_5b_instruct")
+    shapes = parameter_shapes(build_graph(cfg, "train", "torch_fused"))
+    total = sum(a * (b if len(s) > 1 else 1) for s in shapes for a, b in [(s[0], s[-1])])
+    assert total == 494_032_768
+
+
+def test_borrowed_training_measurements_keep_ratios_and_scale_memory_bound_times(tmp_path):
+    from sims.calibration.refit import borrowed_measurements
+    from sims_helpers import REPO
+
+    ratio = {"pass": "backward", **backward("q_proj", "gemm", 50.0, 120.0)}
+    step = {"op": "optimizer_step", "op_class": "optimizer", "dtype": "bf16", "flops": 1.0, "bytes": 4.2e10,
+            "time_us": 20000.0}
+    forward = {"op": "q_proj", "op_class": "gemm", "dtype": "bf16", "flops": 1e9, "bytes": 1e7, "time_us": 40.0}
+    path = tmp_path / "microbench.json"
+    path.write_text(json.dumps([ratio, step, forward]))
+    borrowed = borrowed_measurements({"from": "conf/hardware/h100.yaml", "files": [str(path)]},
+                                     str(REPO / "conf/hardware/h200.yaml"))
+    assert borrowed[0] == ratio
+    assert borrowed[1]["time_us"] == pytest.approx(20000.0 * 3.35 / 4.8)
+    assert len(borrowed) == 2  # the H100's forward kernels stay out of an H200 table
+
+
+def test_measured_megatron_and_grpo_steps_are_repredicted():
+    from sims_helpers import REPO
+
+    from sims.benchmarks.train_repredict import grpo_cases, megatron_cases, predict
+
+    megatron = REPO / "framework/backends/megatron/benchmarks/results"
+    grpo = REPO / "framework/backends/maxtext/benchmarks/results/h100_2026-11-26_s8_call2/layouts_4gpu.json"
+    cases = megatron_cases([str(megatron / f"megatron_{n}.json") for n in ("1b", "dp2", "tp2")], REPO)
+    cases += grpo_cases([str(grpo)], REPO)
+    assert [c["measured_s"] for c in cases] == pytest.approx([0.7721, 0.4219, 0.5326, 0.6858, 0.6858], abs=1e-3)
+    assert [c["workload"].get("microbatches") for c in cases] == [8, 4, 8, None, 8]
+    rows = predict(cases, REPO)
+    assert all(r["predicted_s"] > 0 and "cross_entropy" in r["breakdown_s"] for r in rows)
+    assert rows[3]["predicted_s"] > rows[4]["predicted_s"]  # eight optimizer steps instead of one
