@@ -108,9 +108,9 @@ def test_fit_keeps_prefill_points_only_on_a_grid_and_the_calculator_reads_the_su
     args = ("attention", "bf16", between["flops"], between["bytes"], table.for_op("attention", "attention").floor_us * 1e-6)
     assert between["time_s"] == interpolator.time_s(*args, 8, seq_len=512)  # the surface, not the curve:
     assert abs(between["time_s"] / interpolator._interpolate(*args) - 1) > 0.01
-    # a training step's forward runs the same causal attention over its sequences
-    train = predict_op(cfg, calibrated, {"mode": "train", "batch": 4, "seq_len": 768}, "attention")["time_s"]
-    assert train == pytest.approx(exact)
+    # a training step's forward stays on the curve (where its own training-shape timings live)
+    train = predict_op(cfg, calibrated, {"mode": "train", "batch": 8, "seq_len": 512}, "attention")
+    assert train["time_s"] == max(interpolator._interpolate(*args), args[-1])
 
 
 def test_a_table_without_a_prefill_grid_predicts_prefill_from_its_curve_as_before(tmp_path):

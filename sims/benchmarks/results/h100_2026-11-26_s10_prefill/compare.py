@@ -7,8 +7,9 @@ Also writes <run>/prefill_grid.json, the prefill-grid points alone of each run's
 Tables compared (transformers stack; torch_fused likewise with its own files):
   run+grid     fitted from this run's microbench.json (with the prefill grid: the surface)
   run-grid     the same measurements without the prefill-grid points (the curve, as before)
-  s9           session 9's files: the table shipped before this run
-  s9+grid      session 9's files plus this run's prefill-grid points: the table shipped since
+  before       the files the shipped table was fitted from before this run (session 9's kernels, session
+               10's training kernels)
+  before+grid  those plus this run's prefill-grid points: the table shipped since
 A case is held out when the table's measurements never timed its op at the same FLOPs and bytes.
 """
 
@@ -37,22 +38,24 @@ def is_grid_point(m: dict) -> bool:
     return m.get("op") == "attention" and m.get("mode") == "prefill" and point in set(PREFILL_GRID) - WORKLOAD_POINTS
 
 
-S9_FILES = {  # what refit.yaml listed for each H100 table before this run
-    "transformers": [S9 / "hf/microbench.json", S9 / "fp8/measurements.json"],
+TRAIN = REPO_ROOT / "sims/benchmarks/results/h100_2026-11-26_s10_train"
+BEFORE_FILES = {  # what refit.yaml listed for each H100 table before this run
+    "transformers": [S9 / "hf/microbench.json", S9 / "fp8/measurements.json", TRAIN / "microbench_transformers.json"],
     "torch_fused": [S9 / "fused_tp1/microbench.json", S9 / "moe_ep1/microbench.json", S9 / "fp8/measurements.json",
-                    REPO_ROOT / "sims/benchmarks/results/h100x2_2026-11-26_s9/coll/collectives_2.json"],
+                    REPO_ROOT / "sims/benchmarks/results/h100x2_2026-11-26_s9/coll/collectives_2.json",
+                    TRAIN / "microbench_torch_fused.json"],
 }
 
 
 def tables(stack: str, run_files: list[Path]) -> dict[str, list[dict]]:
-    """Measurements per compared table; the run's GEMM-only and collective files are session 9's."""
-    run = read_measurements([str(f) for f in run_files + S9_FILES[stack][len(run_files):]])
-    s9 = read_measurements([str(f) for f in S9_FILES[stack]])
+    """Measurements per compared table; the run's fp8, collective and training files are the earlier ones."""
+    run = read_measurements([str(f) for f in run_files + BEFORE_FILES[stack][len(run_files):]])
+    before = read_measurements([str(f) for f in BEFORE_FILES[stack]])
     return {
         "run+grid": run,
         "run-grid": [m for m in run if not is_grid_point(m)],
-        "s9": s9,
-        "s9+grid": s9 + [m for m in run if is_grid_point(m)],
+        "before": before,
+        "before+grid": before + [m for m in run if is_grid_point(m)],
     }
 
 
