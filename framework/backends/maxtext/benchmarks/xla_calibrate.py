@@ -1,0 +1,291 @@
+"""Calibrate the simulator's `xla` stack from the maxtext backend's own JAX ops, and check it on whole steps.
+
+    python3 -m framework.backends.maxtext.benchmarks.xla_calibrate --out $OUT/xla     # GPU, about 3 minutes
+    python -m framework.backends.maxtext.benchmarks.xla_calibrate --tiny --out /tmp/xla   # CPU check, seconds
+
+Calibration: for Qwen2.5-0.5B and Qwen3-8B (conf/model, random weights, one decoder layer) and each
+workload of the plan, the simulator's graph for the `xla` stack is bound to the workload (as
+sims/calibration/microbench.py does for torch) and every node is timed as the backend computes it
+(benchmarks/xla_kernels.py: jitted, many repetitions inside one compiled loop, median of repeats),
+plus decode attention on a batch x KV-length grid, a large copy and a one-element kernel. Each record
+has microbench.py's format (the FLOPs and bytes `sims.predict_op` counts for the node), so
+`sims.calibration.fit.fit_table` fits `<hardware>_xla.json` exactly as it fits the torch tables.
+
+Held out (never calibration inputs): the backend's whole Transformer, a prefill (hidden states
+without a cache, as the update's and log-prob passes run it, plus each row's last-token logits) and
+one decode step over a KV cache (unrolled layers, the Pallas decode kernel on GPU; the sampler's
+token sampling is not part of it), each timed in the same loop, against `simulate(..., stack="xla")`
+with the built-in factors and with the fitted table. Writes microbench.json, <hardware>_xla.json,
+accuracy.json and accuracy.md to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+from sims import predict_op, simulate
+from sims.builders import build_graph
+from sims.calculator import OP_CLASS, bind_dims
+from sims.calibration.fit import fit_table
+from sims.calibration.table import save_table
+from sims.hardware import read_hardware_file
+from sims.workload import Layout, parse_workload
+
+from framework.core.paths import REPO_ROOT, load_conf
+
+STACK = "xla"
+BENCHMARKS = ("gemm", "attention", "norm", "elementwise", "embedding")
+
+
+def prefill(batch: int, seq_len: int) -> dict:
+    return {"mode": "prefill", "batch": batch, "seq_len": seq_len}
+
+
+def decode(batch: int, context_len: int) -> dict:
+    return {"mode": "decode", "batch": batch, "context_len": context_len}
+
+
+# Calibration points: off the held-out shapes (prefill 512-token rows, decode 128 x 512 and 16 x 2048).
+FULL = {
+    "models": {"qwen2_5_0_5b": ("qwen2_5_0_5b_instruct", None), "qwen3_8b": ("qwen3_8b", None)},
+    # decode 256 rows shares its GEMMs with the 256-token prefill (one compile fewer per GEMM)
+    "workloads": (prefill(1, 256), prefill(2, 1024), prefill(8, 1024), decode(16, 1024), decode(64, 1024),
+                  decode(256, 1024)),
+    "attention_grid": tuple((b, kv) for b in (8, 48, 192) for kv in (320, 1280, 3072)),
+    "dtype": "bfloat16", "repeats": 5, "target_s": 2e-3, "copy_mb": 256, "budget_s": 150.0,
+    "held_out": (("qwen2_5_0_5b", ("qwen2_5_0_5b_instruct", None), (prefill(1, 512), prefill(8, 512),
+                                                                   decode(128, 512), decode(16, 2048))),
+                 ("qwen3_8b_4l", ("qwen3_8b", 4), (prefill(1, 512), decode(128, 512), decode(16, 2048)))),
+}
+TINY = {
+    "models": {"tiny_qwen3": ("tiny_qwen3", None), "tiny_qwen2": ("tiny_qwen2", None)},
+    "workloads": (prefill(1, 16), prefill(2, 64), decode(2, 64)),
+    "attention_grid": ((1, 16), (2, 48)),
+    "dtype": "float32", "repeats": 3, "target_s": 2e-4, "copy_mb": 4, "budget_s": float("inf"),
+    "held_out": (("tiny_qwen3", ("tiny_qwen3", None), (prefill(1, 32), decode(4, 96))),),
+}
+
+
+def model_config(name: str, layers: int | None) -> dict:
+    cfg = dict(load_conf("model", name)["hf_config"])
+    return {**cfg, "num_hidden_layers": layers} if layers else cfg
+
+
+def measure(hf_config: dict, hardware: dict, plan: dict, timer, platform_name: str, log,
+            deadline: float = float("inf")) -> list[dict]:
+    """Every node of the xla graph at every workload of the plan (deduplicated by FLOPs and bytes);
+    nodes still untimed at `deadline` (time.perf_counter) are skipped, so that a slow compiler cannot
+    take the whole run's time (the skipped count is logged)."""
+    from framework.backends.maxtext.benchmarks.xla_kernels import XlaKernels
+
+    dtype = "bf16" if plan["dtype"] == "bfloat16" else "fp32"
+    kernels = XlaKernels(hf_config, plan["dtype"], platform_name)
+    grid = [{**decode(b, kv), "only": "attention"} for b, kv in plan["attention_grid"]]
+    records, seen, skipped = [], set(), 0
+    for raw in (*plan["workloads"], *grid):
+        workload = {**{k: v for k, v in raw.items() if k != "only"}, "dtype": dtype}
+        parsed = parse_workload(workload)
+        graph = build_graph(hf_config, parsed.mode, STACK)
+        dims = bind_dims(graph, Layout(), parsed)
+        point = {"mode": parsed.mode, "batch": parsed.batch, "seq_len": parsed.query_len, "kv_len": parsed.kv_len}
+        for node in graph.nodes:
+            if node.is_comm or OP_CLASS[node.op_type] not in BENCHMARKS or raw.get("only", node.op_type) != node.op_type:
+                continue
+            work = predict_op(hf_config, hardware, workload, node.name, stack=STACK)
+            key = (node.name, work["flops"], work["bytes"])
+            bench = None if key in seen else kernels.bench(node, dims)
+            if bench is None:
+                continue
+            seen.add(key)
+            if time.perf_counter() > deadline:
+                skipped += 1
+                continue
+            timing = timer.time(bench, work["bytes"], work["time_s"])
+            record = {"benchmark": node.name, "op": node.name, "op_class": work["op_class"], "dtype": dtype, **point,
+                      "tokens": int(dims["tokens"]), "flops": work["flops"], "bytes": work["bytes"]}
+            if node.op_type == "gemm":
+                rows = dims["logit_tokens"] if node.name == "lm_head" else dims["tokens"]
+                record.update(m=int(rows), n=node.weights[0][1], k=node.weights[0][0])
+            records.append({**record, **_timing_fields(timing)})
+            log(f"{node.name:<30} {_point_label(point):<28} {timing.time_us:10.1f} us")
+    if skipped:
+        log(f"time budget spent: {skipped} nodes not timed")
+    element = 4 if dtype == "fp32" else 2
+    nbytes = plan["copy_mb"] * 2**20
+    device = [("copy", kernels.copy(nbytes), {"flops": 0.0, "bytes": 2.0 * nbytes}),
+              ("launch", kernels.launch(), {"flops": 1.0, "bytes": 2.0 * element})]
+    for name, bench, work in device:
+        timing = timer.time(bench, work["bytes"], max(work["bytes"] / (hardware["hbm_tb_s"] * 1e12), 2e-6))
+        records.append({"benchmark": name, "op_class": "elementwise", "dtype": dtype, **work, **_timing_fields(timing)})
+        log(f"{name:<30} {'':<28} {timing.time_us:10.1f} us")
+    return records
+
+
+def _timing_fields(timing) -> dict:
+    return {"time_us": timing.time_us, "spread": timing.spread, "timing": "xla_fori_loop",
+            "repetitions": timing.repetitions, "copies": timing.copies, "loop_overhead_us": timing.loop_overhead_us}
+
+
+def _point_label(point: dict) -> str:
+    return f"{point['mode']} b={point['batch']} s={point['seq_len']} kv={point['kv_len']}"
+
+
+def whole_steps(name: str, hf_config: dict, cases, plan: dict, hardware: dict, timer, platform_name: str,
+                log) -> list[dict]:
+    """The backend's whole Transformer: prefill (no cache, last-token logits) and one decode step."""
+    import jax
+    import jax.numpy as jnp
+    from flax import linen as nn
+
+    from framework.backends.maxtext.benchmarks.xla_kernels import Bench
+    from framework.backends.maxtext.models import ModelConfig, Transformer
+    from framework.backends.maxtext.models.decode_attention import cache_slots
+    from framework.backends.maxtext.models.rope import positions_from_mask
+    from framework.backends.maxtext.models.transformer import KVCache, unstack_layers
+
+    config = ModelConfig.from_hf_config(hf_config, param_dtype=plan["dtype"], dtype=plan["dtype"])
+    config = config.for_platform("none", "auto", "auto", platform_name)
+    model = Transformer(config)
+    ids = jnp.zeros((1, 1), jnp.int32)
+    params = jax.jit(lambda: nn.unbox(model.init(jax.random.key(0), ids, ids, jnp.ones((1, 1), bool))["params"]))()
+    weight_bytes = sum(leaf.nbytes for leaf in jax.tree.leaves(params))
+    dtype = "bf16" if plan["dtype"] == "bfloat16" else "fp32"
+    results = []
+    for workload in cases:
+        batch = workload["batch"]
+        if workload["mode"] == "prefill":
+            tokens = jax.random.randint(jax.random.key(2), (batch, workload["seq_len"]), 0, config.vocab_size)
+            mask = jnp.ones(tokens.shape, bool)
+
+            def prefill_fn(tokens, mask, params):
+                hidden, _ = model.apply({"params": params}, tokens, positions_from_mask(mask), mask,
+                                        method=Transformer.hidden_states)
+                return model.apply({"params": params}, hidden[:, -1:], method=Transformer.logits)
+
+            bench = Bench(prefill_fn, lambda: (tokens, mask, params))
+        else:
+            kv = workload["context_len"]
+            slots = cache_slots(kv, 0, config.decode_kernel)
+            cache = KVCache.create(config, batch, slots)
+            cache = cache.replace(valid=jnp.broadcast_to(jnp.arange(slots) < kv - 1, (batch, slots)),
+                                  index=jnp.int32(kv - 1))
+            token = jnp.ones((batch, 1), jnp.int32)
+            position = jnp.full((batch, 1), kv - 1, jnp.int32)
+            layered = unstack_layers(params)
+
+            def decode_fn(token, cache, params):
+                return model.apply({"params": params}, token, position, jnp.ones(token.shape, bool), cache)
+
+            # The written cache is the next repetition's (in place), rewound to the same slot and mask.
+            bench = Bench(decode_fn, lambda: (token, cache, layered),
+                          carry=lambda args, out: (args[0], out[1].replace(index=args[1].index, valid=args[1].valid), args[2]))
+        full = {**workload, "dtype": dtype}
+        estimate = simulate(hf_config, hardware, {"tp": 1}, full, stack=STACK).latency_s
+        timing = timer.time(bench, weight_bytes, estimate)
+        results.append({"kind": "model", "name": f"{name} {_case_label(workload)}", "workload": workload,
+                        "time_us": timing.time_us, "spread": timing.spread, "timing": "xla_fori_loop",
+                        "repetitions": timing.repetitions, "held_out": True})
+        log(f"{name} {_case_label(workload):<28} {timing.time_us:10.1f} us (whole model, held out)")
+    return results
+
+
+def _case_label(workload: dict) -> str:
+    if workload["mode"] == "decode":
+        return f"decode b={workload['batch']} ctx={workload['context_len']}"
+    return f"prefill b={workload['batch']} s={workload['seq_len']}"
+
+
+def predict(cases: list[dict], models: dict, hardware: dict, table: str, dtype: str) -> None:
+    """Each case's prediction with the built-in factors and with `table`; errors are (pred - meas) / meas."""
+    for label, setting in (("default", None), ("calibrated", table)):
+        hw = {**hardware, "efficiency_table": setting}
+        for case in cases:
+            result = simulate(models[case["model"]], hw, {"tp": 1}, {**case["workload"], "dtype": dtype}, stack=STACK)
+            if result.status != "ok":
+                raise SystemExit(f"the simulator cannot model {case['name']}: {result.reason}")
+            case[f"predicted_{label}_us"] = result.latency_s * 1e6
+            case[f"error_{label}"] = (result.latency_s * 1e6 - case["time_us"]) / case["time_us"]
+
+
+def environment() -> dict:
+    import jax
+    import jaxlib
+
+    return {"date": datetime.date.today().isoformat(), "device": jax.devices()[0].device_kind,
+            "platform": jax.default_backend(), "host": platform.node(), "python": platform.python_version(),
+            "jax": jax.__version__, "jaxlib": jaxlib.__version__}
+
+
+def hardware_named(name: str | None, device_kind: str, cpu: bool) -> dict:
+    """conf/hardware/<name>.yaml: named, or guessed from the device (h200/h100), cpu off GPU."""
+    if name is None:
+        kind = device_kind.upper()
+        name = "cpu" if cpu else next((n for n in ("h200", "h100", "a100") if n.upper() in kind), None)
+        if name is None:
+            raise SystemExit(f"no conf/hardware file for {device_kind!r}; pass --hardware NAME")
+    return {**read_hardware_file(REPO_ROOT / f"conf/hardware/{name}.yaml"), "efficiency_table": None}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from sims.benchmarks.torch_fused import markdown, summarise
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="folder for the JSON and Markdown files")
+    parser.add_argument("--tiny", action="store_true", help="tiny models and shapes (a CPU check, seconds)")
+    parser.add_argument("--hardware", default=None, help="conf/hardware name (default: from the device)")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="seconds the calibration part may take (default: 150 on a GPU, none with --tiny)")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+
+    def log(message: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f} s] {message}", flush=True)
+
+    import jax
+
+    from framework.backends.maxtext.benchmarks.xla_kernels import LoopTimer
+
+    plan = TINY if args.tiny else FULL
+    cpu = jax.default_backend() == "cpu"
+    env = environment()
+    hardware = hardware_named(args.hardware, env["device"], cpu)
+    log(f"{env['device']} ({env['platform']}), jax {env['jax']}, hardware={hardware['name']}")
+    timer = LoopTimer(cpu, plan["repeats"], plan["target_s"])
+    budget = args.budget_s or plan["budget_s"]
+    measurements = []
+    for i, (name, (conf_name, layers)) in enumerate(plan["models"].items(), 1):
+        log(f"calibration: {name}")
+        deadline = started + budget * i / len(plan["models"])  # each model its share of the budget
+        measurements += measure(model_config(conf_name, layers), hardware, plan, timer, env["platform"], log, deadline)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "microbench.json").write_text(json.dumps(measurements, indent=1))
+    table = out / f"{hardware['name']}_{STACK}.json"
+    source = (f"framework.backends.maxtext.benchmarks.xla_calibrate on {env['device']}, jax {env['jax']}, "
+              f"{env['date']}, timed in compiled fori_loops")
+    dtype = "bf16" if plan["dtype"] == "bfloat16" else "fp32"
+    save_table(fit_table(measurements, hardware, source=source, stack=STACK), table)
+    log(f"wrote {table} ({len(measurements)} measurements)")
+    cases, models = [], {}
+    for name, (conf_name, layers), workloads in plan["held_out"]:
+        models[name] = model_config(conf_name, layers)
+        for case in whole_steps(name, models[name], workloads, plan, hardware, timer, env["platform"], log):
+            cases.append({**case, "model": name})
+    predict(cases, models, hardware, str(table), dtype)
+    report = {"environment": env, "hardware": hardware, "models": models, "stack": STACK, "table": str(table),
+              "summary": summarise(cases), "cases": cases, "seconds": time.perf_counter() - started}
+    (out / "accuracy.json").write_text(json.dumps(report, indent=1))
+    (out / "accuracy.md").write_text(markdown(report))
+    print(markdown(report))
+    log(f"done, wrote {out}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""The xla-stack calibration (benchmarks/xla_calibrate.py) in --tiny mode on the CPU: every node of the
+simulator's xla graph is timed through the backend's JAX code, the table is fitted from exactly those
+measurements, and the held-out whole-model cases are predicted with it."""
+
+import json
+
+import pytest
+
+from framework.backends.maxtext.benchmarks import xla_calibrate
+from sims.builders import build_graph
+from sims.calculator import OP_CLASS
+from sims.calibration.fit import fit_table
+from sims.calibration.table import load_table
+
+
+@pytest.mark.slow
+def test_tiny_calibration_times_every_node_and_fits_the_table_from_them(tmp_path):
+    report = xla_calibrate.main(["--tiny", "--out", str(tmp_path)])
+    measurements = json.loads((tmp_path / "microbench.json").read_text())
+
+    # Every measurable node of the xla graph of each tiny model was timed, with a positive time.
+    for name, (conf_name, layers) in xla_calibrate.TINY["models"].items():
+        graph = build_graph(xla_calibrate.model_config(conf_name, layers), "prefill", "xla")
+        wanted = {n.name for n in graph.nodes if not n.is_comm and OP_CLASS[n.op_type] in xla_calibrate.BENCHMARKS}
+        timed = {m["op"] for m in measurements if "op" in m}
+        assert wanted <= timed, f"{name}: untimed nodes {wanted - timed}"
+    assert {"copy", "launch"} <= {m["benchmark"] for m in measurements}
+    assert all(m["time_us"] > 0 and m["timing"] == "xla_fori_loop" for m in measurements)
+    grid = {(m["batch"], m["kv_len"]) for m in measurements if m.get("op") == "attention" and m["mode"] == "decode"}
+    assert set(xla_calibrate.TINY["attention_grid"]) <= grid
+
+    # The written table is the fit of exactly these measurements (same code path as the torch tables).
+    table = load_table(tmp_path / "cpu_xla.json")
+    assert table.stack == "xla"
+    refit = fit_table(measurements, report["hardware"], source=table.source, stack="xla")
+    assert refit.to_dict() == table.to_dict()
+    gemms = [m for m in measurements if m["op_class"] == "gemm"]
+    assert sorted((g.m, g.n, g.k, g.time_us) for g in table.gemm_measurements) == sorted(
+        (m["m"], m["n"], m["k"], m["time_us"]) for m in gemms)
+
+    # Held-out whole-model cases: measured, and predicted with both the built-in factors and the table.
+    cases = json.loads((tmp_path / "accuracy.json").read_text())["cases"]
+    assert len(cases) == sum(len(workloads) for *_, workloads in xla_calibrate.TINY["held_out"])
+    for case in cases:
+        assert case["held_out"] and case["time_us"] > 0
+        assert case["predicted_default_us"] > 0 and case["predicted_calibrated_us"] > 0
+    assert any(c["predicted_default_us"] != c["predicted_calibrated_us"] for c in cases)
+    assert "calibrated" in (tmp_path / "accuracy.md").read_text()
