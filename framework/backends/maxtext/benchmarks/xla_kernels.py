@@ -272,14 +272,16 @@ class LoopTimer:
         self.cpu, self.repeats, self.target_s = cpu, repeats, target_s
         self._overhead: dict[tuple[int, int], float] = {}
 
-    def time(self, bench: Bench, bytes_touched: float, estimate_s: float) -> LoopTiming:
+    def time(self, bench: Bench, bytes_touched: float, estimate_s: float, target_s: float | None = None) -> LoopTiming:
+        """Per-repetition time of `bench` (which touches `bytes_touched`, estimated at `estimate_s`): enough
+        repetitions that one call runs about `target_s` (default the timer's)."""
         first = bench.make_args()
         args_bytes = sum(leaf.nbytes for leaf in jax.tree.leaves(first))
         copies = 1
         if not self.cpu and bytes_touched > 0:  # enough sets that their total exceeds twice the L2 cache
             copies = max(1, min(MAX_COPIES, math.ceil(2 * L2_BYTES / bytes_touched), int(COPIES_MEMORY // max(args_bytes, 1))))
         arg_sets = (first, *(bench.make_args() for _ in range(copies - 1)))
-        wanted = max(1, round(self.target_s / max(estimate_s, 1e-7) / copies))
+        wanted = max(1, round((target_s or self.target_s) / max(estimate_s, 1e-7) / copies))
         iterations = min(256, 2 ** math.ceil(math.log2(wanted)))
         seconds, spread = _seconds(_loop(bench, iterations, copies), arg_sets, self.repeats, self.cpu)
         overhead = self._loop_overhead(iterations, copies)
