@@ -46,3 +46,13 @@ def test_tiny_calibration_times_every_node_and_fits_the_table_from_them(tmp_path
         assert case["predicted_default_us"] > 0 and case["predicted_calibrated_us"] > 0
     assert any(c["predicted_default_us"] != c["predicted_calibrated_us"] for c in cases)
     assert "calibrated" in (tmp_path / "accuracy.md").read_text()
+
+    # The re-prediction of measured GRPO steps takes the table for the xla stack only.
+    from framework.backends.maxtext.benchmarks import xla_repredict
+    from framework.core.paths import REPO_ROOT
+
+    raw = REPO_ROOT / "framework/backends/maxtext/benchmarks/results/h100_2026-11-26_s8_call2/layouts_2gpu.json"
+    result = xla_repredict.main([str(raw), "--table", str(tmp_path / "cpu_xla.json"), "--out", str(tmp_path / "re")])
+    assert len(result["rows"]) == len(json.loads(raw.read_text())["layouts"])
+    assert all(r["built_in"]["rollout_s"] != r["table"]["rollout_s"] for r in result["rows"])
+    assert (tmp_path / "re" / "repredict.md").is_file()

@@ -50,9 +50,10 @@ COPIES_MEMORY = 2e9  # bytes all argument sets of one bench may take together
 
 @dataclass
 class Bench:
-    fn: Callable  # (*args) -> outputs (a pytree)
+    fn: Callable  # (*args, *shared) -> outputs (a pytree)
     make_args: Callable[[], tuple]  # a fresh argument set (new random arrays)
     carry: Callable[[tuple, object], tuple] | None = None  # the next repetition's args from (args, outputs)
+    shared: tuple = ()  # arrays every argument set uses (an embedding table: a lookup reads only its rows)
 
 
 class XlaKernels:
@@ -103,12 +104,11 @@ class XlaKernels:
     # --- nodes ----------------------------------------------------------------------------------
 
     def _embedding(self, b: int, s: int) -> Bench:
-        table = {"embed_tokens": self.params["embed_tokens"]}  # one table: a lookup reads only its rows
-
         def embed(ids, params):
             return self.model.apply({"params": params}, ids, method=Transformer._embed)
 
-        return Bench(embed, lambda: (jax.random.randint(self._split(), (b, s), 0, self.config.vocab_size), table))
+        return Bench(embed, lambda: (jax.random.randint(self._split(), (b, s), 0, self.config.vocab_size),),
+                     shared=({"embed_tokens": self.params["embed_tokens"]},))
 
     def _norm(self, name: str, b: int, s: int) -> Bench:
         c = self.config
@@ -228,29 +228,36 @@ class XlaKernels:
 
 
 def _loop(bench: Bench, iterations: int, copies: int):
-    """A jitted program running `bench` iterations x copies times back to back; returns a scalar."""
-    def body(_, state):
+    """A jitted program running `bench` iterations x copies times back to back: (arg sets, shared) ->
+    (a scalar, the arg sets). The arg sets are donated and handed back, so that no call copies them
+    (a loop-carried buffer that the body writes, such as a KV cache, would otherwise be copied on entry)."""
+    def body(_, state, shared):
         token, arg_sets = state
         next_sets = []
         for args in arg_sets:
             token, args = jax.lax.optimization_barrier((token, args))
-            out = jax.lax.optimization_barrier(bench.fn(*args))
+            out = jax.lax.optimization_barrier(bench.fn(*args, *shared))
             token = token + sum(leaf.reshape(-1)[0].astype(jnp.float32) for leaf in jax.tree.leaves(out))
             next_sets.append(bench.carry(args, out) if bench.carry else args)
         return token, tuple(next_sets)
 
-    return jax.jit(lambda arg_sets: jax.lax.fori_loop(0, iterations, body, (jnp.float32(0), arg_sets))[0])
+    def program(arg_sets, shared):
+        return jax.lax.fori_loop(0, iterations, lambda i, state: body(i, state, shared), (jnp.float32(0), arg_sets))
+
+    return jax.jit(program, donate_argnums=0)
 
 
-def _seconds(run, arg_sets, repeats: int, cpu: bool) -> tuple[float, float]:
+def _seconds(run, arg_sets, shared, repeats: int, cpu: bool) -> tuple[float, float]:
     """(typical seconds of one call, spread) after one compiling and one warm call. On a GPU the median;
     on a shared CPU the fastest (stalls only ever add time)."""
     for _ in range(2):
-        jax.block_until_ready(run(arg_sets))
+        token, arg_sets = run(arg_sets, shared)
+        token.block_until_ready()
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        jax.block_until_ready(run(arg_sets))
+        token, arg_sets = run(arg_sets, shared)
+        token.block_until_ready()
         times.append(time.perf_counter() - start)
     typical = min(times) if cpu else statistics.median(times)
     return typical, (max(times) - min(times)) / typical
@@ -283,7 +290,7 @@ class LoopTimer:
         arg_sets = (first, *(bench.make_args() for _ in range(copies - 1)))
         wanted = max(1, round((target_s or self.target_s) / max(estimate_s, 1e-7) / copies))
         iterations = min(256, 2 ** math.ceil(math.log2(wanted)))
-        seconds, spread = _seconds(_loop(bench, iterations, copies), arg_sets, self.repeats, self.cpu)
+        seconds, spread = _seconds(_loop(bench, iterations, copies), arg_sets, bench.shared, self.repeats, self.cpu)
         overhead = self._loop_overhead(iterations, copies)
         count = iterations * copies
         per_call = max(seconds - overhead, 0.02 * seconds) / count  # noise must not make a time negative
@@ -293,5 +300,6 @@ class LoopTimer:
         if (iterations, copies) not in self._overhead:
             empty = Bench(lambda x: x, lambda: (jnp.zeros((1,), jnp.float32),))
             arg_sets = tuple(empty.make_args() for _ in range(copies))
-            self._overhead[iterations, copies] = _seconds(_loop(empty, iterations, copies), arg_sets, self.repeats, self.cpu)[0]
+            run = _loop(empty, iterations, copies)
+            self._overhead[iterations, copies] = _seconds(run, arg_sets, (), self.repeats, self.cpu)[0]
         return self._overhead[iterations, copies]
