@@ -59,7 +59,7 @@ FULL = {
     "workloads": (decode(16, 1024), prefill(8, 1024), decode(256, 1024), prefill(1, 256), prefill(2, 1024),
                   decode(64, 1024)),
     "attention_grid": tuple((b, kv) for b in (8, 48, 192) for kv in (320, 1280, 3072)),
-    "dtype": "bfloat16", "repeats": 5, "target_s": 2e-3, "copy_mb": 256, "budget_s": 150.0,
+    "dtype": "bfloat16", "repeats": 5, "target_s": 2e-3, "copy_mb": 256, "budget_s": 130.0,
     "held_out": (("qwen2_5_0_5b", ("qwen2_5_0_5b_instruct", None), (prefill(1, 512), prefill(8, 512),
                                                                    decode(128, 512), decode(16, 2048))),
                  ("qwen3_8b_4l", ("qwen3_8b", 4), (prefill(1, 512), decode(128, 512), decode(16, 2048)))),
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--tiny", action="store_true", help="tiny models and shapes (a CPU check, seconds)")
     parser.add_argument("--hardware", default=None, help="conf/hardware name (default: from the device)")
     parser.add_argument("--budget-s", type=float, default=None,
-                        help="seconds the calibration part may take (default: 150 on a GPU, none with --tiny)")
+                        help="seconds the calibration part may take (default: 130 on a GPU, none with --tiny)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
 
