@@ -25,7 +25,6 @@ import argparse
 import datetime
 import json
 import platform
-import statistics
 import time
 from pathlib import Path
 
@@ -96,7 +95,8 @@ def measure(hf_config: dict, hardware: dict, plan: dict, timer, platform_name: s
         dims = bind_dims(graph, Layout(), parsed)
         point = {"mode": parsed.mode, "batch": parsed.batch, "seq_len": parsed.query_len, "kv_len": parsed.kv_len}
         for node in graph.nodes:
-            if node.is_comm or OP_CLASS[node.op_type] not in BENCHMARKS or raw.get("only", node.op_type) != node.op_type:
+            wanted = not node.is_comm and OP_CLASS[node.op_type] in BENCHMARKS
+            if not wanted or raw.get("only", node.op_type) != node.op_type:
                 continue
             work = predict_op(hf_config, hardware, workload, node.name, stack=STACK)
             key = (node.name, work["flops"], work["bytes"])
@@ -189,8 +189,10 @@ def whole_steps(name: str, hf_config: dict, cases, plan: dict, hardware: dict, t
                 return model.apply({"params": params}, token, position, jnp.ones(token.shape, bool), cache)
 
             # The written cache is the next repetition's (in place), rewound to the same slot and mask.
-            bench = Bench(decode_fn, lambda: (token, cache, layered),
-                          carry=lambda args, out: (args[0], out[1].replace(index=args[1].index, valid=args[1].valid), args[2]))
+            def rewind(args, out):
+                return args[0], out[1].replace(index=args[1].index, valid=args[1].valid), args[2]
+
+            bench = Bench(decode_fn, lambda: (token, cache, layered), carry=rewind)
         full = {**workload, "dtype": dtype}
         estimate = simulate(hf_config, hardware, {"tp": 1}, full, stack=STACK).latency_s
         try:  # ten times the kernels' target: the whole program's dispatch is then a small share of a call

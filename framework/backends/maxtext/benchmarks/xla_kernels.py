@@ -63,7 +63,8 @@ class XlaKernels:
         self.config = config.for_platform("none", "auto", "auto", platform)
         self.model = Transformer(self.config)
         ids = jnp.zeros((1, 1), jnp.int32)
-        params = jax.jit(lambda: nn.unbox(self.model.init(jax.random.key(0), ids, ids, jnp.ones((1, 1), bool))["params"]))()
+        init = jax.jit(lambda: nn.unbox(self.model.init(jax.random.key(0), ids, ids, jnp.ones((1, 1), bool))["params"]))
+        params = init()
         self.params = unstack_layers(params)
         self.layer = self.params["layers"][0]
         self.attention_module = Attention(self.config)
@@ -75,6 +76,10 @@ class XlaKernels:
     def randn(self, *shape: int, dtype=None):
         self._key, key = jax.random.split(self._key)
         return jax.random.normal(key, shape, dtype or self.config.dtype)
+
+    def heads(self, b: int, s: int, kv: bool = False):
+        """Random [b, s, heads, head_dim] activations (query heads, or KV heads with kv=True)."""
+        return self.randn(b, s, self.config.num_kv_heads if kv else self.config.num_heads, self.config.head_dim)
 
     def fresh(self, tree):
         """New random arrays of the shapes of a parameter tree (each argument set its own weights)."""
@@ -98,7 +103,8 @@ class XlaKernels:
             return self._cache_write(b, s, kv)
         if kind == "elementwise" and name.endswith("_act"):
             width = self.config.intermediate_size
-            return Bench(lambda gate, up: nn.silu(gate) * up, lambda: (self.randn(b, s, width), self.randn(b, s, width)))
+            return Bench(lambda gate, up: nn.silu(gate) * up,
+                         lambda: (self.randn(b, s, width), self.randn(b, s, width)))
         return None
 
     # --- nodes ----------------------------------------------------------------------------------
@@ -130,7 +136,7 @@ class XlaKernels:
         def qk_norm(q, k, q_params, k_params):
             return module.apply({"params": q_params}, q), module.apply({"params": k_params}, k)
 
-        return Bench(qk_norm, lambda: (self.randn(b, s, c.num_heads, c.head_dim), self.randn(b, s, c.num_kv_heads, c.head_dim),
+        return Bench(qk_norm, lambda: (self.heads(b, s), self.heads(b, s, kv=True),
                                        self.fresh(attn["q_norm"]), self.fresh(attn["k_norm"])))
 
     def _gemm(self, name: str, b: int, s: int) -> Bench:
@@ -147,7 +153,8 @@ class XlaKernels:
             return Bench(logits, lambda: (self.randn(b, 1, c.hidden_size), self.fresh(weights)))
         # (modules, their params, input shape): the model's own DenseGeneral layers
         specs = {
-            "q_proj": ([_dense(heads, ("embed", "heads", "head_dim"), c.qkv_bias, c, None)], [attn["q_proj"]], (c.hidden_size,)),
+            "q_proj": ([_dense(heads, ("embed", "heads", "head_dim"), c.qkv_bias, c, None)], [attn["q_proj"]],
+                       (c.hidden_size,)),
             "kv_proj": ([_dense(kv, ("embed", "kv_heads", "head_dim"), c.qkv_bias, c, None)] * 2,
                         [attn["k_proj"], attn["v_proj"]], (c.hidden_size,)),
             "o_proj": ([_dense(c.hidden_size, ("heads", "head_dim", "embed"), c.o_bias, c, None, axis=(-2, -1))],
@@ -168,16 +175,15 @@ class XlaKernels:
         return Bench(dense, lambda: (self.randn(b, s, *in_shape), [self.fresh(w) for w in weights]))
 
     def _rotary(self, b: int, s: int, kv: int) -> Bench:
-        c = self.config
         positions = jnp.broadcast_to(jnp.arange(kv - s, kv, dtype=jnp.int32), (b, s))
 
         def rotary(q, k):
             return apply_rope(q, positions, self.inv_freq), apply_rope(k, positions, self.inv_freq)
 
-        return Bench(rotary, lambda: (self.randn(b, s, c.num_heads, c.head_dim), self.randn(b, s, c.num_kv_heads, c.head_dim)))
+        return Bench(rotary, lambda: (self.heads(b, s), self.heads(b, s, kv=True)))
 
     def cache_slots(self, kv: int) -> int:
-        """A cache buffer holding kv tokens: whole kernel blocks for the Pallas decode kernel, as the sampler allocates."""
+        """Slots of a buffer holding kv tokens: whole blocks for the Pallas decode kernel, as the sampler allocates."""
         return -(-kv // CACHE_BLOCK) * CACHE_BLOCK if self.config.decode_kernel == "pallas" else kv
 
     def _cache_write(self, b: int, s: int, kv: int) -> Bench:
@@ -190,21 +196,20 @@ class XlaKernels:
 
         def make_args():
             buffers = [self.randn(b, c.num_kv_heads, slots, c.head_dim) for _ in range(2)]
-            return (*buffers, self.randn(b, s, c.num_kv_heads, c.head_dim), self.randn(b, s, c.num_kv_heads, c.head_dim))
+            return (*buffers, self.heads(b, s, kv=True), self.heads(b, s, kv=True))
 
         # The written buffers are the next repetition's: updated in place, as the decode loop's cache.
         return Bench(write, make_args, carry=lambda args, out: (*out, *args[2:]))
 
     def _attention(self, b: int, s: int, kv: int) -> Bench:
         c = self.config
-        q_shape = (b, s, c.num_heads, c.head_dim)
         if s == kv:  # prefill: causal over the row's own tokens, packed (no cache)
             lengths = jnp.full((b,), s, jnp.int32)
             return Bench(lambda q, k, v: self.attention_module._packed(q, k, v, lengths),
-                         lambda: (self.randn(*q_shape), *(self.randn(b, s, c.num_kv_heads, c.head_dim) for _ in range(2))))
+                         lambda: (self.heads(b, s), self.heads(b, s, kv=True), self.heads(b, s, kv=True)))
         slots = self.cache_slots(kv)
         cache_shape = (b, c.num_kv_heads, slots, c.head_dim)
-        make_args = lambda: (self.randn(*q_shape), self.randn(*cache_shape), self.randn(*cache_shape))  # noqa: E731
+        make_args = lambda: (self.heads(b, s), self.randn(*cache_shape), self.randn(*cache_shape))  # noqa: E731
         if self.config.decode_kernel == "pallas" and s == 1:
             start, stop = jnp.zeros((b,), jnp.int32), jnp.full((b,), kv, jnp.int32)
             return Bench(lambda q, keys, values: decode_attention(q, keys, values, start, stop, None, None), make_args)
@@ -286,7 +291,8 @@ class LoopTimer:
         args_bytes = sum(leaf.nbytes for leaf in jax.tree.leaves(first))
         copies = 1
         if not self.cpu and bytes_touched > 0:  # enough sets that their total exceeds twice the L2 cache
-            copies = max(1, min(MAX_COPIES, math.ceil(2 * L2_BYTES / bytes_touched), int(COPIES_MEMORY // max(args_bytes, 1))))
+            fits = int(COPIES_MEMORY // max(args_bytes, 1))
+            copies = max(1, min(MAX_COPIES, math.ceil(2 * L2_BYTES / bytes_touched), fits))
         arg_sets = (first, *(bench.make_args() for _ in range(copies - 1)))
         wanted = max(1, round((target_s or self.target_s) / max(estimate_s, 1e-7) / copies))
         iterations = min(256, 2 ** math.ceil(math.log2(wanted)))

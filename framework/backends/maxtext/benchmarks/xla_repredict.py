@@ -64,7 +64,8 @@ def repredict(files: list[str], table: str) -> dict:
     rows = []
     for file in files:
         for label, report in runs(Path(file)):
-            row = {"run": label, "model": report["model"], "device": report.get("device"), "devices": report.get("devices", 1),
+            row = {"run": label, "model": report["model"], "device": report.get("device"),
+                   "devices": report.get("devices", 1),
                    "micro_batch": report["micro_batch"], "remat": report.get("remat", "none"),
                    "measured": {k: report[k] for k in ("rollout_s", "update_s", "step_s")}}
             for name, setting in (("built_in", None), ("table", table)):
