@@ -68,7 +68,8 @@ TINY = {
     "workloads": (prefill(1, 16), prefill(2, 64), decode(2, 64)),
     "attention_grid": ((1, 16), (2, 48)),
     "dtype": "float32", "repeats": 3, "target_s": 2e-4, "copy_mb": 4, "budget_s": float("inf"),
-    "held_out": (("tiny_qwen3", ("tiny_qwen3", None), (prefill(1, 32), decode(4, 96))),),
+    "held_out": (("tiny_qwen3", ("tiny_qwen3", None),
+                  (prefill(1, 32), prefill(2, 32), decode(4, 96), decode(2, 160))),),
 }
 
 
@@ -183,7 +184,7 @@ def whole_steps(name: str, hf_config: dict, cases, plan: dict, hardware: dict, t
                                   index=jnp.int32(kv - 1))
             token = jnp.ones((batch, 1), jnp.int32)
             position = jnp.full((batch, 1), kv - 1, jnp.int32)
-            layered = unstack_layers(params)
+            layered = jax.tree.map(jnp.copy, unstack_layers(params))  # its own copy: the loop takes it over
 
             def decode_fn(token, cache, params):
                 return model.apply({"params": params}, token, position, jnp.ones(token.shape, bool), cache)
