@@ -302,6 +302,15 @@ class LoopTimer:
         per_call = max(seconds - overhead, 0.02 * seconds) / count  # noise must not make a time negative
         return LoopTiming(per_call * 1e6, spread, count, copies, overhead / count * 1e6)
 
+    def warm_up(self, seconds: float = 1.0) -> None:
+        """Keep the device busy for about `seconds` (a GPU raises its clocks under load) before timing."""
+        x = jnp.ones((4096, 4096), jnp.bfloat16)
+        step = jax.jit(lambda x: jax.lax.fori_loop(0, 64, lambda _, y: (y @ x) * 1e-3, x))
+        step(x).block_until_ready()
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            step(x).block_until_ready()
+
     def _loop_overhead(self, iterations: int, copies: int) -> float:
         if (iterations, copies) not in self._overhead:
             empty = Bench(lambda x: x, lambda: (jnp.zeros((1,), jnp.float32),))
