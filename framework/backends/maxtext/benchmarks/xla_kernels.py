@@ -9,7 +9,8 @@ arrays of those shapes:
     *_layernorm, final_norm      the residual add and the model's RMSNorm module (one fusion, both outputs kept)
     qk_norm                      the q_norm and k_norm RMSNorm modules on the per-head views
     q_proj, o_proj, *_down_proj  the layer's DenseGeneral modules
-    kv_proj, *_gate_up_proj      k_proj and v_proj / gate_proj and up_proj (separate modules, as in the model)
+    qkv_proj, *_gate_up_proj     q_proj, k_proj and v_proj / gate_proj and up_proj: separate modules, as in the
+                                 model, in one program (XLA's dot merger runs each group as one GEMM, as in the model)
     rotary                       rope.apply_rope on q and k
     kv_cache_write               Attention._write of k and v into [B, KVH, S, D] buffers carried through the loop
     attention                    prefill: Attention._packed (cuDNN flash attention on GPU in bf16, what the
@@ -153,10 +154,9 @@ class XlaKernels:
             return Bench(logits, lambda: (self.randn(b, 1, c.hidden_size), self.fresh(weights)))
         # (modules, their params, input shape): the model's own DenseGeneral layers
         specs = {
-            "q_proj": ([_dense(heads, ("embed", "heads", "head_dim"), c.qkv_bias, c, None)], [attn["q_proj"]],
-                       (c.hidden_size,)),
-            "kv_proj": ([_dense(kv, ("embed", "kv_heads", "head_dim"), c.qkv_bias, c, None)] * 2,
-                        [attn["k_proj"], attn["v_proj"]], (c.hidden_size,)),
+            "qkv_proj": ([_dense(heads, ("embed", "heads", "head_dim"), c.qkv_bias, c, None)]
+                         + [_dense(kv, ("embed", "kv_heads", "head_dim"), c.qkv_bias, c, None)] * 2,
+                         [attn["q_proj"], attn["k_proj"], attn["v_proj"]], (c.hidden_size,)),
             "o_proj": ([_dense(c.hidden_size, ("heads", "head_dim", "embed"), c.o_bias, c, None, axis=(-2, -1))],
                        [attn["o_proj"]], heads),
         }
