@@ -46,6 +46,8 @@ def test_tiny_calibration_times_every_node_and_fits_the_table_from_them(tmp_path
         assert case["predicted_default_us"] > 0 and case["predicted_calibrated_us"] > 0
     assert any(c["predicted_default_us"] != c["predicted_calibrated_us"] for c in cases)
     assert "calibrated" in (tmp_path / "accuracy.md").read_text()
+    # The compiled program of each model's first held-out prefill is kept (its while loop over the layers).
+    assert "while" in (tmp_path / "hlo" / "tiny_qwen3_prefill_b1_s32.txt").read_text()
 
     # The re-prediction of measured GRPO steps takes the table for the xla stack only.
     from framework.backends.maxtext.benchmarks import xla_repredict

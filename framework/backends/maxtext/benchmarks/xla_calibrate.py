@@ -148,8 +148,9 @@ def _point_label(point: dict) -> str:
 
 
 def whole_steps(name: str, hf_config: dict, cases, plan: dict, hardware: dict, timer, platform_name: str,
-                log) -> list[dict]:
-    """The backend's whole Transformer: prefill (no cache, last-token logits) and one decode step."""
+                log, out: Path) -> list[dict]:
+    """The backend's whole Transformer: prefill (no cache, last-token logits) and one decode step. The
+    compiled program of the first prefill goes to out/hlo/ (what the scanned layers run, kernel by kernel)."""
     import jax
     import jax.numpy as jnp
     from flax import linen as nn
@@ -181,6 +182,9 @@ def whole_steps(name: str, hf_config: dict, cases, plan: dict, hardware: dict, t
 
             # The loop takes its arguments over (donated): the case gets its own copy of the weights.
             bench = Bench(prefill_fn, lambda: (tokens, mask, jax.tree.map(jnp.copy, params)))
+            if not any(r["workload"]["mode"] == "prefill" for r in results):  # the model's first prefill
+                hlo = out / "hlo" / f"{name}_{_case_label(workload).replace(' ', '_').replace('=', '')}.txt"
+                save_hlo(prefill_fn, (tokens, mask, params), hlo, log)
         else:
             kv = workload["context_len"]
             slots = cache_slots(kv, 0, config.decode_kernel)
@@ -211,6 +215,36 @@ def whole_steps(name: str, hf_config: dict, cases, plan: dict, hardware: dict, t
                         "repetitions": timing.repetitions, "held_out": True})
         log(f"{name} {_case_label(workload):<28} {timing.time_us:10.1f} us (whole model, held out)")
     return results
+
+
+def save_hlo(fn, args, path: Path, log) -> None:
+    """The optimized HLO of jit(fn) at the shapes of args, and a log line with the large dynamic slices
+    in it (a scan over stacked weights slices each layer's weights: copied, unless fused into a GEMM)."""
+    import jax
+
+    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), args)
+    try:
+        text = jax.jit(fn).lower(*shapes).compile().as_text()
+    except Exception as error:  # noqa: BLE001 - a diagnostic must not lose the run
+        log(f"{path.name}: no HLO ({type(error).__name__}: {str(error)[:200]})")
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    slices = [_shape_bytes(line) for line in text.splitlines() if " dynamic-slice(" in line]
+    large = [b for b in slices if b >= 2**20]
+    log(f"{path.name}: {len(slices)} dynamic slices, {len(large)} of 1 MiB or more ({sum(large) / 2**20:.1f} MiB)")
+
+
+def _shape_bytes(line: str) -> int:
+    """Bytes of an HLO instruction's output, `%x = bf16[896,9728]{1,0} op(...)` -> 17432576."""
+    import math
+    import re
+
+    match = re.search(r"= (\w+)\[([\d,]*)\]", line)
+    if not match:
+        return 0
+    width = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "pred": 1, "u32": 4, "s8": 1, "u8": 1}.get(match[1], 4)
+    return width * math.prod(int(d) for d in match[2].split(",") if d)
 
 
 def _case_label(workload: dict) -> str:
@@ -298,7 +332,7 @@ def main(argv: list[str] | None = None) -> dict:
     cases, models = [], {}
     for name, (conf_name, layers), workloads in plan["held_out"]:
         models[name] = model_config(conf_name, layers)
-        for case in whole_steps(name, models[name], workloads, plan, hardware, timer, env["platform"], log):
+        for case in whole_steps(name, models[name], workloads, plan, hardware, timer, env["platform"], log, out):
             cases.append({**case, "model": name})
     predict(cases, models, hardware, str(table), dtype)
     report = {"environment": env, "hardware": hardware, "models": models, "stack": STACK, "table": str(table),
