@@ -46,8 +46,12 @@ def test_tiny_calibration_times_every_node_and_fits_the_table_from_them(tmp_path
         assert case["predicted_default_us"] > 0 and case["predicted_calibrated_us"] > 0
     assert any(c["predicted_default_us"] != c["predicted_calibrated_us"] for c in cases)
     assert "calibrated" in (tmp_path / "accuracy.md").read_text()
-    # The compiled program of each model's first held-out prefill is kept (its while loop over the layers).
+    # Each model's first held-out prefill: its compiled program is kept (the while loop over the layers)
+    # and it is timed again with the layers unrolled, outside the held-out accuracy.
     assert "while" in (tmp_path / "hlo" / "tiny_qwen3_prefill_b1_s32.txt").read_text()
+    unrolled = json.loads((tmp_path / "accuracy.json").read_text())["unrolled_prefill"]
+    assert [(u["model"], u["workload"]) for u in unrolled] == [("tiny_qwen3", cases[0]["workload"])]
+    assert unrolled[0]["time_us"] > 0 and not unrolled[0]["held_out"]
 
     # The re-prediction of measured GRPO steps takes the table for the xla stack only.
     from framework.backends.maxtext.benchmarks import xla_repredict
@@ -58,3 +62,25 @@ def test_tiny_calibration_times_every_node_and_fits_the_table_from_them(tmp_path
     assert len(result["rows"]) == len(json.loads(raw.read_text())["layouts"])
     assert all(r["built_in"]["rollout_s"] != r["table"]["rollout_s"] for r in result["rows"])
     assert (tmp_path / "re" / "repredict.md").is_file()
+
+
+def test_unrolled_prefill_computes_the_scanned_prefill():
+    """The scan-cost comparison is fair: the unrolled layers give the scanned program's logits."""
+    import jax
+    import jax.numpy as jnp
+    from flax import linen as nn
+
+    from framework.backends.maxtext.models import ModelConfig, Transformer
+    from framework.backends.maxtext.models.transformer import unstack_layers
+
+    config = ModelConfig.from_hf_config(xla_calibrate.model_config("tiny_qwen3", None), param_dtype="float32",
+                                        dtype="float32").for_platform("none", "auto", "auto", "cpu")
+    model = Transformer(config)
+    ids = jnp.zeros((1, 1), jnp.int32)
+    params = nn.unbox(model.init(jax.random.key(0), ids, ids, jnp.ones((1, 1), bool))["params"])
+    tokens = jax.random.randint(jax.random.key(1), (2, 24), 0, config.vocab_size)
+    mask = jnp.ones(tokens.shape, bool)
+    scanned, unrolled = xla_calibrate.prefill_programs(model, config)
+    expected = jax.jit(scanned)(tokens, mask, params)
+    assert expected.shape == (2, 1, config.vocab_size)
+    assert jnp.allclose(jax.jit(unrolled)(tokens, mask, unstack_layers(params)), expected, atol=1e-5)

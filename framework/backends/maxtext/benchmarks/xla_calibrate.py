@@ -15,8 +15,9 @@ Held out (never calibration inputs): the backend's whole Transformer, a prefill 
 without a cache, as the update's and log-prob passes run it, plus each row's last-token logits) and
 one decode step over a KV cache (unrolled layers, the Pallas decode kernel on GPU; the sampler's
 token sampling is not part of it), each timed in the same loop, against `simulate(..., stack="xla")`
-with the built-in factors and with the fitted table. Writes microbench.json, <hardware>_xla.json,
-accuracy.json and accuracy.md to --out.
+with the built-in factors and with the fitted table. Each model's first prefill is also timed with its
+layers unrolled (no scan over the stacked weights) and its compiled HLO is kept in hlo/: the scan's own
+cost. Writes microbench.json, <hardware>_xla.json, accuracy.json and accuracy.md to --out.
 """
 
 from __future__ import annotations
@@ -158,7 +159,6 @@ def whole_steps(name: str, hf_config: dict, cases, plan: dict, hardware: dict, t
     from framework.backends.maxtext.benchmarks.xla_kernels import Bench
     from framework.backends.maxtext.models import ModelConfig, Transformer
     from framework.backends.maxtext.models.decode_attention import cache_slots
-    from framework.backends.maxtext.models.rope import positions_from_mask
     from framework.backends.maxtext.models.transformer import KVCache, unstack_layers
 
     config = ModelConfig.from_hf_config(hf_config, param_dtype=plan["dtype"], dtype=plan["dtype"])
@@ -169,52 +169,82 @@ def whole_steps(name: str, hf_config: dict, cases, plan: dict, hardware: dict, t
     weight_bytes = sum(leaf.nbytes for leaf in jax.tree.leaves(params))
     dtype = "bf16" if plan["dtype"] == "bfloat16" else "fp32"
     results = []
+
+    def run(workload: dict, bench, unrolled: bool = False) -> None:
+        estimate = simulate(hf_config, hardware, {"tp": 1}, {**workload, "dtype": dtype}, stack=STACK).latency_s
+        label = _case_label(workload) + (" unrolled" if unrolled else "")
+        try:  # ten times the kernels' target: the whole program's dispatch is then a small share of a call
+            timing = timer.time(bench, weight_bytes, estimate, target_s=10 * plan["target_s"])
+        except Exception as error:  # noqa: BLE001 - report the case, keep the others
+            log(f"{name} {label:<28} FAILED: {type(error).__name__}: {str(error)[:300]}")
+            return
+        results.append({"kind": "unrolled_prefill" if unrolled else "model", "name": f"{name} {label}",
+                        "workload": workload, "time_us": timing.time_us, "spread": timing.spread,
+                        "timing": "xla_fori_loop", "repetitions": timing.repetitions, "held_out": not unrolled})
+        log(f"{name} {label:<28} {timing.time_us:10.1f} us (whole model{'' if unrolled else ', held out'})")
+
     for workload in cases:
         batch = workload["batch"]
         if workload["mode"] == "prefill":
             tokens = jax.random.randint(jax.random.key(2), (batch, workload["seq_len"]), 0, config.vocab_size)
             mask = jnp.ones(tokens.shape, bool)
-
-            def prefill_fn(tokens, mask, params):
-                hidden, _ = model.apply({"params": params}, tokens, positions_from_mask(mask), mask,
-                                        method=Transformer.hidden_states)
-                return model.apply({"params": params}, hidden[:, -1:], method=Transformer.logits)
-
-            # The loop takes its arguments over (donated): the case gets its own copy of the weights.
-            bench = Bench(prefill_fn, lambda: (tokens, mask, jax.tree.map(jnp.copy, params)))
-            if not any(r["workload"]["mode"] == "prefill" for r in results):  # the model's first prefill
+            scanned, unrolled = prefill_programs(model, config)
+            first = not any(r["workload"]["mode"] == "prefill" for r in results)
+            # The loop takes its arguments over (donated): each run gets its own copies.
+            run(workload, Bench(scanned, lambda: jax.tree.map(jnp.copy, (tokens, mask, params))))
+            if first:  # the model's first prefill: where its time goes
                 hlo = out / "hlo" / f"{name}_{_case_label(workload).replace(' ', '_').replace('=', '')}.txt"
-                save_hlo(prefill_fn, (tokens, mask, params), hlo, log)
-        else:
-            kv = workload["context_len"]
-            slots = cache_slots(kv, 0, config.decode_kernel)
-            cache = KVCache.create(config, batch, slots)
-            cache = cache.replace(valid=jnp.broadcast_to(jnp.arange(slots) < kv - 1, (batch, slots)),
-                                  index=jnp.int32(kv - 1))
-            token = jnp.ones((batch, 1), jnp.int32)
-            position = jnp.full((batch, 1), kv - 1, jnp.int32)
-            layered = jax.tree.map(jnp.copy, unstack_layers(params))  # its own copy: the loop takes it over
-
-            def decode_fn(token, cache, params):
-                return model.apply({"params": params}, token, position, jnp.ones(token.shape, bool), cache)
-
-            # The written cache is the next repetition's (in place), rewound to the same slot and mask.
-            def rewind(args, out):
-                return args[0], out[1].replace(index=args[1].index, valid=args[1].valid), args[2]
-
-            bench = Bench(decode_fn, lambda: (token, cache, layered), carry=rewind)
-        full = {**workload, "dtype": dtype}
-        estimate = simulate(hf_config, hardware, {"tp": 1}, full, stack=STACK).latency_s
-        try:  # ten times the kernels' target: the whole program's dispatch is then a small share of a call
-            timing = timer.time(bench, weight_bytes, estimate, target_s=10 * plan["target_s"])
-        except Exception as error:  # noqa: BLE001 - report the case, keep the others
-            log(f"{name} {_case_label(workload):<28} FAILED: {type(error).__name__}: {str(error)[:300]}")
+                save_hlo(scanned, (tokens, mask, params), hlo, log)
+                # The same layers unrolled (each layer's weights their own arrays): the scan's own cost.
+                layered = unstack_layers(params)
+                run(workload, Bench(unrolled, lambda: jax.tree.map(jnp.copy, (tokens, mask, layered))), unrolled=True)
             continue
-        results.append({"kind": "model", "name": f"{name} {_case_label(workload)}", "workload": workload,
-                        "time_us": timing.time_us, "spread": timing.spread, "timing": "xla_fori_loop",
-                        "repetitions": timing.repetitions, "held_out": True})
-        log(f"{name} {_case_label(workload):<28} {timing.time_us:10.1f} us (whole model, held out)")
+        kv = workload["context_len"]
+        slots = cache_slots(kv, 0, config.decode_kernel)
+        cache = KVCache.create(config, batch, slots)
+        cache = cache.replace(valid=jnp.broadcast_to(jnp.arange(slots) < kv - 1, (batch, slots)),
+                              index=jnp.int32(kv - 1))
+        token = jnp.ones((batch, 1), jnp.int32)
+        position = jnp.full((batch, 1), kv - 1, jnp.int32)
+        layered = jax.tree.map(jnp.copy, unstack_layers(params))  # its own copy: the loop takes it over
+
+        def decode_fn(token, cache, params):
+            return model.apply({"params": params}, token, position, jnp.ones(token.shape, bool), cache)
+
+        # The written cache is the next repetition's (in place), rewound to the same slot and mask.
+        def rewind(args, out):
+            return args[0], out[1].replace(index=args[1].index, valid=args[1].valid), args[2]
+
+        run(workload, Bench(decode_fn, lambda: (token, cache, layered), carry=rewind))
     return results
+
+
+def prefill_programs(model, config):
+    """(scanned, unrolled): the prefill as the backend runs it (Transformer.hidden_states without a cache:
+    one scan over the stacked layers, then the last token's logits), and the same layers called one by
+    one on unstacked weights (no scan; the rows' rotation to packed form left out, all rows are full)."""
+    import jax.numpy as jnp
+
+    from framework.backends.maxtext.models import Transformer
+    from framework.backends.maxtext.models.rope import positions_from_mask
+    from framework.backends.maxtext.models.transformer import DecoderLayer
+
+    def scanned(tokens, mask, params):
+        hidden, _ = model.apply({"params": params}, tokens, positions_from_mask(mask), mask,
+                                method=Transformer.hidden_states)
+        return model.apply({"params": params}, hidden[:, -1:], method=Transformer.logits)
+
+    layer = DecoderLayer(config, None, None, parent=None)
+
+    def unrolled(tokens, mask, params):
+        x = model.apply({"params": params}, tokens, method=Transformer._embed)
+        positions, lengths = positions_from_mask(mask), mask.sum(axis=1, dtype=jnp.int32)
+        for layer_params in params["layers"]:
+            x, _ = layer.apply({"params": layer_params}, x, positions, lengths, None, None)
+        hidden = model.apply({"params": params}, x, method=lambda m, x: m.norm(x))
+        return model.apply({"params": params}, hidden[:, -1:], method=Transformer.logits)
+
+    return scanned, unrolled
 
 
 def save_hlo(fn, args, path: Path, log) -> None:
@@ -263,6 +293,16 @@ def predict(cases: list[dict], models: dict, hardware: dict, table: str, dtype: 
                 raise SystemExit(f"the simulator cannot model {case['name']}: {result.reason}")
             case[f"predicted_{label}_us"] = result.latency_s * 1e6
             case[f"error_{label}"] = (result.latency_s * 1e6 - case["time_us"]) / case["time_us"]
+
+
+def scan_lines(cases: list[dict], unrolled: list[dict]) -> str:
+    """Markdown: each unrolled prefill against the held-out (scanned) one of the same model and shape."""
+    lines = ["", "| prefill | scanned (us) | unrolled (us) | scan's share |", "|---|---|---|---|"]
+    for run in unrolled:
+        scanned = next(c for c in cases if c["model"] == run["model"] and c["workload"] == run["workload"])
+        share = (scanned["time_us"] - run["time_us"]) / scanned["time_us"]
+        lines.append(f"| {scanned['name']} | {scanned['time_us']:.1f} | {run['time_us']:.1f} | {share:+.1%} |")
+    return "\n".join(lines) + "\n" if unrolled else ""
 
 
 def environment() -> dict:
@@ -329,17 +369,19 @@ def main(argv: list[str] | None = None) -> dict:
     for op, eff in {**fitted.op_classes, **fitted.ops}.items():
         print(f"{op:<30} compute {eff.compute:.3f}  memory {eff.memory:.3f}  floor {eff.floor_us:.1f} us")
     log(f"wrote {table} ({len(measurements)} measurements)")
-    cases, models = [], {}
+    cases, unrolled, models = [], [], {}
     for name, (conf_name, layers), workloads in plan["held_out"]:
         models[name] = model_config(conf_name, layers)
         for case in whole_steps(name, models[name], workloads, plan, hardware, timer, env["platform"], log, out):
-            cases.append({**case, "model": name})
+            (cases if case["held_out"] else unrolled).append({**case, "model": name})
     predict(cases, models, hardware, str(table), dtype)
     report = {"environment": env, "hardware": hardware, "models": models, "stack": STACK, "table": str(table),
-              "summary": summarise(cases), "cases": cases, "seconds": time.perf_counter() - started}
+              "summary": summarise(cases), "cases": cases,
+              "unrolled_prefill": unrolled, "seconds": time.perf_counter() - started}
     (out / "accuracy.json").write_text(json.dumps(report, indent=1))
-    (out / "accuracy.md").write_text(markdown(report))
-    print(markdown(report))
+    text = markdown(report) + scan_lines(cases, unrolled)
+    (out / "accuracy.md").write_text(text)
+    print(text)
     log(f"done, wrote {out}")
     return report
 
