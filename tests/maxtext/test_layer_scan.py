@@ -87,6 +87,24 @@ def test_decode_attention_auto_picks_the_pallas_kernel_only_on_a_gpu_in_bfloat16
     assert bf16.for_platform("none", "auto", "auto", "cpu").decode_kernel == "xla"
     assert _config(2).for_platform("none", "auto", "auto", "gpu").decode_kernel == "xla"  # float32
     assert _config(2).for_platform("none", "auto", "pallas", "cpu").decode_kernel == "pallas"  # asked for
+    on_rocm = bf16.for_platform("none", "auto", "auto", "rocm")  # kernels untested there: XLA's
+    assert (on_rocm.attention_kernel, on_rocm.decode_kernel) == ("xla", "xla")
+
+
+def test_kernel_platform_tells_rocm_from_cuda(monkeypatch):
+    """A ROCm GPU client reports platform "gpu" like CUDA; its platform_version tells them apart."""
+    import types
+
+    import jax
+
+    from framework.backends.maxtext.models import kernel_platform
+
+    assert kernel_platform() == jax.default_backend() == "cpu"
+    for version, expected in (("rocm 60302", "rocm"), ("cuda 12080", "gpu")):
+        device = types.SimpleNamespace(client=types.SimpleNamespace(platform_version=version))
+        monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+        monkeypatch.setattr(jax, "devices", lambda: [device])
+        assert kernel_platform() == expected
     with pytest.raises(ConfigError, match=r"backend.adapter.decode_attention: 'flash' is not one of xla, pallas"):
         _config(2, decode_kernel="flash")
 

@@ -44,13 +44,11 @@ def grpo_task(args: argparse.Namespace):
 
 def model_config(args: argparse.Namespace):
     """The --model architecture with float32 master weights, --dtype compute, --remat and the kernels."""
-    import jax
-
-    from framework.backends.maxtext.models import ModelConfig
+    from framework.backends.maxtext.models import ModelConfig, kernel_platform
 
     return ModelConfig.from_hf_config(load_conf("model", args.model)["hf_config"], param_dtype="float32",
                                       dtype=args.dtype).for_platform(args.remat, args.attention, args.decode_attention,
-                                                                     jax.default_backend())
+                                                                     kernel_platform())
 
 
 def random_model(config, mesh):

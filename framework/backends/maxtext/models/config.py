@@ -15,6 +15,17 @@ from framework.models.hf_config import DecoderArchitecture, read_decoder
 TRAINABLE = ("float32", "bfloat16")  # framework.core.dtypes names this backend trains in
 
 
+def kernel_platform() -> str:
+    """jax.default_backend() with ROCm told apart: "gpu" then means CUDA, the platform of cuDNN and of
+    the Pallas kernels as we run them (ROCm is untested with them, so auto picks XLA's there)."""
+    import jax
+
+    backend = jax.default_backend()
+    if backend == "gpu" and "rocm" in str(jax.devices()[0].client.platform_version).lower():
+        return "rocm"
+    return backend
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig(DecoderArchitecture):
     """Everything the Flax modules need; hashable, so it can be a module field or a static jit arg.
@@ -37,8 +48,9 @@ class ModelConfig(DecoderArchitecture):
                               "with compute dtype float32")
 
     def for_platform(self, remat: str, attention: str, decode: str, platform: str) -> "ModelConfig":
-        """With the backend's remat policy and attention kernels. auto: on a GPU in bfloat16, cuDNN
-        flash attention (it has no float32 kernel) and the Pallas decode kernel; else XLA's."""
+        """With the backend's remat policy and attention kernels. auto: on an NVIDIA GPU (platform "gpu",
+        see kernel_platform) in bfloat16, cuDNN flash attention (it has no float32 kernel) and the Pallas
+        decode kernel; else (CPU, TPU, ROCm) XLA's."""
         fused = platform == "gpu" and self.dtype == "bfloat16"
         if attention == "auto":
             attention = "cudnn" if fused else "xla"

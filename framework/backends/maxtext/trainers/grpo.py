@@ -29,7 +29,7 @@ from framework.backends.maxtext.compile_clock import CompileClock
 from framework.backends.maxtext.checkpoint_io import load_hf_params, resolve_checkpoint_dir, save_hf_checkpoint
 from framework.backends.maxtext.config import GRPOConfig
 from framework.rl.advantages import compute_advantages
-from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params
+from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params, kernel_platform
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
 from framework.backends.maxtext.sharding import (build_mesh, logical_axis_rules, param_shardings, rollout_parallel,
                                                 tree_bytes)
@@ -79,7 +79,7 @@ class GRPOTrainer(BaseTrainer):
         self.compile_clock = CompileClock()  # compiles of init, then of each step
         self.model_config = ModelConfig.from_pretrained(
             self.model_dir, param_dtype=self.config.task.param_dtype, dtype=self.config.task.compute_dtype,
-        ).for_platform(self.config.remat, self.config.attention, self.config.decode_attention, jax.default_backend())
+        ).for_platform(self.config.remat, self.config.attention, self.config.decode_attention, kernel_platform())
         boxed = abstract_params(Transformer(self.model_config))
         self.weight_bytes = tree_bytes(nn.unbox(boxed))
         task = self._resolve_micro_batch()
