@@ -84,3 +84,20 @@ def test_unrolled_prefill_computes_the_scanned_prefill():
     expected = jax.jit(scanned)(tokens, mask, params)
     assert expected.shape == (2, 1, config.vocab_size)
     assert jnp.allclose(jax.jit(unrolled)(tokens, mask, unstack_layers(params)), expected, atol=1e-5)
+
+
+def test_a_run_summary_is_read_as_a_grpo_step_report():
+    """`python run.py` GRPO runs are re-predicted too: shapes from the run's config, phase times the median
+    of the steps after the compiling one (the step time then equals the trainer's own measured_step_s)."""
+    from pathlib import Path
+
+    from framework.backends.maxtext.benchmarks.xla_repredict import runs
+    from framework.core.paths import REPO_ROOT
+
+    run_dir = REPO_ROOT / "framework/backends/maxtext/benchmarks/results/h100_2026-11-26_s10_callA/recipe"
+    [(label, report)] = runs(Path(run_dir / "summary.json"))
+    summary = json.loads((run_dir / "summary.json").read_text())["result"]["metrics"]
+    assert label == "h100_2026-11-26_s10_callA/recipe"
+    assert (report["micro_batch"], report["remat"], report["prompts"], report["generations"]) == (128, "full", 16, 8)
+    assert report["step_s"] == pytest.approx(summary["measured_step_s"])
+    assert 0 < report["rollout_s"] < report["step_s"] and 0 < report["update_s"] < report["step_s"]

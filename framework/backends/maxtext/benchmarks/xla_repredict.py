@@ -24,13 +24,37 @@ MESH_TO_AXES = {"data": "dp", "fsdp": "fsdp", "tensor": "tp", "expert": "ep"}
 
 
 def runs(path: Path) -> list[tuple[str, dict]]:
-    """(label, report) of every measured step in a raw file (the last JSON object of the file)."""
+    """(label, report) of every measured step in a raw file (the last JSON object of the file), or of a
+    `python run.py` GRPO run's summary.json (beside its config.yaml and metrics.jsonl)."""
+    if path.name == "summary.json":
+        return [(f"{path.parent.parent.name}/{path.parent.name}", run_report(path.parent))]
     text = path.read_text()
     report = json.loads(text[text.rfind("\n{") + 1:] if not text.lstrip().startswith("{") else text)
     if "layouts" in report:
         return [(f"{path.parent.name}/{path.stem} {name}", {**layout, "hardware": report["hardware"]})
                 for name, layout in report["layouts"].items() if "step_s" in layout]
     return [(f"{path.parent.name}/{path.stem}", report)]
+
+
+def run_report(run_dir: Path) -> dict:
+    """A GRPO run's shapes (its config.yaml) and phase times (the median over steps after the first,
+    which compiles) in a grpo_step report's keys. Its layout must be one device (the meshes are not kept)."""
+    from omegaconf import OmegaConf
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    if summary["world_size"] != 1:
+        raise SystemExit(f"{run_dir}: only one-device runs are re-predicted from a summary")
+    config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+    grpo, metrics = config["grpo"], summary["result"]["metrics"]
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    timed = [row for row in steps if "step_time_s" in row][1:]
+    measured = {phase: statistics.median(row[f"{phase[:-2]}_time_s"] for row in timed)
+                for phase in ("rollout_s", "update_s", "step_s")}
+    return {"model": summary["model"], "hardware": summary["hardware"], "devices": 1,
+            "prompts": grpo["prompts_per_step"], "generations": grpo["num_generations"],
+            "prompt_tokens": grpo["max_prompt_tokens"], "new_tokens": grpo["max_new_tokens"],
+            "micro_batch": metrics["micro_batch_size"], "dtype": grpo["compute_dtype"],
+            "remat": config["backend"]["adapter"]["remat"], **measured}
 
 
 def parallel_of(mesh: dict | None):
