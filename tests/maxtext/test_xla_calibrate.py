@@ -101,3 +101,16 @@ def test_a_run_summary_is_read_as_a_grpo_step_report():
     assert (report["micro_batch"], report["remat"], report["prompts"], report["generations"]) == (128, "full", 16, 8)
     assert report["step_s"] == pytest.approx(summary["measured_step_s"])
     assert 0 < report["rollout_s"] < report["step_s"] and 0 < report["update_s"] < report["step_s"]
+
+
+def test_a_layouts_file_without_its_remat_takes_the_one_given():
+    """grpo_layouts files of session 10 and before do not record the remat policy (their call.sh does):
+    --remat-of supplies it, and a recorded one is kept."""
+    from pathlib import Path
+
+    from framework.backends.maxtext.benchmarks.xla_repredict import runs
+    from framework.core.paths import REPO_ROOT
+
+    path = REPO_ROOT / "framework/backends/maxtext/benchmarks/results/h200x2_2026-11-26_s10_callB/layouts_2gpu_mb128.json"
+    assert {report["remat"] for _, report in runs(path)} == {"none"}
+    assert {report["remat"] for _, report in runs(path, "full")} == {"full"}

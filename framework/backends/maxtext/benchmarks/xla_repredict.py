@@ -23,17 +23,19 @@ from framework.core.paths import load_conf
 MESH_TO_AXES = {"data": "dp", "fsdp": "fsdp", "tensor": "tp", "expert": "ep"}
 
 
-def runs(path: Path) -> list[tuple[str, dict]]:
+def runs(path: Path, remat: str | None = None) -> list[tuple[str, dict]]:
     """(label, report) of every measured step in a raw file (the last JSON object of the file), or of a
-    `python run.py` GRPO run's summary.json (beside its config.yaml and metrics.jsonl)."""
+    `python run.py` GRPO run's summary.json (beside its config.yaml and metrics.jsonl). `remat`: the policy
+    the run used where the file does not say (grpo_layouts files before session 10 kept it only in call.sh)."""
     if path.name == "summary.json":
         return [(f"{path.parent.parent.name}/{path.parent.name}", run_report(path.parent))]
     text = path.read_text()
     report = json.loads(text[text.rfind("\n{") + 1:] if not text.lstrip().startswith("{") else text)
     if "layouts" in report:
-        return [(f"{path.parent.name}/{path.stem} {name}", {**layout, "hardware": report["hardware"]})
+        shared = {"hardware": report["hardware"], "remat": report.get("remat", remat or "none")}
+        return [(f"{path.parent.name}/{path.stem} {name}", {**layout, **shared})
                 for name, layout in report["layouts"].items() if "step_s" in layout]
-    return [(f"{path.parent.name}/{path.stem}", report)]
+    return [(f"{path.parent.name}/{path.stem}", {"remat": remat or "none", **report})]
 
 
 def run_report(run_dir: Path) -> dict:
@@ -84,10 +86,10 @@ def phases(report: dict, table: str | None) -> dict:
             "step_s": rollout + update_s + report.get("preflight_reshard_s", 0.0)}
 
 
-def repredict(files: list[str], table: str) -> dict:
+def repredict(files: list[str], table: str, remat_of: dict[str, str] | None = None) -> dict:
     rows = []
     for file in files:
-        for label, report in runs(Path(file)):
+        for label, report in runs(Path(file), (remat_of or {}).get(file)):
             row = {"run": label, "model": report["model"], "device": report.get("device"),
                    "devices": report.get("devices", 1),
                    "micro_batch": report["micro_batch"], "remat": report.get("remat", "none"),
@@ -122,8 +124,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("files", nargs="+", help="grpo_step / grpo_layouts JSON reports")
     parser.add_argument("--table", required=True, help="the xla efficiency table to compare with the built-in factors")
     parser.add_argument("--out", required=True, help="folder for repredict.json and repredict.md")
+    parser.add_argument("--remat-of", action="append", default=[], metavar="FILE=POLICY",
+                        help="the remat policy a file's run used where the file does not record it (its call.sh does)")
     args = parser.parse_args(argv)
-    result = repredict(args.files, args.table)
+    result = repredict(args.files, args.table, dict(item.split("=", 1) for item in args.remat_of))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "repredict.json").write_text(json.dumps(result, indent=1))
