@@ -18,21 +18,17 @@ import numpy as np
 
 from sims.cache import GraphCache, PerHardware
 from sims.calculator import (
-    GRAD_ACCUMULATE_BYTES,
-    GRAD_BYTES,
     OP_CLASS,
-    TRAIN_BACKWARD_FACTOR,
     Context,
     StepEstimate,
     all_gather_s,
     all_reduce_s,
     bind_dims,
-    loss_work,
-    optimizer_bytes_per_param,
     reduce_scatter_s,
     send_recv_s,
 )
 from sims.calibration.backward import BackwardRatios
+from sims.train_work import GRAD_ACCUMULATE_BYTES, GRAD_BYTES, TRAIN_BACKWARD_FACTOR, loss_work, optimizer_bytes_per_param
 from sims.hardware import HardwareSpec
 from sims.ir import ComputationalGraph, OpNode
 from sims.memory import local_params

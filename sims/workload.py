@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from framework.core.errors import ConfigError
 from sims.builders.registry import MODES
 from sims.calibration.table import DTYPES
+from sims.checks import no_unknown
 from sims.hardware import HardwareSpec
 
 LAYOUT_KEYS = ("tp", "dp", "ep", "pp")
@@ -124,7 +125,7 @@ def parse_workload(workload: Mapping) -> Workload:
 
 
 def _parse_layout(layout: Mapping) -> Layout:
-    _no_unknown("layout", layout, LAYOUT_KEYS)
+    no_unknown("layout", layout, LAYOUT_KEYS)
     values = {}
     for key in LAYOUT_KEYS:
         values[key] = _positive_int(f"layout.{key}", layout.get(key, 1))
@@ -132,7 +133,7 @@ def _parse_layout(layout: Mapping) -> Layout:
 
 
 def _parse_workload(workload: Mapping) -> Workload:
-    _no_unknown("workload", workload, tuple(WORKLOAD_DEFAULTS))
+    no_unknown("workload", workload, WORKLOAD_DEFAULTS)
     w = {**WORKLOAD_DEFAULTS, **{k: v for k, v in workload.items() if v is not None}}
     if w["mode"] not in MODES:
         raise ConfigError(f"workload.mode is {w['mode']!r}; valid: {', '.join(MODES)}")
@@ -188,9 +189,3 @@ def _positive_int(key: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{key} is {value!r}; expected an integer >= 1")
     return value
-
-
-def _no_unknown(section: str, record: Mapping, valid: tuple[str, ...]) -> None:
-    unknown = sorted(set(record) - set(valid))
-    if unknown:
-        raise ConfigError(f"{section} has unknown key(s) {', '.join(unknown)}; valid: {', '.join(valid)}")

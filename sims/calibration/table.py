@@ -68,6 +68,7 @@ from pathlib import Path
 
 from framework.core.dtypes import SHORT
 from framework.core.errors import ConfigError
+from sims.checks import check_fraction, check_mapping, check_member, check_non_negative, no_unknown
 from sims.stacks import stacks
 
 FORMAT = "crucible-efficiency-table/1"
@@ -184,39 +185,39 @@ class EfficiencyTable:
         """Validate a table; sections and classes it leaves out keep the defaults."""
         known = {"format", "device_name", "source", "stack", "op_classes", "ops", "links", "collectives",
                  "gemm_measurements", "op_measurements", "backward_measurements"}
-        _no_unknown(record, known, origin)
+        no_unknown(origin, record, sorted(known))
         if record.get("format", FORMAT) != FORMAT:
             raise ConfigError(f"{origin}: format is {record.get('format')!r}; valid: {FORMAT}")
         op_classes = dict(DEFAULT_OP_CLASSES)
         for name, values in (record.get("op_classes") or {}).items():
-            _check_member(f"{origin}: op_classes", name, OP_CLASSES)
-            _check_mapping(f"{origin}: op_classes.{name}", values)
-            _no_unknown(values, {"compute", "memory", "floor_us"}, f"{origin}: op_classes.{name}")
+            check_member(f"{origin}: op_classes", name, OP_CLASSES)
+            check_mapping(f"{origin}: op_classes.{name}", values)
+            no_unknown(f"{origin}: op_classes.{name}", values, sorted({"compute", "memory", "floor_us"}))
             merged = {**asdict(op_classes[name]), **values}
-            _check_fraction(f"{origin}: op_classes.{name}.compute", merged["compute"])
-            _check_fraction(f"{origin}: op_classes.{name}.memory", merged["memory"])
-            _check_non_negative(f"{origin}: op_classes.{name}.floor_us", merged["floor_us"])
+            check_fraction(f"{origin}: op_classes.{name}.compute", merged["compute"])
+            check_fraction(f"{origin}: op_classes.{name}.memory", merged["memory"])
+            check_non_negative(f"{origin}: op_classes.{name}.floor_us", merged["floor_us"])
             op_classes[name] = ClassEfficiency(**{k: float(v) for k, v in merged.items()})
         ops = {}
         for name, values in (record.get("ops") or {}).items():
             where = f"{origin}: ops.{name}"
-            _check_mapping(where, values)
-            _no_unknown(values, {"compute", "memory", "floor_us"}, where)
+            check_mapping(where, values)
+            no_unknown(where, values, sorted({"compute", "memory", "floor_us"}))
             missing = [key for key in ("compute", "memory", "floor_us") if key not in values]
             if missing:
                 raise ConfigError(f"{where}: missing {', '.join(missing)}; each op needs compute, memory, floor_us")
-            _check_fraction(f"{where}.compute", values["compute"])
-            _check_fraction(f"{where}.memory", values["memory"])
-            _check_non_negative(f"{where}.floor_us", values["floor_us"])
+            check_fraction(f"{where}.compute", values["compute"])
+            check_fraction(f"{where}.memory", values["memory"])
+            check_non_negative(f"{where}.floor_us", values["floor_us"])
             ops[str(name)] = ClassEfficiency(**{k: float(v) for k, v in values.items()})
         links = dict(DEFAULT_LINKS)
         for name, values in (record.get("links") or {}).items():
-            _check_member(f"{origin}: links", name, LINKS)
-            _check_mapping(f"{origin}: links.{name}", values)
-            _no_unknown(values, {"bandwidth", "latency_us"}, f"{origin}: links.{name}")
+            check_member(f"{origin}: links", name, LINKS)
+            check_mapping(f"{origin}: links.{name}", values)
+            no_unknown(f"{origin}: links.{name}", values, sorted({"bandwidth", "latency_us"}))
             merged = {**asdict(links[name]), **values}
-            _check_fraction(f"{origin}: links.{name}.bandwidth", merged["bandwidth"])
-            _check_non_negative(f"{origin}: links.{name}.latency_us", merged["latency_us"])
+            check_fraction(f"{origin}: links.{name}.bandwidth", merged["bandwidth"])
+            check_non_negative(f"{origin}: links.{name}.latency_us", merged["latency_us"])
             links[name] = LinkEfficiency(**{k: float(v) for k, v in merged.items()})
         gemms = tuple(
             _gemm(entry, f"{origin}: gemm_measurements[{i}]")
@@ -228,7 +229,7 @@ class EfficiencyTable:
         )
         stack = record.get("stack")
         if stack is not None:
-            _check_member(f"{origin}: stack", stack, tuple(stacks()))
+            check_member(f"{origin}: stack", stack, tuple(stacks()))
         collectives = tuple(
             _collective(entry, f"{origin}: collectives[{i}]") for i, entry in enumerate(record.get("collectives") or ())
         )
@@ -276,8 +277,8 @@ def save_table(table: EfficiencyTable, path: str | Path) -> None:
 
 
 def _op_measurement(entry: Mapping, origin: str) -> OpMeasurement:
-    _check_mapping(origin, entry)
-    _no_unknown(entry, {"op", "dtype", "flops", "bytes", "time_us", "batch", "kv_len", "seq_len"}, origin)
+    check_mapping(origin, entry)
+    no_unknown(origin, entry, sorted({"op", "dtype", "flops", "bytes", "time_us", "batch", "kv_len", "seq_len"}))
     missing = [key for key in ("op", "dtype", "flops", "bytes", "time_us") if key not in entry]
     if missing:
         needed = "op, dtype, flops, bytes, time_us"
@@ -287,7 +288,7 @@ def _op_measurement(entry: Mapping, origin: str) -> OpMeasurement:
             raise ConfigError(f"{origin}: {key} is {entry[key]!r}; expected a number >= 0")
     if not isinstance(entry["time_us"], (int, float)) or entry["time_us"] <= 0:
         raise ConfigError(f"{origin}: time_us is {entry['time_us']!r}; expected a positive number")
-    _check_member(f"{origin}: dtype", entry["dtype"], DTYPES)
+    check_member(f"{origin}: dtype", entry["dtype"], DTYPES)
     numbers = (float(entry[key]) for key in ("flops", "bytes", "time_us"))
     point = {key: entry[key] for key in ("batch", "kv_len", "seq_len") if key in entry}
     for key, value in point.items():
@@ -298,18 +299,18 @@ def _op_measurement(entry: Mapping, origin: str) -> OpMeasurement:
 
 def _backward(entry: Mapping, origin: str) -> BackwardMeasurement:
     keys = ("op", "op_class", "dtype", "flops", "bytes", "forward_us", "time_us")
-    _check_mapping(origin, entry)
-    _no_unknown(entry, set(keys), origin)
+    check_mapping(origin, entry)
+    no_unknown(origin, entry, sorted(set(keys)))
     missing = [key for key in keys if key not in entry]
     if missing:
         raise ConfigError(f"{origin}: missing {', '.join(missing)}; each backward measurement needs {', '.join(keys)}")
     for key in ("flops", "bytes"):
-        _check_non_negative(f"{origin}: {key}", entry[key])
+        check_non_negative(f"{origin}: {key}", entry[key])
     for key in ("forward_us", "time_us"):
         if not isinstance(entry[key], (int, float)) or entry[key] <= 0:
             raise ConfigError(f"{origin}: {key} is {entry[key]!r}; expected a positive number")
-    _check_member(f"{origin}: dtype", entry["dtype"], DTYPES)
-    _check_member(f"{origin}: op_class", entry["op_class"], OP_CLASSES)
+    check_member(f"{origin}: dtype", entry["dtype"], DTYPES)
+    check_member(f"{origin}: op_class", entry["op_class"], OP_CLASSES)
     return BackwardMeasurement(str(entry["op"]), entry["op_class"], entry["dtype"], *(float(entry[k]) for k in keys[3:]))
 
 
@@ -317,16 +318,16 @@ def _collective(entry: Mapping, origin: str) -> CollectiveFit:
     from sims.comm import COLLECTIVES  # sims.comm reads tables through the hardware spec
 
     keys = ("collective", "group", "link", "latency_us", "bus_gb_s")
-    _check_mapping(origin, entry)
-    _no_unknown(entry, set(keys), origin)
+    check_mapping(origin, entry)
+    no_unknown(origin, entry, sorted(set(keys)))
     missing = [key for key in keys if key not in entry]
     if missing:
         raise ConfigError(f"{origin}: missing {', '.join(missing)}; each collective fit needs {', '.join(keys)}")
-    _check_member(f"{origin}: collective", entry["collective"], COLLECTIVES)
-    _check_member(f"{origin}: link", entry["link"], LINKS)
+    check_member(f"{origin}: collective", entry["collective"], COLLECTIVES)
+    check_member(f"{origin}: link", entry["link"], LINKS)
     if isinstance(entry["group"], bool) or not isinstance(entry["group"], int) or entry["group"] < 2:
         raise ConfigError(f"{origin}: group is {entry['group']!r}; expected an integer >= 2")
-    _check_non_negative(f"{origin}: latency_us", entry["latency_us"])
+    check_non_negative(f"{origin}: latency_us", entry["latency_us"])
     if not isinstance(entry["bus_gb_s"], (int, float)) or entry["bus_gb_s"] <= 0:
         raise ConfigError(f"{origin}: bus_gb_s is {entry['bus_gb_s']!r}; expected a positive number")
     return CollectiveFit(entry["collective"], entry["group"], entry["link"], float(entry["latency_us"]),
@@ -334,39 +335,13 @@ def _collective(entry: Mapping, origin: str) -> CollectiveFit:
 
 
 def _gemm(entry: Mapping, origin: str) -> GemmMeasurement:
-    _check_mapping(origin, entry)
-    _no_unknown(entry, {"m", "n", "k", "dtype", "time_us"}, origin)
+    check_mapping(origin, entry)
+    no_unknown(origin, entry, sorted({"m", "n", "k", "dtype", "time_us"}))
     missing = [key for key in ("m", "n", "k", "dtype", "time_us") if key not in entry]
     if missing:
         raise ConfigError(f"{origin}: missing {', '.join(missing)}; each GEMM needs m, n, k, dtype, time_us")
     for key in ("m", "n", "k", "time_us"):
         if not isinstance(entry[key], (int, float)) or entry[key] <= 0:
             raise ConfigError(f"{origin}: {key} is {entry[key]!r}; expected a positive number")
-    _check_member(f"{origin}: dtype", entry["dtype"], DTYPES)
+    check_member(f"{origin}: dtype", entry["dtype"], DTYPES)
     return GemmMeasurement(int(entry["m"]), int(entry["n"]), int(entry["k"]), entry["dtype"], float(entry["time_us"]))
-
-
-def _no_unknown(record: Mapping, known: set[str], origin: str) -> None:
-    unknown = sorted(set(record) - known)
-    if unknown:
-        raise ConfigError(f"{origin}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}")
-
-
-def _check_mapping(origin: str, value) -> None:
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{origin} is {value!r}; expected an object")
-
-
-def _check_member(origin: str, value, valid: tuple[str, ...]) -> None:
-    if value not in valid:
-        raise ConfigError(f"{origin}: {value!r} is not valid; valid: {', '.join(valid)}")
-
-
-def _check_fraction(origin: str, value) -> None:
-    if not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ConfigError(f"{origin} is {value!r}; expected a fraction in (0, 1]")
-
-
-def _check_non_negative(origin: str, value) -> None:
-    if not isinstance(value, (int, float)) or value < 0:
-        raise ConfigError(f"{origin} is {value!r}; expected a number >= 0")

@@ -3,7 +3,7 @@
 For every training workload of the plan (`Plan.train_workloads`, batch x seq_len) the model's train
 graph is bound to it and each node is timed twice, forward alone and forward + backward
 (sims/calibration/kernels_backward.py), both at the FLOPs and bytes the simulator counts for its
-forward; the loss over the vocabulary (`cross_entropy`, sims.calculator.loss_work) likewise. Once
+forward; the loss over the vocabulary (`cross_entropy`, sims.train_work.loss_work) likewise. Once
 per model: the gradient accumulation into fp32 main grads (`grad_accumulate`, per micro-batch) and
 the optimizer step with clipping (`optimizer_step`, eager calls: it is launched from the host once
 per step), over the model's parameter count.
@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 
 from sims.api import predict_op
 from sims.builders import build_graph
-from sims.calculator import GRAD_ACCUMULATE_BYTES, bind_dims, loss_work, optimizer_bytes_per_param
+from sims.calculator import bind_dims
+from sims.train_work import GRAD_ACCUMULATE_BYTES, loss_work, optimizer_bytes_per_param
 from sims.calibration import kernels_backward
 from sims.workload import Layout, parse_workload
 

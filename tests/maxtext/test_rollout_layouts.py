@@ -194,6 +194,7 @@ def test_the_layouts_benchmark_records_a_failing_layout_and_times_the_others(tmp
     report = json.loads(out.read_text())
     layouts = report["layouts"]
     assert report["devices"] == 4 and list(layouts) == ["fsdp2_rollout_dp2", "one_device", "fsdp4_rollout_dp4"]
+    assert report["remat"] == "none"  # what the update ran with, for re-predicting the file later
     assert layouts["fsdp2_rollout_dp2"]["error"].startswith(  # 3 prompts cannot split over 2 replicas
         "ConfigError: parallel.rollout: dp x fsdp = 2 does not divide grpo.prompts_per_step=3")
     timed = layouts["one_device"]

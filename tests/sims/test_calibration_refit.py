@@ -33,11 +33,13 @@ def test_shipped_tables_refit_exactly_from_their_measurements(tmp_path):
 def test_shipped_tables_carry_fp8_gemms_and_only_graph_timed_collectives():
     """The 4 x H200 collectives were timed as eager calls (host-bound latencies that made the 4-GPU layouts
     20% off) and are left out; the graph-replayed 2 x H200 ones are in the torch_fused table only (they made
-    its 2-GPU cases better and the transformers layouts worse); likewise the graph-replayed 2 x H100 ones."""
+    its 2-GPU cases better and the transformers layouts worse); likewise the graph-replayed 2 x H100 ones.
+    The xla table holds the JAX backend's own kernels only: bf16 (the maxtext backend runs no fp8)."""
     listed = yaml.safe_load((REPO / "sims/calibration/tables/refit.yaml").read_text())
     for name, spec in listed.items():
         table = json.loads((REPO / "sims/calibration/tables" / name).read_text())
-        assert {g["dtype"] for g in table["gemm_measurements"]} == {"bf16", "fp8"}, name
+        dtypes = {"bf16"} if spec["stack"] == "xla" else {"bf16", "fp8"}
+        assert {g["dtype"] for g in table["gemm_measurements"]} == dtypes, name
         collectives = [m for f in spec["files"] for m in read_measurements([str(REPO / f)]) if "collective" in m]
         assert all(m.get("timing") == "cuda_graph" for m in collectives), name
         assert bool(table.get("collectives")) == (spec["stack"] == "torch_fused"), name

@@ -62,14 +62,14 @@ def test_kv_heads_must_divide_or_be_divided_by_tp():
 @pytest.mark.parametrize(
     "layout, workload, message",
     [
-        ({"tensor": 2}, DECODE, "layout has unknown key(s) tensor"),
+        ({"tensor": 2}, DECODE, "layout: unknown key(s) tensor"),
         ({"tp": 0}, DECODE, "layout.tp is 0"),
         ({"tp": "2"}, DECODE, "layout.tp is '2'"),
         ({}, {**DECODE, "mode": "serve"}, "workload.mode is 'serve'; valid: prefill, decode, train"),
         ({}, {"mode": "decode", "batch": 4}, "workload.context_len is required"),
         ({}, {"mode": "train", "batch": 4}, "workload.seq_len is required"),
         ({}, {**DECODE, "dtype": "int4"}, "workload.dtype is 'int4'"),
-        ({}, {**DECODE, "beams": 4}, "workload has unknown key(s) beams"),
+        ({}, {**DECODE, "beams": 4}, "workload: unknown key(s) beams"),
         ({}, {**DECODE, "recompute": "yes"}, "workload.recompute"),
     ],
 )

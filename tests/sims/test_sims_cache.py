@@ -89,3 +89,16 @@ def test_per_hardware_caches_are_one_per_spec_object_and_bounded():
     kept = caches.of(first)
     caches.of(third)  # a third spec: the oldest one's cache goes
     assert caches.of(first) is not kept
+
+
+def test_precisions_are_kept_per_spec_object_and_bounded():
+    from sims_helpers import hardware
+
+    from sims import calculator
+    from sims.hardware import hardware_spec
+
+    spec = hardware_spec(hardware("h100"))
+    assert calculator._precision("bf16", spec, True) is calculator._precision("bf16", spec, True)
+    for size in range(calculator.PRECISIONS_KEPT + 10):  # many parsed specs: a long sweep over memory sizes
+        calculator._precision("bf16", hardware_spec(hardware("h100", memory_gb=80 + size)), False)
+    assert len(calculator._PRECISIONS) == calculator.PRECISIONS_KEPT

@@ -34,6 +34,19 @@ def test_transformers_is_the_builders_graph_and_torch_fused_rewrites_it():
     assert all(n.attrs.get("fused_residual") for n in hf.nodes if n.name.endswith("layernorm") or n.name == "final_norm")
 
 
+def test_xla_runs_qkv_and_gate_up_as_one_gemm_each():
+    """XLA's dot merger runs the model's separate q/k/v (and gate/up) projections as one GEMM each
+    (kernel profiles: one QKV kernel, gate+up bf16[128, 9728]); the norms keep the residual add."""
+    cfg = model_config("qwen2_5_0_5b_instruct")  # 14 heads, 2 kv heads, head_dim 64, MLP 4864
+    graph = build_graph(cfg, "decode", "xla")
+    assert not {"q_proj", "kv_proj"} & set(names(graph))
+    assert names(graph).index("qkv_proj") == names(graph).index("input_layernorm") + 1
+    assert graph.node("qkv_proj").weights == ((896, 896 + 2 * 128), (896 + 2 * 128,))
+    assert graph.node("mlp_gate_up_proj").weights == ((896, 2 * 4864),)
+    assert {"rotary", "kv_cache_write"} <= set(names(graph))
+    assert not any(n.name.endswith("_residual_add") for n in graph.nodes)
+
+
 def test_fused_qkv_splits_q_by_tp_and_kv_at_most_by_kv_heads():
     cfg = model_config("qwen3_8b")  # 32 heads, 8 kv heads, head_dim 128
     qkv = build_graph(cfg, "decode", "torch_fused").node("qkv_proj")

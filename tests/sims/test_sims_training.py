@@ -7,7 +7,7 @@ import pytest
 from sims_helpers import hardware, model_config
 
 from sims import build_graph, simulate
-from sims.calculator import CLIP_BYTES_PER_PARAM, GRAD_ACCUMULATE_BYTES, optimizer_bytes_per_param
+from sims.train_work import CLIP_BYTES_PER_PARAM, GRAD_ACCUMULATE_BYTES, optimizer_bytes_per_param
 from sims.calibration.backward import BackwardRatios
 from sims.calibration.fit import fit_table
 from sims.calibration.table import BackwardMeasurement, EfficiencyTable

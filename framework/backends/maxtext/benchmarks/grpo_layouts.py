@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
         jax.config.update("jax_num_cpu_devices", max(LAYOUTS[name][0] for name in names))
     devices = jax.devices()
     report = {"benchmark": "grpo_layouts", "jax": jax.__version__, "device": devices[0].device_kind,
-              "hardware": args.hardware,
+              "hardware": args.hardware, "remat": args.remat,
               "devices": len(devices), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "layouts": {}}
     for name in names:
         if LAYOUTS[name][0] > len(devices):

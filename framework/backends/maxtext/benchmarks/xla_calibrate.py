@@ -1,0 +1,390 @@
+"""Calibrate the simulator's `xla` stack from the maxtext backend's own JAX ops, and check it on whole steps.
+
+    python3 -m framework.backends.maxtext.benchmarks.xla_calibrate --out $OUT/xla     # GPU, about 4 minutes
+    python -m framework.backends.maxtext.benchmarks.xla_calibrate --tiny --out /tmp/xla   # CPU check, seconds
+
+Calibration: for Qwen2.5-0.5B and Qwen3-8B (conf/model, random weights, one decoder layer) and each
+workload of the plan, the simulator's graph for the `xla` stack is bound to the workload (as
+sims/calibration/microbench.py does for torch) and every node is timed as the backend computes it
+(benchmarks/xla_kernels.py: jitted, many repetitions inside one compiled loop, median of repeats),
+plus decode attention on a batch x KV-length grid, a large copy and a one-element kernel. Each record
+has microbench.py's format (the FLOPs and bytes `sims.predict_op` counts for the node), so
+`sims.calibration.fit.fit_table` fits `<hardware>_xla.json` exactly as it fits the torch tables.
+
+Held out (never calibration inputs): the backend's whole Transformer, a prefill (hidden states
+without a cache, as the update's and log-prob passes run it, plus each row's last-token logits) and
+one decode step over a KV cache (unrolled layers, the Pallas decode kernel on GPU; the sampler's
+token sampling is not part of it), each timed in the same loop, against `simulate(..., stack="xla")`
+with the built-in factors and with the fitted table. Each model's first prefill is also timed with its
+layers unrolled (no scan over the stacked weights) and its compiled HLO is kept in hlo/: the scan's own
+cost. Writes microbench.json, <hardware>_xla.json, accuracy.json and accuracy.md to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import time
+from pathlib import Path
+
+from sims import predict_op, simulate
+from sims.builders import build_graph
+from sims.calculator import OP_CLASS, bind_dims
+from sims.calibration.fit import fit_table
+from sims.calibration.table import save_table
+from sims.hardware import read_hardware_file
+from sims.workload import Layout, parse_workload
+
+from framework.core.paths import REPO_ROOT, load_conf
+
+STACK = "xla"
+BENCHMARKS = ("gemm", "attention", "norm", "elementwise", "embedding")
+
+
+def prefill(batch: int, seq_len: int) -> dict:
+    return {"mode": "prefill", "batch": batch, "seq_len": seq_len}
+
+
+def decode(batch: int, context_len: int) -> dict:
+    return {"mode": "decode", "batch": batch, "context_len": context_len}
+
+
+# Calibration points. Most needed first (a spent time budget skips the rest): the rollout's own decode
+# shapes (128 rows on one card, 64 per card at dp=2; KV 384, the middle of a 256 + 256-token rollout),
+# the update's micro-batch GEMMs (8192 tokens), decode at 16 and 256 rows; then the attention grid and
+# the rest. Held out: prefill 512-token rows, decode 128 x 512 and 16 x 2048 (the 128-row decode shares
+# its GEMM shapes with the calibration's 128 x 384, not its attention or KV cache).
+FULL = {
+    "models": {"qwen2_5_0_5b": ("qwen2_5_0_5b_instruct", None), "qwen3_8b": ("qwen3_8b", None)},
+    "workloads": (decode(128, 384), decode(64, 384), prefill(8, 1024), decode(16, 1024), decode(256, 1024),
+                  prefill(1, 256), prefill(2, 1024)),
+    "grid_after": 5,  # the attention grid runs after this many workloads
+    "attention_grid": tuple((b, kv) for b in (8, 48, 192) for kv in (320, 1280, 3072)),
+    "dtype": "bfloat16", "repeats": 5, "target_s": 3e-3, "copy_mb": 256, "budget_s": 190.0,
+    "held_out": (("qwen2_5_0_5b", ("qwen2_5_0_5b_instruct", None), (prefill(1, 512), prefill(8, 512),
+                                                                   decode(128, 512), decode(16, 2048))),
+                 ("qwen3_8b_4l", ("qwen3_8b", 4), (prefill(1, 512), decode(128, 512), decode(16, 2048)))),
+}
+TINY = {
+    "models": {"tiny_qwen3": ("tiny_qwen3", None), "tiny_qwen2": ("tiny_qwen2", None)},
+    "workloads": (prefill(1, 16), prefill(2, 64), decode(2, 64)),
+    "grid_after": 2,
+    "attention_grid": ((1, 16), (2, 48)),
+    "dtype": "float32", "repeats": 3, "target_s": 2e-4, "copy_mb": 4, "budget_s": float("inf"),
+    "held_out": (("tiny_qwen3", ("tiny_qwen3", None),
+                  (prefill(1, 32), prefill(2, 32), decode(4, 96), decode(2, 160))),),
+}
+
+
+def model_config(name: str, layers: int | None) -> dict:
+    cfg = dict(load_conf("model", name)["hf_config"])
+    return {**cfg, "num_hidden_layers": layers} if layers else cfg
+
+
+def measure(hf_config: dict, hardware: dict, plan: dict, timer, platform_name: str, log,
+            deadline: float = float("inf")) -> list[dict]:
+    """Every node of the xla graph at every workload of the plan (deduplicated by FLOPs and bytes);
+    nodes still untimed at `deadline` (time.perf_counter) are skipped, so that a slow compiler cannot
+    take the whole run's time (the skipped count is logged)."""
+    from framework.backends.maxtext.benchmarks.xla_kernels import XlaKernels
+
+    dtype = "bf16" if plan["dtype"] == "bfloat16" else "fp32"
+    kernels = XlaKernels(hf_config, plan["dtype"], platform_name)
+    grid = [{**decode(b, kv), "only": "attention"} for b, kv in plan["attention_grid"]]
+    records, seen, skipped = [], set(), 0
+    first = plan["grid_after"]
+    for raw in (*plan["workloads"][:first], *grid, *plan["workloads"][first:]):
+        workload = {**{k: v for k, v in raw.items() if k != "only"}, "dtype": dtype}
+        parsed = parse_workload(workload)
+        graph = build_graph(hf_config, parsed.mode, STACK)
+        dims = bind_dims(graph, Layout(), parsed)
+        point = {"mode": parsed.mode, "batch": parsed.batch, "seq_len": parsed.query_len, "kv_len": parsed.kv_len}
+        for node in graph.nodes:
+            wanted = not node.is_comm and OP_CLASS[node.op_type] in BENCHMARKS
+            if not wanted or raw.get("only", node.op_type) != node.op_type:
+                continue
+            work = predict_op(hf_config, hardware, workload, node.name, stack=STACK)
+            key = (node.name, work["flops"], work["bytes"])
+            bench = None if key in seen else kernels.bench(node, dims)
+            if bench is None:
+                continue
+            seen.add(key)
+            if time.perf_counter() > deadline:
+                skipped += 1
+                continue
+            try:
+                timing = timer.time(bench, work["bytes"], work["time_s"])
+            except Exception as error:  # noqa: BLE001 - one kernel that fails to build must not lose the run
+                log(f"{node.name:<30} {_point_label(point):<28} FAILED: {type(error).__name__}: {str(error)[:300]}")
+                continue
+            record = {"benchmark": node.name, "op": node.name, "op_class": work["op_class"], "dtype": dtype, **point,
+                      "tokens": int(dims["tokens"]), "flops": work["flops"], "bytes": work["bytes"]}
+            if node.op_type == "gemm":
+                rows = dims["logit_tokens"] if node.name == "lm_head" else dims["tokens"]
+                record.update(m=int(rows), n=node.weights[0][1], k=node.weights[0][0])
+            records.append({**record, **_timing_fields(timing)})
+            log(f"{node.name:<30} {_point_label(point):<28} {timing.time_us:10.1f} us")
+    if skipped:
+        log(f"time budget spent: {skipped} nodes not timed")
+    element = 4 if dtype == "fp32" else 2
+    nbytes = plan["copy_mb"] * 2**20
+    device = [("copy", kernels.copy(nbytes), {"flops": 0.0, "bytes": 2.0 * nbytes}),
+              ("launch", kernels.launch(), {"flops": 1.0, "bytes": 2.0 * element})]
+    for name, bench, work in device:
+        timing = timer.time(bench, work["bytes"], max(work["bytes"] / (hardware["hbm_tb_s"] * 1e12), 2e-6))
+        records.append({"benchmark": name, "op_class": "elementwise", "dtype": dtype, **work, **_timing_fields(timing)})
+        log(f"{name:<30} {'':<28} {timing.time_us:10.1f} us")
+    return records
+
+
+def _timing_fields(timing) -> dict:
+    return {"time_us": timing.time_us, "spread": timing.spread, "timing": "xla_fori_loop",
+            "repetitions": timing.repetitions, "copies": timing.copies, "loop_overhead_us": timing.loop_overhead_us}
+
+
+def _point_label(point: dict) -> str:
+    return f"{point['mode']} b={point['batch']} s={point['seq_len']} kv={point['kv_len']}"
+
+
+def whole_steps(name: str, hf_config: dict, cases, plan: dict, hardware: dict, timer, platform_name: str,
+                log, out: Path) -> list[dict]:
+    """The backend's whole Transformer: prefill (no cache, last-token logits) and one decode step. The
+    compiled program of the first prefill goes to out/hlo/ (what the scanned layers run, kernel by kernel)."""
+    import jax
+    import jax.numpy as jnp
+    from flax import linen as nn
+
+    from framework.backends.maxtext.benchmarks.xla_kernels import Bench
+    from framework.backends.maxtext.models import ModelConfig, Transformer
+    from framework.backends.maxtext.models.decode_attention import cache_slots
+    from framework.backends.maxtext.models.transformer import KVCache, unstack_layers
+
+    config = ModelConfig.from_hf_config(hf_config, param_dtype=plan["dtype"], dtype=plan["dtype"])
+    config = config.for_platform("none", "auto", "auto", platform_name)
+    model = Transformer(config)
+    ids = jnp.zeros((1, 1), jnp.int32)
+    params = jax.jit(lambda: nn.unbox(model.init(jax.random.key(0), ids, ids, jnp.ones((1, 1), bool))["params"]))()
+    weight_bytes = sum(leaf.nbytes for leaf in jax.tree.leaves(params))
+    dtype = "bf16" if plan["dtype"] == "bfloat16" else "fp32"
+    results = []
+
+    def run(workload: dict, bench, unrolled: bool = False) -> None:
+        estimate = simulate(hf_config, hardware, {"tp": 1}, {**workload, "dtype": dtype}, stack=STACK).latency_s
+        label = _case_label(workload) + (" unrolled" if unrolled else "")
+        try:  # ten times the kernels' target: the whole program's dispatch is then a small share of a call
+            timing = timer.time(bench, weight_bytes, estimate, target_s=10 * plan["target_s"])
+        except Exception as error:  # noqa: BLE001 - report the case, keep the others
+            log(f"{name} {label:<28} FAILED: {type(error).__name__}: {str(error)[:300]}")
+            return
+        results.append({"kind": "unrolled_prefill" if unrolled else "model", "name": f"{name} {label}",
+                        "workload": workload, "time_us": timing.time_us, "spread": timing.spread,
+                        "timing": "xla_fori_loop", "repetitions": timing.repetitions, "held_out": not unrolled})
+        log(f"{name} {label:<28} {timing.time_us:10.1f} us (whole model{'' if unrolled else ', held out'})")
+
+    for workload in cases:
+        batch = workload["batch"]
+        if workload["mode"] == "prefill":
+            tokens = jax.random.randint(jax.random.key(2), (batch, workload["seq_len"]), 0, config.vocab_size)
+            mask = jnp.ones(tokens.shape, bool)
+            scanned, unrolled = prefill_programs(model, config)
+            first = not any(r["workload"]["mode"] == "prefill" for r in results)
+            # The loop takes its arguments over (donated): each run gets its own copies.
+            run(workload, Bench(scanned, lambda: jax.tree.map(jnp.copy, (tokens, mask, params))))
+            if first:  # the model's first prefill: where its time goes
+                hlo = out / "hlo" / f"{name}_{_case_label(workload).replace(' ', '_').replace('=', '')}.txt"
+                save_hlo(scanned, (tokens, mask, params), hlo, log)
+                # The same layers unrolled (each layer's weights their own arrays): the scan's own cost.
+                layered = unstack_layers(params)
+                run(workload, Bench(unrolled, lambda: jax.tree.map(jnp.copy, (tokens, mask, layered))), unrolled=True)
+            continue
+        kv = workload["context_len"]
+        slots = cache_slots(kv, 0, config.decode_kernel)
+        cache = KVCache.create(config, batch, slots)
+        cache = cache.replace(valid=jnp.broadcast_to(jnp.arange(slots) < kv - 1, (batch, slots)),
+                              index=jnp.int32(kv - 1))
+        token = jnp.ones((batch, 1), jnp.int32)
+        position = jnp.full((batch, 1), kv - 1, jnp.int32)
+        layered = jax.tree.map(jnp.copy, unstack_layers(params))  # its own copy: the loop takes it over
+
+        def decode_fn(token, cache, params):
+            return model.apply({"params": params}, token, position, jnp.ones(token.shape, bool), cache)
+
+        # The written cache is the next repetition's (in place), rewound to the same slot and mask.
+        def rewind(args, out):
+            return args[0], out[1].replace(index=args[1].index, valid=args[1].valid), args[2]
+
+        run(workload, Bench(decode_fn, lambda: (token, cache, layered), carry=rewind))
+    return results
+
+
+def prefill_programs(model, config):
+    """(scanned, unrolled): the prefill as the backend runs it (Transformer.hidden_states without a cache:
+    one scan over the stacked layers, then the last token's logits), and the same layers called one by
+    one on unstacked weights (no scan; the rows' rotation to packed form left out, all rows are full)."""
+    import jax.numpy as jnp
+
+    from framework.backends.maxtext.models import Transformer
+    from framework.backends.maxtext.models.rope import positions_from_mask
+    from framework.backends.maxtext.models.transformer import DecoderLayer
+
+    def scanned(tokens, mask, params):
+        hidden, _ = model.apply({"params": params}, tokens, positions_from_mask(mask), mask,
+                                method=Transformer.hidden_states)
+        return model.apply({"params": params}, hidden[:, -1:], method=Transformer.logits)
+
+    layer = DecoderLayer(config, None, None, parent=None)
+
+    def unrolled(tokens, mask, params):
+        x = model.apply({"params": params}, tokens, method=Transformer._embed)
+        positions, lengths = positions_from_mask(mask), mask.sum(axis=1, dtype=jnp.int32)
+        for layer_params in params["layers"]:
+            x, _ = layer.apply({"params": layer_params}, x, positions, lengths, None, None)
+        hidden = model.apply({"params": params}, x, method=lambda m, x: m.norm(x))
+        return model.apply({"params": params}, hidden[:, -1:], method=Transformer.logits)
+
+    return scanned, unrolled
+
+
+def save_hlo(fn, args, path: Path, log) -> None:
+    """The optimized HLO of jit(fn) at the shapes of args, and a log line with the large dynamic slices
+    in it (a scan over stacked weights slices each layer's weights: copied, unless fused into a GEMM)."""
+    import jax
+
+    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), args)
+    try:
+        text = jax.jit(fn).lower(*shapes).compile().as_text()
+    except Exception as error:  # noqa: BLE001 - a diagnostic must not lose the run
+        log(f"{path.name}: no HLO ({type(error).__name__}: {str(error)[:200]})")
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    slices = [_shape_bytes(line) for line in text.splitlines() if " dynamic-slice(" in line]
+    large = [b for b in slices if b >= 2**20]
+    log(f"{path.name}: {len(slices)} dynamic slices, {len(large)} of 1 MiB or more ({sum(large) / 2**20:.1f} MiB)")
+
+
+def _shape_bytes(line: str) -> int:
+    """Bytes of an HLO instruction's output, `%x = bf16[896,9728]{1,0} op(...)` -> 17432576."""
+    import math
+    import re
+
+    match = re.search(r"= (\w+)\[([\d,]*)\]", line)
+    if not match:
+        return 0
+    width = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "pred": 1, "u32": 4, "s8": 1, "u8": 1}.get(match[1], 4)
+    return width * math.prod(int(d) for d in match[2].split(",") if d)
+
+
+def _case_label(workload: dict) -> str:
+    if workload["mode"] == "decode":
+        return f"decode b={workload['batch']} ctx={workload['context_len']}"
+    return f"prefill b={workload['batch']} s={workload['seq_len']}"
+
+
+def predict(cases: list[dict], models: dict, hardware: dict, table: str, dtype: str) -> None:
+    """Each case's prediction with the built-in factors and with `table`; errors are (pred - meas) / meas."""
+    for label, setting in (("default", None), ("calibrated", table)):
+        hw = {**hardware, "efficiency_table": setting}
+        for case in cases:
+            result = simulate(models[case["model"]], hw, {"tp": 1}, {**case["workload"], "dtype": dtype}, stack=STACK)
+            if result.status != "ok":
+                raise SystemExit(f"the simulator cannot model {case['name']}: {result.reason}")
+            case[f"predicted_{label}_us"] = result.latency_s * 1e6
+            case[f"error_{label}"] = (result.latency_s * 1e6 - case["time_us"]) / case["time_us"]
+
+
+def scan_lines(cases: list[dict], unrolled: list[dict]) -> str:
+    """Markdown: each unrolled prefill against the held-out (scanned) one of the same model and shape."""
+    lines = ["", "| prefill | scanned (us) | unrolled (us) | scan's share |", "|---|---|---|---|"]
+    for run in unrolled:
+        scanned = next(c for c in cases if c["model"] == run["model"] and c["workload"] == run["workload"])
+        share = (scanned["time_us"] - run["time_us"]) / scanned["time_us"]
+        lines.append(f"| {scanned['name']} | {scanned['time_us']:.1f} | {run['time_us']:.1f} | {share:+.1%} |")
+    return "\n".join(lines) + "\n" if unrolled else ""
+
+
+def environment() -> dict:
+    import jax
+    import jaxlib
+
+    return {"date": datetime.date.today().isoformat(), "device": jax.devices()[0].device_kind,
+            "platform": jax.default_backend(), "host": platform.node(), "python": platform.python_version(),
+            "jax": jax.__version__, "jaxlib": jaxlib.__version__}
+
+
+def hardware_named(name: str | None, device_kind: str, cpu: bool) -> dict:
+    """conf/hardware/<name>.yaml: named, or guessed from the device (h200/h100), cpu off GPU."""
+    if name is None:
+        kind = device_kind.upper()
+        name = "cpu" if cpu else next((n for n in ("h200", "h100", "a100") if n.upper() in kind), None)
+        if name is None:
+            raise SystemExit(f"no conf/hardware file for {device_kind!r}; pass --hardware NAME")
+    return {**read_hardware_file(REPO_ROOT / f"conf/hardware/{name}.yaml"), "efficiency_table": None}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from sims.benchmarks.torch_fused import markdown, summarise
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="folder for the JSON and Markdown files")
+    parser.add_argument("--tiny", action="store_true", help="tiny models and shapes (a CPU check, seconds)")
+    parser.add_argument("--hardware", default=None, help="conf/hardware name (default: from the device)")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="seconds the calibration part may take (default: 190 on a GPU, none with --tiny)")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+
+    def log(message: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f} s] {message}", flush=True)
+
+    import jax
+
+    from framework.backends.maxtext.benchmarks.xla_kernels import LoopTimer
+
+    plan = TINY if args.tiny else FULL
+    cpu = jax.default_backend() == "cpu"
+    env = environment()
+    hardware = hardware_named(args.hardware, env["device"], cpu)
+    log(f"{env['device']} ({env['platform']}), jax {env['jax']}, hardware={hardware['name']}")
+    timer = LoopTimer(cpu, plan["repeats"], plan["target_s"])
+    if not cpu:
+        timer.warm_up()
+    budget = args.budget_s or plan["budget_s"]
+    measurements = []
+    for i, (name, (conf_name, layers)) in enumerate(plan["models"].items(), 1):
+        log(f"calibration: {name}")
+        deadline = started + budget * i / len(plan["models"])  # each model its share of the budget
+        measurements += measure(model_config(conf_name, layers), hardware, plan, timer, env["platform"], log, deadline)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "microbench.json").write_text(json.dumps(measurements, indent=1))
+    table = out / f"{hardware['name']}_{STACK}.json"
+    source = (f"framework.backends.maxtext.benchmarks.xla_calibrate on {env['device']}, jax {env['jax']}, "
+              f"{env['date']}, timed in compiled fori_loops")
+    dtype = "bf16" if plan["dtype"] == "bfloat16" else "fp32"
+    fitted = fit_table(measurements, hardware, source=source, stack=STACK)
+    save_table(fitted, table)
+    for op, eff in {**fitted.op_classes, **fitted.ops}.items():
+        print(f"{op:<30} compute {eff.compute:.3f}  memory {eff.memory:.3f}  floor {eff.floor_us:.1f} us")
+    log(f"wrote {table} ({len(measurements)} measurements)")
+    cases, unrolled, models = [], [], {}
+    for name, (conf_name, layers), workloads in plan["held_out"]:
+        models[name] = model_config(conf_name, layers)
+        for case in whole_steps(name, models[name], workloads, plan, hardware, timer, env["platform"], log, out):
+            (cases if case["held_out"] else unrolled).append({**case, "model": name})
+    predict(cases, models, hardware, str(table), dtype)
+    report = {"environment": env, "hardware": hardware, "models": models, "stack": STACK, "table": str(table),
+              "summary": summarise(cases), "cases": cases,
+              "unrolled_prefill": unrolled, "seconds": time.perf_counter() - started}
+    (out / "accuracy.json").write_text(json.dumps(report, indent=1))
+    text = markdown(report) + scan_lines(cases, unrolled)
+    (out / "accuracy.md").write_text(text)
+    print(text)
+    log(f"done, wrote {out}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""Re-predict measured GRPO steps with the preflight, built-in factors against an `xla` efficiency table.
+
+    python -m framework.backends.maxtext.benchmarks.xla_repredict --table sims/calibration/tables/h100_xla.json \\
+        --out DIR framework/backends/maxtext/benchmarks/results/h100_2026-11-26_s9_call10/ours.json ...
+
+Each file is a grpo_step report (one device) or a grpo_layouts report (every layout in it); the task is
+rebuilt from the report's shapes (benchmarks/grpo_step.grpo_task) and the preflight (trainers/preflight.py:
+predict_step) predicts it on the report's hardware with `efficiency_table.xla` = null and = --table.
+By phase: rollout = prefill + decode, update = train (+ the extra forward passes; none in these runs);
+the resharding between layouts is the report's own preflight_reshard_s (bytes / link, no table).
+Writes repredict.json and repredict.md to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from framework.core.paths import load_conf
+
+MESH_TO_AXES = {"data": "dp", "fsdp": "fsdp", "tensor": "tp", "expert": "ep"}
+
+
+def runs(path: Path, remat: str | None = None) -> list[tuple[str, dict]]:
+    """(label, report) of every measured step in a raw file (the last JSON object of the file), or of a
+    `python run.py` GRPO run's summary.json (beside its config.yaml and metrics.jsonl). `remat`: the policy
+    the run used where the file does not say (grpo_layouts files before session 10 kept it only in call.sh)."""
+    if path.name == "summary.json":
+        return [(f"{path.parent.parent.name}/{path.parent.name}", run_report(path.parent))]
+    text = path.read_text()
+    report = json.loads(text[text.rfind("\n{") + 1:] if not text.lstrip().startswith("{") else text)
+    if "layouts" in report:
+        shared = {"hardware": report["hardware"], "remat": report.get("remat", remat or "none")}
+        return [(f"{path.parent.name}/{path.stem} {name}", {**layout, **shared})
+                for name, layout in report["layouts"].items() if "step_s" in layout]
+    return [(f"{path.parent.name}/{path.stem}", {"remat": remat or "none", **report})]
+
+
+def run_report(run_dir: Path) -> dict:
+    """A GRPO run's shapes (its config.yaml) and phase times (the median over steps after the first,
+    which compiles) in a grpo_step report's keys. Its layout must be one device (the meshes are not kept)."""
+    from omegaconf import OmegaConf
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    if summary["world_size"] != 1:
+        raise SystemExit(f"{run_dir}: only one-device runs are re-predicted from a summary")
+    config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+    grpo, metrics = config["grpo"], summary["result"]["metrics"]
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    timed = [row for row in steps if "step_time_s" in row][1:]
+    measured = {phase: statistics.median(row[f"{phase[:-2]}_time_s"] for row in timed)
+                for phase in ("rollout_s", "update_s", "step_s")}
+    return {"model": summary["model"], "hardware": summary["hardware"], "devices": 1,
+            "prompts": grpo["prompts_per_step"], "generations": grpo["num_generations"],
+            "prompt_tokens": grpo["max_prompt_tokens"], "new_tokens": grpo["max_new_tokens"],
+            "micro_batch": metrics["micro_batch_size"], "dtype": grpo["compute_dtype"],
+            "remat": config["backend"]["adapter"]["remat"], **measured}
+
+
+def parallel_of(mesh: dict | None):
+    from framework.core.parallel import ParallelConfig
+
+    axes = {MESH_TO_AXES[k]: v for k, v in (mesh or {"data": 1, "fsdp": 1, "tensor": 1, "expert": 1}).items()}
+    return ParallelConfig(**{"dp": 1, "fsdp": 1, "tp": 1, "pp": 1, "ep": 1, "cp": 1, **axes})
+
+
+def phases(report: dict, table: str | None) -> dict:
+    """Predicted rollout, update and step seconds of one measured report with `table` (None: built-in)."""
+    from framework.backends.maxtext.benchmarks.grpo_step import grpo_task
+    from framework.backends.maxtext.trainers.preflight import predict_step
+
+    args = argparse.Namespace(prompts=report["prompts"], generations=report["generations"],
+                              prompt_tokens=report["prompt_tokens"], new_tokens=report["new_tokens"],
+                              micro_batch=report["micro_batch"], dtype=report["dtype"])
+    hardware = {**load_conf("hardware", report["hardware"])["hardware"]}
+    hardware["efficiency_table"] = {**hardware["efficiency_table"], "xla": table}
+    update = parallel_of(report.get("update_mesh"))
+    prediction = predict_step(load_conf("model", report["model"])["hf_config"], hardware, update,
+                              report.get("devices", 1), grpo_task(args), parallel_of(report.get("rollout_mesh")),
+                              recompute=report.get("remat") == "full")
+    rollout = prediction["preflight_prefill_s"] + prediction["preflight_decode_s"]
+    update_s = prediction["preflight_train_s"] + prediction.get("preflight_forward_s", 0.0)
+    return {"rollout_s": rollout, "update_s": update_s,
+            "step_s": rollout + update_s + report.get("preflight_reshard_s", 0.0)}
+
+
+def repredict(files: list[str], table: str, remat_of: dict[str, str] | None = None) -> dict:
+    rows = []
+    for file in files:
+        for label, report in runs(Path(file), (remat_of or {}).get(file)):
+            row = {"run": label, "model": report["model"], "device": report.get("device"),
+                   "devices": report.get("devices", 1),
+                   "micro_batch": report["micro_batch"], "remat": report.get("remat", "none"),
+                   "measured": {k: report[k] for k in ("rollout_s", "update_s", "step_s")}}
+            for name, setting in (("built_in", None), ("table", table)):
+                predicted = phases(report, setting)
+                row[name] = predicted
+                row[f"{name}_error"] = {k: (predicted[k] - report[k]) / report[k] for k in predicted}
+            rows.append(row)
+    summary = {name: {phase: statistics.median(abs(r[f"{name}_error"][phase]) for r in rows)
+                      for phase in ("rollout_s", "update_s", "step_s")} for name in ("built_in", "table")}
+    return {"table": table, "rows": rows, "median_abs_error": summary}
+
+
+def markdown(result: dict) -> str:
+    lines = ["| run | mb, remat | measured rollout / update / step (s) | built-in: rollout / update / step | "
+             "table: rollout / update / step |", "|---|---|---|---|---|"]
+    for r in result["rows"]:
+        cells = [" / ".join(f"{r['measured'][k]:.3f}" for k in ("rollout_s", "update_s", "step_s"))]
+        for name in ("built_in", "table"):
+            cells.append(" / ".join(f"{r[name][k]:.3f} ({r[f'{name}_error'][k]:+.0%})"
+                                    for k in ("rollout_s", "update_s", "step_s")))
+        lines.append(f"| {r['run']} ({r['devices']} GPU) | {r['micro_batch']}, {r['remat']} | {' | '.join(cells)} |")
+    lines += ["", "| median abs. error | rollout | update | step |", "|---|---|---|---|"]
+    for name, s in result["median_abs_error"].items():
+        lines.append(f"| {name} | {s['rollout_s']:.1%} | {s['update_s']:.1%} | {s['step_s']:.1%} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="+", help="grpo_step / grpo_layouts JSON reports")
+    parser.add_argument("--table", required=True, help="the xla efficiency table to compare with the built-in factors")
+    parser.add_argument("--out", required=True, help="folder for repredict.json and repredict.md")
+    parser.add_argument("--remat-of", action="append", default=[], metavar="FILE=POLICY",
+                        help="the remat policy a file's run used where the file does not record it (its call.sh does)")
+    args = parser.parse_args(argv)
+    result = repredict(args.files, args.table, dict(item.split("=", 1) for item in args.remat_of))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "repredict.json").write_text(json.dumps(result, indent=1))
+    (out / "repredict.md").write_text(markdown(result))
+    print(markdown(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""The xla-stack calibration (benchmarks/xla_calibrate.py) in --tiny mode on the CPU: every node of the
+simulator's xla graph is timed through the backend's JAX code, the table is fitted from exactly those
+measurements, and the held-out whole-model cases are predicted with it."""
+
+import json
+
+import pytest
+
+from framework.backends.maxtext.benchmarks import xla_calibrate
+from sims.builders import build_graph
+from sims.calculator import OP_CLASS
+from sims.calibration.fit import fit_table
+from sims.calibration.table import load_table
+
+
+@pytest.mark.slow
+def test_tiny_calibration_times_every_node_and_fits_the_table_from_them(tmp_path):
+    report = xla_calibrate.main(["--tiny", "--out", str(tmp_path)])
+    measurements = json.loads((tmp_path / "microbench.json").read_text())
+
+    # Every measurable node of the xla graph of each tiny model was timed, with a positive time.
+    for name, (conf_name, layers) in xla_calibrate.TINY["models"].items():
+        graph = build_graph(xla_calibrate.model_config(conf_name, layers), "prefill", "xla")
+        wanted = {n.name for n in graph.nodes if not n.is_comm and OP_CLASS[n.op_type] in xla_calibrate.BENCHMARKS}
+        timed = {m["op"] for m in measurements if "op" in m}
+        assert wanted <= timed, f"{name}: untimed nodes {wanted - timed}"
+    assert {"copy", "launch"} <= {m["benchmark"] for m in measurements}
+    assert all(m["time_us"] > 0 and m["timing"] == "xla_fori_loop" for m in measurements)
+    grid = {(m["batch"], m["kv_len"]) for m in measurements if m.get("op") == "attention" and m["mode"] == "decode"}
+    assert set(xla_calibrate.TINY["attention_grid"]) <= grid
+
+    # The written table is the fit of exactly these measurements (same code path as the torch tables).
+    table = load_table(tmp_path / "cpu_xla.json")
+    assert table.stack == "xla"
+    refit = fit_table(measurements, report["hardware"], source=table.source, stack="xla")
+    assert refit.to_dict() == table.to_dict()
+    gemms = [m for m in measurements if m["op_class"] == "gemm"]
+    assert sorted((g.m, g.n, g.k, g.time_us) for g in table.gemm_measurements) == sorted(
+        (m["m"], m["n"], m["k"], m["time_us"]) for m in gemms)
+
+    # Held-out whole-model cases: measured, and predicted with both the built-in factors and the table.
+    cases = json.loads((tmp_path / "accuracy.json").read_text())["cases"]
+    assert len(cases) == sum(len(workloads) for *_, workloads in xla_calibrate.TINY["held_out"])
+    for case in cases:
+        assert case["held_out"] and case["time_us"] > 0
+        assert case["predicted_default_us"] > 0 and case["predicted_calibrated_us"] > 0
+    assert any(c["predicted_default_us"] != c["predicted_calibrated_us"] for c in cases)
+    assert "calibrated" in (tmp_path / "accuracy.md").read_text()
+    # Each model's first held-out prefill: its compiled program is kept (the while loop over the layers)
+    # and it is timed again with the layers unrolled, outside the held-out accuracy.
+    assert "while" in (tmp_path / "hlo" / "tiny_qwen3_prefill_b1_s32.txt").read_text()
+    unrolled = json.loads((tmp_path / "accuracy.json").read_text())["unrolled_prefill"]
+    assert [(u["model"], u["workload"]) for u in unrolled] == [("tiny_qwen3", cases[0]["workload"])]
+    assert unrolled[0]["time_us"] > 0 and not unrolled[0]["held_out"]
+
+    # The re-prediction of measured GRPO steps takes the table for the xla stack only.
+    from framework.backends.maxtext.benchmarks import xla_repredict
+    from framework.core.paths import REPO_ROOT
+
+    raw = REPO_ROOT / "framework/backends/maxtext/benchmarks/results/h100_2026-11-26_s8_call2/layouts_2gpu.json"
+    result = xla_repredict.main([str(raw), "--table", str(tmp_path / "cpu_xla.json"), "--out", str(tmp_path / "re")])
+    assert len(result["rows"]) == len(json.loads(raw.read_text())["layouts"])
+    assert all(r["built_in"]["rollout_s"] != r["table"]["rollout_s"] for r in result["rows"])
+    assert (tmp_path / "re" / "repredict.md").is_file()
+
+
+def test_unrolled_prefill_computes_the_scanned_prefill():
+    """The scan-cost comparison is fair: the unrolled layers give the scanned program's logits."""
+    import jax
+    import jax.numpy as jnp
+    from flax import linen as nn
+
+    from framework.backends.maxtext.models import ModelConfig, Transformer
+    from framework.backends.maxtext.models.transformer import unstack_layers
+
+    config = ModelConfig.from_hf_config(xla_calibrate.model_config("tiny_qwen3", None), param_dtype="float32",
+                                        dtype="float32").for_platform("none", "auto", "auto", "cpu")
+    model = Transformer(config)
+    ids = jnp.zeros((1, 1), jnp.int32)
+    params = nn.unbox(model.init(jax.random.key(0), ids, ids, jnp.ones((1, 1), bool))["params"])
+    tokens = jax.random.randint(jax.random.key(1), (2, 24), 0, config.vocab_size)
+    mask = jnp.ones(tokens.shape, bool)
+    scanned, unrolled = xla_calibrate.prefill_programs(model, config)
+    expected = jax.jit(scanned)(tokens, mask, params)
+    assert expected.shape == (2, 1, config.vocab_size)
+    assert jnp.allclose(jax.jit(unrolled)(tokens, mask, unstack_layers(params)), expected, atol=1e-5)
+
+
+def test_a_run_summary_is_read_as_a_grpo_step_report():
+    """`python run.py` GRPO runs are re-predicted too: shapes from the run's config, phase times the median
+    of the steps after the compiling one (the step time then equals the trainer's own measured_step_s)."""
+    from pathlib import Path
+
+    from framework.backends.maxtext.benchmarks.xla_repredict import runs
+    from framework.core.paths import REPO_ROOT
+
+    run_dir = REPO_ROOT / "framework/backends/maxtext/benchmarks/results/h100_2026-11-26_s10_callA/recipe"
+    [(label, report)] = runs(Path(run_dir / "summary.json"))
+    summary = json.loads((run_dir / "summary.json").read_text())["result"]["metrics"]
+    assert label == "h100_2026-11-26_s10_callA/recipe"
+    assert (report["micro_batch"], report["remat"], report["prompts"], report["generations"]) == (128, "full", 16, 8)
+    assert report["step_s"] == pytest.approx(summary["measured_step_s"])
+    assert 0 < report["rollout_s"] < report["step_s"] and 0 < report["update_s"] < report["step_s"]
+
+
+def test_a_layouts_file_without_its_remat_takes_the_one_given():
+    """grpo_layouts files of session 10 and before do not record the remat policy (their call.sh does):
+    --remat-of supplies it, and a recorded one is kept."""
+    from pathlib import Path
+
+    from framework.backends.maxtext.benchmarks.xla_repredict import runs
+    from framework.core.paths import REPO_ROOT
+
+    path = REPO_ROOT / "framework/backends/maxtext/benchmarks/results/h200x2_2026-11-26_s10_callB/layouts_2gpu_mb128.json"
+    assert {report["remat"] for _, report in runs(path)} == {"none"}
+    assert {report["remat"] for _, report in runs(path, "full")} == {"full"}
