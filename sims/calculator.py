@@ -262,6 +262,11 @@ def measured_op_s(node: OpNode, ctx: Context, flops: float, nbytes: float, floor
         dtype = "bf16"
     if node.op_type == "attention" and ctx.workload.mode == "decode":  # its batch x KV surface, if measured
         return ctx.op_interpolator.time_s(node.name, dtype, flops, nbytes, floor_s, ctx.dims["batch"], ctx.dims["kv_len"])
+    # prefill: its batch x prompt surface, if measured; a training step's forward keeps the curve, which
+    # holds its own forward timings at training shapes (sims/calibration/train_bench.py)
+    if node.op_type == "attention" and ctx.workload.mode == "prefill":
+        return ctx.op_interpolator.time_s(node.name, dtype, flops, nbytes, floor_s, ctx.dims["batch"],
+                                          seq_len=ctx.dims["seq_len"])
     return ctx.op_interpolator.time_s(node.name, dtype, flops, nbytes, floor_s)
 
 

@@ -311,7 +311,8 @@ def main() -> None:
         plan = microbench.Plan(s["workloads"], dtype=dtype, repeats=args.repeats or (5 if args.tiny else 10),
                                warmup=1 if args.tiny else 3, copy_mb=16 if args.tiny else 512,
                                count_kernels=args.profile,
-                               attention_grid=microbench.QUICK_ATTENTION_GRID if args.tiny else microbench.ATTENTION_GRID)
+                               attention_grid=microbench.QUICK_ATTENTION_GRID if args.tiny else microbench.ATTENTION_GRID,
+                               prefill_grid=microbench.QUICK_PREFILL_GRID if args.tiny else microbench.PREFILL_GRID)
         env = environment(device)
         print(json.dumps(env), flush=True)
         measurements = calibrate(s["models"], hardware, plan, device)

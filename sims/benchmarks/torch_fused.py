@@ -78,7 +78,8 @@ def calibrate(models: dict, hardware: dict, device: str, tiny: bool) -> list[dic
     plan = microbench.Plan(
         microbench.QUICK_WORKLOADS if tiny else microbench.WORKLOADS, dtype="fp32" if tiny else "bf16",
         warmup=1 if tiny else 3, repeats=3 if tiny else 10, copy_mb=16 if tiny else 512, stack=STACK,
-        attention_grid=microbench.QUICK_ATTENTION_GRID if tiny else microbench.ATTENTION_GRID)
+        attention_grid=microbench.QUICK_ATTENTION_GRID if tiny else microbench.ATTENTION_GRID,
+        prefill_grid=microbench.QUICK_PREFILL_GRID if tiny else microbench.PREFILL_GRID)
     return [m for cfg in models.values() for m in microbench.measure(cfg, hardware, plan, device)]
 
 

@@ -34,6 +34,7 @@ from dataclasses import replace
 from statistics import median
 
 from framework.core.errors import ConfigError
+from sims.calibration.interpolate import AttentionSurface, surface_key
 from sims.calibration.table import (
     OP_CLASSES,
     BackwardMeasurement,
@@ -82,11 +83,11 @@ def fit_table(
         for m in kernels
         if m["op_class"] == "gemm" and {"m", "n", "k"} <= set(m)
     )
-    op_times = tuple(
+    op_times = _prefill_points_on_grids(tuple(
         OpMeasurement(m["op"], m["dtype"], float(m["flops"]), float(m["bytes"]), float(m["time_us"]), **_surface_point(m))
         for m in kernels
         if m.get("op") and m["op_class"] != "gemm"
-    )
+    ))
     return replace(
         defaults,
         op_classes=op_classes,
@@ -102,10 +103,28 @@ def fit_table(
 
 
 def _surface_point(m: Mapping) -> dict:
-    """Decode attention keeps its batch and KV length: its time is a surface over both."""
-    if m["op_class"] == "attention" and m.get("mode") == "decode" and "batch" in m and "kv_len" in m:
+    """Attention keeps its batch and length: decode its KV length, prefill its prompt length (a
+    surface over both where they form a grid)."""
+    if m["op_class"] != "attention" or "batch" not in m:
+        return {}
+    if m.get("mode") == "decode" and "kv_len" in m:
         return {"batch": int(m["batch"]), "kv_len": int(m["kv_len"])}
+    if m.get("mode") == "prefill" and "seq_len" in m:
+        return {"batch": int(m["batch"]), "seq_len": int(m["seq_len"])}
     return {}
+
+
+def _prefill_points_on_grids(op_times: tuple[OpMeasurement, ...]) -> tuple[OpMeasurement, ...]:
+    """Prefill points keep batch and seq_len only where they form a surface (a 2 x 2 grid or more):
+    elsewhere the op's curve serves prefill, and a table fitted from measurements without a prefill
+    grid stays as it was before prefill surfaces existed."""
+    gridded = AttentionSurface.build_all(op_times, roofline_s=None)
+    return tuple(
+        replace(m, batch=None, seq_len=None)
+        if m.seq_len is not None and surface_key(m) not in gridded
+        else m
+        for m in op_times
+    )
 
 
 def _fit_class(measurements: Sequence[Mapping], hw: HardwareSpec, default: ClassEfficiency) -> ClassEfficiency:

@@ -1,10 +1,10 @@
-"""Measured times between measured sizes: GEMMs by shape, other ops along their curve, decode
-attention over batch x KV length.
+"""Measured times between measured sizes: GEMMs by shape, other ops along their curve, attention
+over batch x KV length (decode) and batch x prompt length (prefill).
 
 Repeated measurements of one size are reduced to their median first. Every interpolation works on
 the time above the launch floor and is monotone in size: a GEMM's time never falls as m grows
-(for fixed n, k), an op's time never falls as its roofline time grows, decode attention's never as
-batch or KV length grows (measured points that break this, i.e. noise, are lifted to the running
+(for fixed n, k), an op's time never falls as its roofline time grows, attention's on a surface never as
+batch or length grows (measured points that break this, i.e. noise, are lifted to the running
 maximum before interpolating).
 """
 
@@ -163,8 +163,8 @@ class OpInterpolator:
     lifted to the running maximum, are interpolated as a power law in r; beyond the ends the
     nearest end's efficiency is kept, so sizes below the smallest fall towards the floor.
 
-    Decode attention measured on a full grid of batch x KV length (measurements carrying `batch`
-    and `kv_len`) is read from that surface instead: see DecodeSurface."""
+    Attention measured on a full grid (decode: measurements carrying `batch` and `kv_len`; prefill:
+    `batch` and `seq_len`) is read from that surface instead: see AttentionSurface."""
 
     def __init__(
         self,
@@ -180,20 +180,22 @@ class OpInterpolator:
                 self._curves.setdefault((op, dtype, bound), []).append((r, t))
         for points in self._curves.values():
             points.sort()
-        self._surfaces = DecodeSurface.build_all(measurements, roofline_s)
+        self._surfaces = AttentionSurface.build_all(measurements, roofline_s)
         self._cache: dict[tuple, float | None] = {}
 
     def time_s(
         self, op: str, dtype: str, flops: float, nbytes: float, floor_s: float, batch: float | None = None,
-        kv_len: float | None = None,
+        kv_len: float | None = None, seq_len: float | None = None,
     ) -> float | None:
-        """Interpolated time, or None when the op has no measurements of this dtype. batch and
-        kv_len: a decode step's sequences and cached tokens (decode attention's surface)."""
-        key = (op, dtype, flops, nbytes, floor_s, batch, kv_len)
+        """Interpolated time, or None when the op has no measurements of this dtype. batch with
+        kv_len: a decode step's sequences and cached tokens; batch with seq_len: a prefill's
+        sequences and prompt tokens (attention's surfaces)."""
+        key = (op, dtype, flops, nbytes, floor_s, batch, kv_len, seq_len)
         if key not in self._cache:
-            surface = DecodeSurface.pick(self._surfaces, op, dtype, nbytes, batch, kv_len)
+            mode, length = ("decode", kv_len) if kv_len is not None else ("prefill", seq_len)
+            surface = AttentionSurface.pick(self._surfaces, op, dtype, mode, nbytes, batch, length)
             if surface is not None:
-                self._cache[key] = surface.time_s(flops, nbytes, floor_s, batch, kv_len)
+                self._cache[key] = surface.time_s(flops, nbytes, floor_s, batch, length)
             else:
                 self._cache[key] = self._interpolate(op, dtype, flops, nbytes, floor_s)
         return self._cache[key]
@@ -216,87 +218,116 @@ class OpInterpolator:
         return floor_s + _power_law(r, rs[upper - 1], rs[upper], above[upper - 1], above[upper])
 
 
-class DecodeSurface:
-    """Decode attention's time over batch x KV length, from measurements on a full grid (median per
-    point). Efficiency = roofline time / (time - floor) is interpolated bilinearly in (log batch,
-    log kv_len); outside the grid the nearest edge's efficiency is kept. Measured times are first
-    lifted to their running maximum along both axes. One surface per (op, dtype, KV bytes per
-    cached token rounded to a power of two), so a query takes the surface of the nearest KV width
-    (kv heads x head dim per device: 8B at tp=2 reads like a model with half its kv heads)."""
+def surface_point(m: OpMeasurement) -> tuple[str, int, int] | None:
+    """(mode, batch, length) of a measurement on an attention grid: decode over batch x KV length,
+    prefill over batch x prompt length; None for a point of a one-axis curve."""
+    if m.batch is None:
+        return None
+    if m.kv_len is not None:
+        return "decode", m.batch, m.kv_len
+    return ("prefill", m.batch, m.seq_len) if m.seq_len is not None else None
 
-    def __init__(self, op: str, dtype: str, batches: list, kv_lens: list, times: dict, work: dict, roofline_s):
-        self.op, self.dtype, self.batches, self.kv_lens = op, dtype, batches, kv_lens
+
+def surface_key(m: OpMeasurement) -> tuple[str, str, str, int] | None:
+    """(op, dtype, mode, width class): the surface a grid point belongs to; None off the grids."""
+    point = surface_point(m)
+    if point is None:
+        return None
+    mode, batch, length = point
+    return m.op, m.dtype, mode, _width_class(m.bytes, batch, length)
+
+
+class AttentionSurface:
+    """Attention's time over batch x length, from measurements on a full grid (median per point):
+    decode over batch x KV length, prefill over batch x prompt length (many short prompts do not
+    run like one long one of the same FLOPs). Efficiency = roofline time / (time - floor) is
+    interpolated bilinearly in (log batch, log length); outside the grid the nearest edge's
+    efficiency is kept. Measured times are first lifted to their running maximum along both axes.
+    One surface per (op, dtype, mode, bytes per token rounded to a power of two), so a query takes
+    the surface of the nearest width (decode: the KV bytes per cached token, kv heads x head dim
+    per device, so 8B at tp=2 reads like a model with half its kv heads; prefill: q, output and
+    K/V bytes per prompt token)."""
+
+    def __init__(self, op: str, dtype: str, batches: list, lengths: list, times: dict, work: dict, roofline_s):
+        self.op, self.dtype, self.batches, self.lengths = op, dtype, batches, lengths
         self._times, self._work, self._roofline_s = times, work, roofline_s
         self._log_eff: dict[float, list[list[float]]] = {}  # per floor
 
     @classmethod
-    def build_all(cls, measurements, roofline_s) -> dict[tuple[str, str, int], "DecodeSurface"]:
-        groups: dict[tuple[str, str, int], list[OpMeasurement]] = {}
+    def build_all(cls, measurements, roofline_s) -> dict[tuple[str, str, str, int], "AttentionSurface"]:
+        """{(op, dtype, mode, width): surface} for every group of grid points with a 2 x 2 grid or more."""
+        groups: dict[tuple[str, str, str, int], list[tuple[int, int, OpMeasurement]]] = {}
         for m in measurements:
-            if m.batch is not None and m.kv_len is not None:
-                groups.setdefault((m.op, m.dtype, _width_class(m.bytes, m.batch, m.kv_len)), []).append(m)
+            key = surface_key(m)
+            if key is not None:
+                _, batch, length = surface_point(m)
+                groups.setdefault(key, []).append((batch, length, m))
         surfaces = {}
-        for (op, dtype, width), points in groups.items():
-            times = _full_grid(_medians(((m.batch, m.kv_len), m.time_us * 1e-6) for m in points))
-            batches, kv_lens = sorted({b for b, _ in times}), sorted({kv for _, kv in times})
-            if len(batches) >= 2 and len(kv_lens) >= 2:
-                work = {(m.batch, m.kv_len): (m.flops, m.bytes) for m in points}
-                surfaces[(op, dtype, width)] = cls(op, dtype, batches, kv_lens, times, work, roofline_s)
+        for key, points in groups.items():
+            times = _full_grid(_medians(((b, n), m.time_us * 1e-6) for b, n, m in points))
+            batches, lengths = sorted({b for b, _ in times}), sorted({n for _, n in times})
+            if len(batches) >= 2 and len(lengths) >= 2:
+                work = {(b, n): (m.flops, m.bytes) for b, n, m in points}
+                surfaces[key] = cls(key[0], key[1], batches, lengths, times, work, roofline_s)
         return surfaces  # without a 2 x 2 grid the op's one-axis curve serves it
 
     @staticmethod
-    def pick(surfaces: dict, op: str, dtype: str, nbytes: float, batch, kv_len) -> "DecodeSurface | None":
-        if batch is None or kv_len is None or not surfaces:
+    def pick(surfaces: dict, op: str, dtype: str, mode: str, nbytes: float, batch, length) -> "AttentionSurface | None":
+        if batch is None or length is None or not surfaces:
             return None
-        width = _width_class(nbytes, batch, kv_len)
-        candidates = [(abs(w - width), w) for (o, d, w) in surfaces if o == op and d == dtype]
-        return surfaces[(op, dtype, min(candidates)[1])] if candidates else None
+        # prefill: nearest to the exact log2 width (Qwen3-8B at tp=2, 13.3, takes the 14 of Qwen3 rather
+        # than tie with a 12 of head dim 64); decode keeps the rounded width's nearest, as tables had it
+        exact = math.log2(max(nbytes / (batch * length), 1.0))
+        width = exact if mode == "prefill" else _width_class(nbytes, batch, length)
+        candidates = [(abs(w - width), w) for (o, d, md, w) in surfaces if (o, d, md) == (op, dtype, mode)]
+        return surfaces[(op, dtype, mode, min(candidates)[1])] if candidates else None
 
-    def time_s(self, flops: float, nbytes: float, floor_s: float, batch: float, kv_len: float) -> float:
+    def time_s(self, flops: float, nbytes: float, floor_s: float, batch: float, length: float) -> float:
         floor_s = floor_below(floor_s, list(self._times.values()))
-        efficiency = math.exp(self._log_efficiency(floor_s, batch, kv_len))
+        efficiency = math.exp(self._log_efficiency(floor_s, batch, length))
         return floor_s + self._roofline_s(self.op, self.dtype, flops, nbytes)[0] / efficiency
 
     def _grid(self, floor_s: float) -> list[list[float]]:
         """log efficiency per grid point, from above-floor times lifted to their running maximum
-        along kv_len and then along batch."""
+        along the length and then along batch."""
         if floor_s not in self._log_eff:
-            above = [_running_max([self._times[(b, kv)] - floor_s for kv in self.kv_lens]) for b in self.batches]
-            for j in range(len(self.kv_lens)):
+            above = [_running_max([self._times[(b, n)] - floor_s for n in self.lengths]) for b in self.batches]
+            for j in range(len(self.lengths)):
                 for i, value in enumerate(_running_max([row[j] for row in above])):
                     above[i][j] = value
             self._log_eff[floor_s] = [
-                [math.log(self._roofline_s(self.op, self.dtype, *self._work[(b, kv)])[0] / above[i][j])
-                 for j, kv in enumerate(self.kv_lens)]
+                [math.log(self._roofline_s(self.op, self.dtype, *self._work[(b, n)])[0] / above[i][j])
+                 for j, n in enumerate(self.lengths)]
                 for i, b in enumerate(self.batches)
             ]
         return self._log_eff[floor_s]
 
-    def _log_efficiency(self, floor_s: float, batch: float, kv_len: float) -> float:
+    def _log_efficiency(self, floor_s: float, batch: float, length: float) -> float:
         e = self._grid(floor_s)
         i, s = _cell(self.batches, batch)
-        j, t = _cell(self.kv_lens, kv_len)
+        j, t = _cell(self.lengths, length)
         return ((1 - s) * (1 - t) * e[i][j] + s * (1 - t) * e[i + 1][j]
                 + (1 - s) * t * e[i][j + 1] + s * t * e[i + 1][j + 1])
 
 
 def _full_grid(times: dict[tuple, float]) -> dict[tuple, float]:
-    """The largest full batch x kv_len product among the points: the row or column with the fewest
+    """The largest full batch x length product among the points: the row or column with the fewest
     points goes until every combination is present (off-grid extras, e.g. a calibration workload)."""
     while times:
-        batches, kv_lens = {b for b, _ in times}, {kv for _, kv in times}
-        if len(times) == len(batches) * len(kv_lens):
+        batches, lengths = {b for b, _ in times}, {n for _, n in times}
+        if len(times) == len(batches) * len(lengths):
             return times
-        rows = [(sum(1 for b, _ in times if b == x) / len(kv_lens), 0, x) for x in batches]
-        columns = [(sum(1 for _, kv in times if kv == x) / len(batches), 1, x) for x in kv_lens]
+        rows = [(sum(1 for b, _ in times if b == x) / len(lengths), 0, x) for x in batches]
+        columns = [(sum(1 for _, n in times if n == x) / len(batches), 1, x) for x in lengths]
         _, axis, value = min(rows + columns)
         times = {key: t for key, t in times.items() if key[axis] != value}
     return times
 
 
-def _width_class(nbytes: float, batch: float, kv_len: float) -> int:
-    """log2 of the bytes read per cached token, rounded: the KV width a surface describes."""
-    return round(math.log2(max(nbytes / (batch * kv_len), 1.0)))
+def _width_class(nbytes: float, batch: float, length: float) -> int:
+    """log2 of the bytes moved per token (cached in decode, prompt in prefill), rounded: the width a
+    surface describes."""
+    return round(math.log2(max(nbytes / (batch * length), 1.0)))
 
 
 def _cell(grid: list[float], x: float) -> tuple[int, float]:

@@ -10,14 +10,14 @@
 For every workload of the plan (prefill and decode points) the model's IR is bound to that
 workload and each node is timed as transformers runs it (sims/calibration/kernels.py): GEMMs of
 the model's real shapes (q/k/v/o, MLP gate/up/down, lm_head), the grouped expert GEMMs, the
-router, attention (prefill and decode through torch SDPA), norms, rotary, activations, the cache
-write, the embedding; plus a large copy (memory bandwidth) and a one-element kernel (the launch
-floor). Each measurement carries the FLOPs and bytes the simulator counts for that node
-(`sims.predict_op`), so `fit_table` turns time into efficiency in the calculator's own terms.
-`python run.py task=calibrate` runs the same from Crucible's command line. `--benchmarks backward`
-(not in the default set) times what a training step adds at training shapes: each train-graph node
-forward and forward + backward, the loss, the gradient accumulation and the optimizer step
-(sims/calibration/train_bench.py); the fitted table then holds backward measurements.
+router, attention (prefill and decode through torch SDPA; also on a batch x length grid of each),
+norms, rotary, activations, the cache write, the embedding; plus a large copy (memory bandwidth)
+and a one-element kernel (the launch floor). Each measurement carries the FLOPs and bytes the
+simulator counts for that node (`sims.predict_op`), so `fit_table` turns time into efficiency in
+the calculator's own terms. `python run.py task=calibrate` runs the same from Crucible's command line.
+`--benchmarks backward` (not in the default set) times what a training step adds at training shapes:
+each train-graph node forward and forward + backward, the loss, the gradient accumulation and the
+optimizer step (sims/calibration/train_bench.py); the fitted table then holds backward measurements.
 """
 
 from __future__ import annotations
@@ -58,6 +58,11 @@ WORKLOADS = (
 # accuracy benchmark's held-out points: batch 1, 4, 16, 32 at 512, 2048, 8192).
 ATTENTION_GRID = tuple((b, kv) for b in (1, 3, 12, 48) for kv in (768, 3072, 12288, 32768))
 QUICK_ATTENTION_GRID = tuple((b, kv) for b in (1, 2) for kv in (16, 48))
+# Prefill attention on a batch x prompt-length grid: many short prompts do not run like one long one
+# of the same FLOPs (kept off the accuracy benchmarks' held-out prefill points: batch 1, 2, 8 at 512,
+# 1024, 3072, 4096; (4, 2048) is also a workload above and is timed once).
+PREFILL_GRID = tuple((b, s) for b in (1, 4, 16) for s in (256, 768, 2048, 6144))
+QUICK_PREFILL_GRID = tuple((b, s) for b in (1, 3) for s in (24, 96))
 # Training shapes for `backward`: every node of the train graph forward and forward + backward, the loss
 # over the vocabulary, the gradient accumulation and the optimizer step.
 TRAIN_WORKLOADS = (
@@ -86,6 +91,7 @@ class Plan:
     count_kernels: bool = False  # record the GPU kernels one call launches (torch.profiler)
     stack: str = "transformers"  # the software stack whose kernels are timed (sims/stacks.yaml)
     attention_grid: tuple[tuple[int, int], ...] = ATTENTION_GRID  # decode (batch, kv_len) points
+    prefill_grid: tuple[tuple[int, int], ...] = PREFILL_GRID  # prefill attention (batch, seq_len) points
     fp8_gemms: bool = False  # also time each 2-D GEMM in fp8 (torch._scaled_mm): the table's fp8 GEMMs
     train_workloads: tuple[Mapping, ...] = TRAIN_WORKLOADS  # the shapes of `backward`
     skip_failed: bool = False  # a kernel that raises is reported and left out instead of stopping the run
@@ -143,6 +149,7 @@ def _items(kernels: HFKernels, hf_config: Mapping, hardware: Mapping, plan: Plan
     wanted = set(plan.benchmarks)
     items, seen = [], set()
     grid = [{"mode": "decode", "batch": b, "context_len": kv, "only": "attention"} for b, kv in plan.attention_grid]
+    grid += [{"mode": "prefill", "batch": b, "seq_len": n, "only": "attention"} for b, n in plan.prefill_grid]
     for raw in (*plan.workloads, *(grid if "attention" in wanted else ())):
         only = raw.get("only")
         workload = {**{k: v for k, v in raw.items() if k != "only"}, "dtype": plan.dtype}
@@ -263,7 +270,8 @@ def main() -> None:
     device = args.device or default_device()
     plan = Plan(QUICK_WORKLOADS if args.quick else WORKLOADS, tuple(args.benchmarks), dtype=args.dtype,
                 graphs=not args.no_graphs, copy_mb=16 if args.quick else 256, stack=args.stack,
-                attention_grid=QUICK_ATTENTION_GRID if args.quick else ATTENTION_GRID, fp8_gemms=args.fp8,
+                attention_grid=QUICK_ATTENTION_GRID if args.quick else ATTENTION_GRID,
+                prefill_grid=QUICK_PREFILL_GRID if args.quick else PREFILL_GRID, fp8_gemms=args.fp8,
                 train_workloads=QUICK_TRAIN_WORKLOADS if args.quick else TRAIN_WORKLOADS)
     measurements = []
     for model_file in args.model:

@@ -28,6 +28,8 @@ File format (JSON), every section optional; what is left out keeps the built-in 
         {"op": "rotary", "dtype": "bf16", "flops": 1.6e8, "bytes": 2.1e8, "time_us": 132.0},
         {"op": "attention", "dtype": "bf16", "flops": 2.7e8, "bytes": 5.4e8, "time_us": 190.0,
          "batch": 16, "kv_len": 8192},                  # decode: a point of the batch x KV surface
+        {"op": "attention", "dtype": "bf16", "flops": 1.7e10, "bytes": 8.4e7, "time_us": 55.0,
+         "batch": 8, "seq_len": 512},                   # prefill: a point of the batch x prompt surface
         ...
       ],
       "backward_measurements": [                        # optional backward timings, by IR node name
@@ -49,7 +51,8 @@ collective without a `collectives` fit). collectives: [{"collective": "all_reduc
 (sims/calibration/collectives.py; the model is in sims/comm.py). gemm_measurements: y = x @ W with x (m, k), W (k, n);
 GEMMs of other shapes are interpolated between them (sims.calibration.interpolate). op_measurements:
 an op's time at the FLOPs and bytes the simulator counts for it (decode attention also with its
-batch and kv_len); other sizes of the same op are interpolated along its measured curve or surface.
+batch and kv_len, prefill attention measured on a grid with its batch and seq_len); other sizes of
+the same op are interpolated along its measured curve or surface.
 backward_measurements: the backward pass of an op (GEMM dgrad + wgrad, attention backward, ...)
 measured next to its forward at the forward's FLOPs and bytes; the simulator takes backward/forward
 ratios from them (sims/calibration/backward.py). A table without them keeps backward = 2x forward.
@@ -96,6 +99,7 @@ class OpMeasurement:
     time_us: float
     batch: int | None = None  # decode attention: sequences and cached tokens (its batch x KV surface)
     kv_len: int | None = None
+    seq_len: int | None = None  # prefill attention on a grid: with batch, its batch x prompt-length surface
 
 
 @dataclass(frozen=True)
@@ -274,7 +278,7 @@ def save_table(table: EfficiencyTable, path: str | Path) -> None:
 
 def _op_measurement(entry: Mapping, origin: str) -> OpMeasurement:
     check_mapping(origin, entry)
-    no_unknown(origin, entry, sorted({"op", "dtype", "flops", "bytes", "time_us", "batch", "kv_len"}))
+    no_unknown(origin, entry, sorted({"op", "dtype", "flops", "bytes", "time_us", "batch", "kv_len", "seq_len"}))
     missing = [key for key in ("op", "dtype", "flops", "bytes", "time_us") if key not in entry]
     if missing:
         needed = "op, dtype, flops, bytes, time_us"
@@ -286,7 +290,7 @@ def _op_measurement(entry: Mapping, origin: str) -> OpMeasurement:
         raise ConfigError(f"{origin}: time_us is {entry['time_us']!r}; expected a positive number")
     check_member(f"{origin}: dtype", entry["dtype"], DTYPES)
     numbers = (float(entry[key]) for key in ("flops", "bytes", "time_us"))
-    point = {key: entry[key] for key in ("batch", "kv_len") if key in entry}
+    point = {key: entry[key] for key in ("batch", "kv_len", "seq_len") if key in entry}
     for key, value in point.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{origin}: {key} is {value!r}; expected an integer >= 1")

@@ -12,7 +12,14 @@ from sims_helpers import REPO, hardware, model_config
 from sims import build_graph, predict_op, simulate
 from sims.calculator import bind_dims
 from sims.calibration.fit import fit_table
-from sims.calibration.microbench import QUICK_ATTENTION_GRID, QUICK_WORKLOADS, Plan, derive_moe_shuffles, measure
+from sims.calibration.microbench import (
+    QUICK_ATTENTION_GRID,
+    QUICK_PREFILL_GRID,
+    QUICK_WORKLOADS,
+    Plan,
+    derive_moe_shuffles,
+    measure,
+)
 from sims.calibration.table import save_table
 from sims.calibration.timing import rotations, time_call
 from sims.workload import Layout, parse_workload
@@ -26,7 +33,8 @@ TINY_MOE = {
     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
     "vocab_size": 512, "norm_topk_prob": True, "tie_word_embeddings": False,
 }
-PLAN = Plan(QUICK_WORKLOADS, dtype="fp32", warmup=0, repeats=1, copy_mb=1, attention_grid=QUICK_ATTENTION_GRID)
+PLAN = Plan(QUICK_WORKLOADS, dtype="fp32", warmup=0, repeats=1, copy_mb=1, attention_grid=QUICK_ATTENTION_GRID,
+            prefill_grid=QUICK_PREFILL_GRID)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +63,8 @@ def test_every_compute_node_of_a_dense_model_is_timed(dense_measurements):
 def test_the_torch_fused_stack_times_its_own_kernels_and_tags_its_table():
     cfg = model_config("tiny_qwen3")
     plan = Plan(QUICK_WORKLOADS[:1], dtype="fp32", warmup=0, repeats=1, copy_mb=1, stack="torch_fused",
-                benchmarks=("gemm", "norm", "elementwise", "attention"))
+                benchmarks=("gemm", "norm", "elementwise", "attention"), attention_grid=QUICK_ATTENTION_GRID,
+                prefill_grid=QUICK_PREFILL_GRID)
     measured = measure(cfg, hardware("cpu"), plan, "cpu")
     nodes = {n.name for n in build_graph(cfg, "prefill", "torch_fused").nodes if not n.is_comm}
     assert {m["op"] for m in measured if m.get("op")} == nodes - {"embed_tokens"}
@@ -180,13 +189,28 @@ def test_decode_attention_is_measured_on_a_grid_and_fitted_as_a_surface(dense_me
     decode = {(m["batch"], m["kv_len"]) for m in dense_measurements if m.get("op") == "attention" and m["mode"] == "decode"}
     assert set(QUICK_ATTENTION_GRID) <= decode
     table = fit_table(dense_measurements, hardware("cpu"))
-    on_surface = {(m.batch, m.kv_len) for m in table.op_measurements if m.op == "attention" and m.batch}
+    on_surface = {(m.batch, m.kv_len) for m in table.op_measurements if m.op == "attention" and m.kv_len}
     assert on_surface == decode
     save_table(table, tmp_path / "cpu.json")
     calibrated = {**hardware("cpu"), "efficiency_table": str(tmp_path / "cpu.json")}
     grid = [m for m in dense_measurements
             if m.get("op") == "attention" and m["mode"] == "decode" and (m["batch"], m["kv_len"]) in QUICK_ATTENTION_GRID]
     corner = next(m for m in grid if (m["batch"], m["kv_len"]) == (2, 48))
+    got = predict_op(model_config("tiny_qwen3"), calibrated, workload_of(corner), "attention")
+    slowest = max(m["time_us"] for m in grid)  # the largest point, lifted to any slower smaller one
+    assert got["time_s"] == pytest.approx(max(slowest, table.op_classes["attention"].floor_us) * 1e-6)
+
+
+def test_prefill_attention_is_measured_on_a_grid_and_fitted_as_a_surface(dense_measurements, tmp_path):
+    prefill = {(m["batch"], m["seq_len"]) for m in dense_measurements if m.get("op") == "attention" and m["mode"] == "prefill"}
+    assert set(QUICK_PREFILL_GRID) <= prefill
+    table = fit_table(dense_measurements, hardware("cpu"))
+    assert {(m.batch, m.seq_len) for m in table.op_measurements if m.op == "attention" and m.seq_len} == prefill
+    save_table(table, tmp_path / "cpu.json")
+    calibrated = {**hardware("cpu"), "efficiency_table": str(tmp_path / "cpu.json")}
+    grid = [m for m in dense_measurements if m.get("op") == "attention" and m["mode"] == "prefill"
+            and (m["batch"], m["seq_len"]) in QUICK_PREFILL_GRID]
+    corner = max(grid, key=lambda m: (m["batch"], m["seq_len"]))
     got = predict_op(model_config("tiny_qwen3"), calibrated, workload_of(corner), "attention")
     slowest = max(m["time_us"] for m in grid)  # the largest point, lifted to any slower smaller one
     assert got["time_s"] == pytest.approx(max(slowest, table.op_classes["attention"].floor_us) * 1e-6)
