@@ -87,18 +87,19 @@ class StageOps:
     stage_s: list[float]
     slowest: int
     costs: Costs
-    multipliers: np.ndarray  # forward executions' time multiplier per node: passes, measured backward
+    passes: np.ndarray  # forward executions per node (FLOPs and bytes): forward, backward as 2x, recompute
+    time_multipliers: np.ndarray  # the same for time, with measured backward/forward ratios where the table has them
     counts: list[int]  # executions of each node on the slowest stage
     train_rows: tuple[tuple, ...] = ()  # the slowest stage's loss and grad accumulation, per micro-batch
 
     def slowest_rows(self, graph: ComputationalGraph) -> list[tuple]:
         """(name, op_type, executions, flops, bytes, time, bound) of the slowest stage's ops."""
         c, rows = self.costs, []
-        per_op = zip(graph.nodes, c.flops.tolist(), c.bytes.tolist(), c.time_s.tolist(), self.multipliers.tolist(),
-                     self.counts, c.runs, c.bounds)
-        for node, flops, nbytes, time_s, mult, n, runs, bound in per_op:
+        per_op = zip(graph.nodes, c.flops.tolist(), c.bytes.tolist(), c.time_s.tolist(), self.passes.tolist(),
+                     self.time_multipliers.tolist(), self.counts, c.runs, c.bounds)
+        for node, flops, nbytes, time_s, passes, timed, n, runs, bound in per_op:
             if runs and n:
-                rows.append((node.name, node.op_type, n, flops * n * mult, nbytes * n * mult, time_s * n * mult, bound))
+                rows.append((node.name, node.op_type, n, flops * n * passes, nbytes * n * passes, time_s * n * timed, bound))
         return rows + list(self.train_rows)
 
 
@@ -115,19 +116,21 @@ def _stage_ops(graph: ComputationalGraph, ctx: Context) -> StageOps:
 
 def _cost_stages(graph: ComputationalGraph, ctx: Context, costs: Costs) -> StageOps:
     w, pp = ctx.workload, ctx.layout.pp
-    multipliers, weights = _STEP_CACHES.of(ctx.hw).get(graph, ("passes", w.mode, w.recompute, pp), lambda: _stage_weights(
+    passes, weights = _STEP_CACHES.of(ctx.hw).get(graph, ("passes", w.mode, w.recompute, pp), lambda: _stage_weights(
         graph, w, pp))
+    time_multipliers = passes
     ratios = backward_ratios(graph, ctx.hw) if w.mode == "train" else None
-    if ratios is not None:  # measured backward/forward ratios in place of the flat factor
+    if ratios is not None:  # measured backward/forward ratios in place of the flat factor (time only)
         measured = np.array([0.0 if node.is_comm else ratios.ratio(node.name, OP_CLASS[node.op_type], t) -
                              TRAIN_BACKWARD_FACTOR for node, t in zip(graph.nodes, costs.time_s.tolist())])
-        multipliers = multipliers + measured
-        weights = stage_split(graph, pp).matrix * multipliers
+        time_multipliers = passes + measured
+        weights = stage_split(graph, pp).matrix * time_multipliers
     stage_s = (weights @ costs.time_s).tolist()
     per_stage_rows = _train_rows(graph, ctx, ratios) if w.mode == "train" else [()] * pp
     stage_s = [t + sum(row[5] for row in rows) for t, rows in zip(stage_s, per_stage_rows)]
     slowest = max(range(pp), key=stage_s.__getitem__)
-    return StageOps(stage_s, slowest, costs, multipliers, stage_counts(graph, pp)[slowest], per_stage_rows[slowest])
+    return StageOps(stage_s, slowest, costs, passes, time_multipliers, stage_counts(graph, pp)[slowest],
+                    per_stage_rows[slowest])
 
 
 def backward_ratios(graph: ComputationalGraph, hw: HardwareSpec) -> BackwardRatios | None:
@@ -148,8 +151,8 @@ def _train_rows(graph: ComputationalGraph, ctx: Context, ratios: BackwardRatios 
     flops, nbytes = loss_work(ctx.dims["logit_tokens"], graph.meta["vocab_size"], layout.tp, ctx.precision.act_bytes)
     loss_s, loss_bound = extra_op_s("cross_entropy", "elementwise", flops, nbytes, ctx)
     loss_ratio = ratios.ratio("cross_entropy", "elementwise", loss_s) if ratios else TRAIN_BACKWARD_FACTOR
-    loss = ("cross_entropy", "elementwise", 1, flops * (1 + TRAIN_BACKWARD_FACTOR), nbytes * (1 + loss_ratio),
-            loss_s * (1 + loss_ratio), loss_bound)
+    loss = ("cross_entropy", "elementwise", 1, flops * (1 + TRAIN_BACKWARD_FACTOR),
+            nbytes * (1 + TRAIN_BACKWARD_FACTOR), loss_s * (1 + loss_ratio), loss_bound)
     rows = []
     for stage in range(pp):
         params = sum(local_params(graph, layout, stage))

@@ -14,6 +14,9 @@ GRAD_ACCUMULATE_BYTES = 10
 CLIP_BYTES_PER_PARAM = 12  # clipping by the global norm: read every fp32 grad, then scale it in place
 TRAIN_BACKWARD_FACTOR = 2  # backward = 2x forward FLOPs; its time without measured backward kernels
 LOSS_FLOPS_PER_LOGIT = 5  # max, subtract, exp, sum, divide
+# The rows a training step adds outside the graph's nodes (sims/step.py): each has its own measured curve
+# and backward ratio, never stands in for a graph op's class.
+OUTSIDE_GRAPH_OPS = ("cross_entropy", "grad_accumulate", "optimizer_step")
 
 
 def loss_work(logit_tokens: float, vocab: int, tp: int, act_bytes: int) -> tuple[float, float]:

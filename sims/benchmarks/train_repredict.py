@@ -11,9 +11,10 @@ Cases, each with the measured seconds of its file and the workload the simulator
   `megatron_local_sdpa` step of the file's model, card, tp x dp, sequence, global and micro-batch,
   stack torch_fused;
 - a maxtext GRPO update (grpo_layouts.py's `one_device` layout), `update_s`, stack xla, twice: as the
-  preflight simulates it (prompts x generations / micro_batch training steps of micro_batch sequences
-  of prompt + new tokens, each with its own optimizer step) and as the update runs (one step whose
-  gradients accumulate over those micro-batches, one optimizer step);
+  preflight simulated it before commit ce74ef1 (prompts x generations / micro_batch training steps of
+  micro_batch sequences of prompt + new tokens, each with its own optimizer step) and as the update runs
+  and the preflight now simulates it (one step whose gradients accumulate over those micro-batches, one
+  optimizer step);
 - held-out steps of sims.benchmarks.train_steps (stack torch_fused), with the hardware file's table.
 Only `sims.simulate` is used, so an older checkout runs it unchanged.
 """
@@ -63,9 +64,9 @@ def grpo_cases(files: list[str], root: Path) -> list[dict]:
         label = (f"maxtext GRPO update {run['model']} {rows} x {run['prompt_tokens'] + run['new_tokens']} tokens "
                  f"in micro-batches of {run['micro_batch']}, {record['device']}")
         workload = {"mode": "train", "dtype": "bf16", "seq_len": run["prompt_tokens"] + run["new_tokens"]}
-        cases.append({**base, "name": f"{label}: as the preflight asks ({micro_steps} steps of one micro-batch)",
+        cases.append({**base, "name": f"{label}: one optimizer step per micro-batch (the old preflight, {micro_steps} steps)",
                       "repeats": micro_steps, "workload": {**workload, "batch": run["micro_batch"]}})
-        cases.append({**base, "name": f"{label}: as it runs (one step of {micro_steps} micro-batches)",
+        cases.append({**base, "name": f"{label}: as it runs and the preflight asks (one step of {micro_steps} micro-batches)",
                       "repeats": 1, "workload": {**workload, "batch": rows, "microbatches": micro_steps}})
     return cases
 

@@ -7,8 +7,9 @@ multiplies the forward time it predicts for an op by that op's ratio:
   - at a measured size, the measured backward_us / forward_us (repeats: their median);
   - between measured sizes, the ratio linear in log(forward time), by the forward time the
     measurements had; beyond them, the nearest measured ratio;
-  - an op with no measurement of its own: the median ratio of its class's measured ops (by
-    sims.calculator.OP_CLASS); nothing in the class: the flat default (2x).
+  - an op with no measurement of its own: the median ratio of its class's measured graph ops (by
+    sims.calculator.OP_CLASS; the training work outside the graph, e.g. the loss, counts for itself
+    only); nothing in the class: the flat default (2x).
 
 The ratio, rather than the measured backward time itself, is what moves to other cards and
 models: a backward kernel runs about as far below its forward as it does on the card it was
@@ -23,6 +24,7 @@ from collections.abc import Iterable
 from statistics import median
 
 from sims.calibration.table import BackwardMeasurement
+from sims.train_work import OUTSIDE_GRAPH_OPS
 
 
 class BackwardRatios:
@@ -35,7 +37,8 @@ class BackwardRatios:
         self.curves = {op: sorted((math.log(fwd), median(r)) for fwd, r in sizes.items()) for op, sizes in by_op.items()}
         per_class: dict[str, list[float]] = {}
         for op, curve in self.curves.items():
-            per_class.setdefault(op_class[op], []).append(median(r for _, r in curve))
+            if op not in OUTSIDE_GRAPH_OPS:
+                per_class.setdefault(op_class[op], []).append(median(r for _, r in curve))
         self.class_ratio = {cls: median(ratios) for cls, ratios in per_class.items()}
         self.default = default
 

@@ -12,7 +12,9 @@ stack runs it (torch is imported inside the functions).
                            transformers: F.cross_entropy on logits.float() (ForCausalLMLoss)
     grad_accumulate(...)   main_grad.add_(grad): a bf16 gradient added into the fp32 buffer, per
                            parameter and micro-batch (Megatron's DDP without gradient-accumulation
-                           fusion; autocast's AccumulateGrad likewise)
+                           fusion; plain PyTorch's AccumulateGrad takes the first micro-batch's
+                           gradient without an add, so the simulator's charge on every micro-batch
+                           is one add high there)
     optimizer(stack, ...)  torch_fused: Megatron's optimizer without apex/TE: clip by the global
                            norm (foreach norm + scale), torch AdamW (foreach) on the fp32 master
                            weights, copy into the bf16 weights, zero the grad buffer;

@@ -26,6 +26,7 @@ from sims.calibration.fit import fit_table
 from sims.calibration.table import EfficiencyTable, save_table
 from sims.hardware import REPO_ROOT, read_hardware_file
 from sims.stacks import stacks
+from sims.train_work import OUTSIDE_GRAPH_OPS
 
 SHIPPED = REPO_ROOT / "sims/calibration/tables/refit.yaml"
 
@@ -54,12 +55,10 @@ def borrowed_measurements(spec: dict, hardware_file: str) -> list[dict]:
     for m in read_measurements([str(REPO_ROOT / f) for f in spec["files"]]):
         if m.get("pass") == "backward":
             borrowed.append(m)
-        elif m.get("op") in BORROWED_OPS and "time_us" in m:
+        elif m.get("op") in OUTSIDE_GRAPH_OPS and "time_us" in m:
             borrowed.append({**m, "time_us": m["time_us"] * scale, "timing": f"{m.get('timing')} x {scale:.4f} (HBM)"})
     return borrowed
 
-
-BORROWED_OPS = ("cross_entropy", "grad_accumulate", "optimizer_step")
 
 
 def refit_shipped(out_dir: Path) -> list[Path]:

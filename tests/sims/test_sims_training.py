@@ -49,19 +49,33 @@ def test_ratio_is_measured_at_its_sizes_log_linear_between_and_kept_beyond():
     assert ratios.ratio("mlp_act", "elementwise", 1e-3) == 2.0  # nothing measured in the class
 
 
+def test_the_loss_ratio_stands_for_itself_not_for_its_class():
+    """The loss over the vocabulary is no graph node: its measured ratio must not become the ratio of
+    elementwise graph ops that have none of their own."""
+    ratios = BackwardRatios([BackwardMeasurement("mlp_act", "elementwise", "bf16", 1, 1, 10.0, 15.0),
+                             BackwardMeasurement("cross_entropy", "elementwise", "bf16", 1, 1, 10.0, 3.5)], 2.0)
+    assert ratios.ratio("cross_entropy", "elementwise", 10e-6) == pytest.approx(0.35)
+    assert ratios.ratio("moe_permute", "elementwise", 10e-6) == pytest.approx(1.5)
+
+
 def test_measured_backward_replaces_twice_forward(tmp_path):
     cfg = model_config("qwen2_5_0_5b_instruct")
     flat = simulate(cfg, hardware("h100", efficiency_table=table_file(tmp_path)), {"tp": 2}, TRAIN)
     measured = table_file(tmp_path, "measured.json", backward_measurements=[backward("q_proj", "gemm", 50.0, 175.0),
-                                                           backward("attention", "attention", 50.0, 150.0)])
+                                                           backward("attention", "attention", 50.0, 150.0),
+                                                           backward("cross_entropy", "elementwise", 50.0, 25.0)])
     result = simulate(cfg, hardware("h100", efficiency_table=measured), {"tp": 2}, TRAIN)
     forward = row(flat, "q_proj")["time_s"] / 3
     assert row(result, "q_proj")["time_s"] == pytest.approx(forward * (1 + 3.5))
     assert row(result, "o_proj")["time_s"] == pytest.approx(row(flat, "o_proj")["time_s"] / 3 * 4.5)  # gemm class
     assert row(result, "attention")["time_s"] == pytest.approx(row(flat, "attention")["time_s"] / 3 * 4)
     assert row(result, "input_layernorm")["time_s"] == pytest.approx(row(flat, "input_layernorm")["time_s"])
+    assert row(result, "mlp_act")["time_s"] == pytest.approx(row(flat, "mlp_act")["time_s"])  # not the loss's 0.5
+    assert row(result, "cross_entropy")["time_s"] == pytest.approx(row(flat, "cross_entropy")["time_s"] / 3 * 1.5)
     assert row(result, "attn_all_reduce")["time_s"] == pytest.approx(row(flat, "attn_all_reduce")["time_s"])
     assert sum(r["time_s"] for r in result.breakdown_rows()) == pytest.approx(result.latency_s)
+    for name in ("q_proj", "o_proj", "attention", "cross_entropy"):  # work counts the passes, time the ratios
+        assert (row(result, name)["flops"], row(result, name)["bytes"]) == (row(flat, name)["flops"], row(flat, name)["bytes"])
 
 
 def test_loss_accumulation_and_optimizer_by_hand(tmp_path):
