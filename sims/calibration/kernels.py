@@ -152,7 +152,8 @@ class HFKernels:
         def qk_norm(q, k):
             return a.q_norm(q), a.k_norm(k)
 
-        return Bench(qk_norm, lambda: (self.randn(b, s, heads, head_dim), self.randn(b, s, kv_heads, head_dim)))
+        return Bench(qk_norm, lambda: (self.randn(b, s, heads, head_dim), self.randn(b, s, kv_heads, head_dim)),
+                     (a.q_norm.weight, a.k_norm.weight))
 
     def _linear(self, node: OpNode, rows: tuple[int, int]) -> Bench:
         """One F.linear, or two for the projections transformers keeps apart (k/v, gate/up)."""
@@ -236,7 +237,7 @@ class HFKernels:
     def _router(self, tokens: int) -> Bench:
         router = copy.deepcopy(self.router)
         router.weight.data.normal_(0.0, 0.02)
-        return Bench(router, lambda: (self.randn(tokens, self.model.config.hidden_size),))
+        return Bench(router, lambda: (self.randn(tokens, self.model.config.hidden_size),), tuple(router.parameters()))
 
     def _grouped_gemm(self, node: OpNode, tokens: int) -> Bench:
         from transformers.integrations.moe import _grouped_linear
@@ -249,7 +250,7 @@ class HFKernels:
         def grouped(x, offsets):
             return _grouped_linear(x, weight, offsets, is_transposed=experts.is_transposed)
 
-        return Bench(grouped, lambda: (self.randn(pairs, in_width), self._sorted_offsets(tokens)))
+        return Bench(grouped, lambda: (self.randn(pairs, in_width), self._sorted_offsets(tokens)), (weight,))
 
     def _experts_act(self, tokens: int) -> Bench:
         experts = self.experts

@@ -50,7 +50,8 @@ class FusedTorchKernels(HFKernels):
         def qk_norm(q, k):
             return F.rms_norm(q, (head_dim,), weight, 1e-6), F.rms_norm(k, (head_dim,), weight, 1e-6)
 
-        return Bench(qk_norm, lambda: (self.randn(b, s, heads, head_dim), self.randn(b, s, kv_heads, head_dim)))
+        return Bench(qk_norm, lambda: (self.randn(b, s, heads, head_dim), self.randn(b, s, kv_heads, head_dim)),
+                     (weight,))
 
 
     def _router(self, tokens: int) -> Bench:
@@ -62,7 +63,7 @@ class FusedTorchKernels(HFKernels):
             top, index = F.linear(x, weight).topk(self.router.top_k, dim=-1)
             return top.softmax(dim=-1), index
 
-        return Bench(route, lambda: (self.randn(tokens, self.model.config.hidden_size),))
+        return Bench(route, lambda: (self.randn(tokens, self.model.config.hidden_size),), (weight,))
 
     def moe_block(self, tokens: int) -> Bench | None:
         """Token copies gathered in expert order (index_select), grouped GEMMs with the gate between,

@@ -61,3 +61,20 @@ def test_train_steps_tiny_writes_measured_and_predicted_steps(tmp_path):
     refit = json.loads((again / "train_steps.json").read_text())
     assert [c["predicted_calibrated_us"] for c in refit["cases"]] == pytest.approx(
         [c["predicted_calibrated_us"] for c in report["cases"]])
+
+
+@pytest.mark.parametrize("stack", ["torch_fused", "transformers"])
+def test_a_bench_whose_weights_sit_in_a_closure_still_times_their_gradients(stack):
+    """qk_norm's weights are no argument of its callable: the backward must still produce their gradients
+    (as the router's and the grouped GEMMs' weights, passed the same way)."""
+    from sims.calibration.kernels import HFKernels
+    from sims.calibration.kernels_backward import with_backward
+    from sims.calibration.kernels_fused import FusedTorchKernels
+
+    kernels = (FusedTorchKernels if stack == "torch_fused" else HFKernels)(model_config("tiny_qwen3"), "cpu", "fp32")
+    node = next(n for n in build_graph(model_config("tiny_qwen3"), "train", stack).nodes if n.name == "qk_norm")
+    bench = kernels.bench(node, {"batch": 2, "seq_len": 8, "tokens": 16, "kv_len": 8, "logit_tokens": 16})
+    assert bench.params
+    args, leaves, grads = with_backward(bench).make_args()
+    gradients = with_backward(bench).fn(args, leaves, grads)
+    assert all(g is not None for g in gradients[-len(bench.params):])

@@ -84,6 +84,8 @@ def test_loss_accumulation_and_optimizer_by_hand(tmp_path):
     tokens_per_micro_batch = 2 * 128
     logits = tokens_per_micro_batch * cfg["vocab_size"]
     assert row(result, "cross_entropy")["time_s"] == pytest.approx(2 * 3 * logits * (2 + 4) / H100_HBM)
+    split = simulate(cfg, hardware("h100", devices_per_node=2, efficiency_table=table_file(tmp_path)), {"tp": 2}, TRAIN)
+    assert row(split, "cross_entropy")["time_s"] == pytest.approx(row(result, "cross_entropy")["time_s"] / 2)  # vocab/tp
     params = sum(local_params(build_graph(cfg, "train"), parse_layout({}), 0))
     assert params == pytest.approx(494_032_768)  # Qwen2.5-0.5B, tied embedding
     assert row(result, "grad_accumulate")["time_s"] == pytest.approx(2 * params * GRAD_ACCUMULATE_BYTES / H100_HBM)
