@@ -33,6 +33,7 @@ from sims.calibration import microbench
 from sims.calibration.fit import fit_table
 from sims.calibration.refit import SHIPPED, read_measurements
 from sims.calibration.table import save_table
+from sims.calibration.timing import wall_median_s
 from sims.hardware import REPO_ROOT
 
 STACK = "torch_fused"  # the held-out steps' stack
@@ -116,19 +117,7 @@ def measure_steps(cases, device: str, tiny: bool) -> list[dict]:
 def timed(step, device: str, warmup: int, repeats: int) -> float:
     import torch
 
-    def sync():
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-
-    times = []
-    for index in range(warmup + repeats):
-        sync()
-        started = time.perf_counter()
-        step()
-        sync()
-        if index >= warmup:
-            times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    return wall_median_s(step, warmup, repeats, torch.cuda.synchronize if device.startswith("cuda") else lambda: None)
 
 
 def predict(cases: list[dict], hardware: dict, tables: dict[str, str | None]) -> None:

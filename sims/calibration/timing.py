@@ -137,3 +137,17 @@ def cuda_events_seconds(fn: Callable, calls: int) -> float:
     end.record()
     end.synchronize()
     return start.elapsed_time(end) * 1e-3 / calls
+
+
+def wall_median_s(step: Callable[[], object], warmup: int, repeats: int, sync: Callable[[], object]) -> float:
+    """Median wall seconds of `repeats` calls of a whole step (after `warmup`), `sync` (the device's
+    synchronize) before and after each: for steps with host work between kernels, not one kernel."""
+    times = []
+    for index in range(warmup + repeats):
+        sync()
+        started = time.perf_counter()
+        step()
+        sync()
+        if index >= warmup:
+            times.append(time.perf_counter() - started)
+    return statistics.median(times)

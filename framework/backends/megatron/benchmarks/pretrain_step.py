@@ -22,11 +22,10 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import statistics
-import time
 from pathlib import Path
 
 from framework.core.paths import load_conf
+from sims.calibration.timing import wall_median_s
 
 FULL = {"model": "llama3_2_1b", "hardware": "auto", "seq": 2048, "micro_batch": 2, "global_batch": 16,
         "warmup": 3, "steps": 10, "dtype": "bfloat16"}
@@ -67,18 +66,6 @@ def pretrain_task(args):
     return build(PretrainTask, node, "pretrain")
 
 
-def timed(step, warmup: int, steps: int, sync) -> float:
-    times = []
-    for index in range(warmup + steps):
-        sync()
-        started = time.perf_counter()
-        step()
-        sync()
-        if index >= warmup:
-            times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
 def megatron_step_s(args, shape, layout, spec: str, device) -> float:
     import torch
     from megatron.core.pipeline_parallel import get_forward_backward_func
@@ -108,7 +95,7 @@ def megatron_step_s(args, shape, layout, spec: str, device) -> float:
                                     micro_batch_size=args.micro_batch, forward_only=False)
         engine.optimizer.step()
 
-    return timed(step, args.warmup, args.steps, lambda: sync(device))  # the engine goes with this frame
+    return wall_median_s(step, args.warmup, args.steps, lambda: sync(device))  # the engine goes with this frame
 
 
 def transformers_step_s(args, hf_config: dict, device) -> float:
@@ -134,7 +121,7 @@ def transformers_step_s(args, hf_config: dict, device) -> float:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    return timed(step, args.warmup, args.steps, lambda: sync(device))  # the model goes with this frame
+    return wall_median_s(step, args.warmup, args.steps, lambda: sync(device))  # the model goes with this frame
 
 
 def sync(device) -> None:
