@@ -145,6 +145,21 @@ def measure(
     return results + derive_moe_shuffles(timed) + derive_backward(timed)
 
 
+def benched_nodes(graph, dims: Mapping, workload: dict, kernels, seen: set, hf_config: Mapping, hardware: Mapping,
+                  stack: str, keep=lambda node: True):
+    """(node, its simulated work, its bench) for each compute node of `graph` that `keep` selects and
+    `kernels` can time, once per (node, FLOPs, bytes) over everything `seen` collects."""
+    for node in graph.nodes:
+        if node.is_comm or not keep(node):
+            continue
+        work = predict_op(hf_config, hardware, workload, node.name, stack=stack)
+        key = (node.name, work["flops"], work["bytes"])
+        bench = None if key in seen else kernels.bench(node, dims)
+        if bench is not None:
+            seen.add(key)
+            yield node, work, bench
+
+
 def _items(kernels: HFKernels, hf_config: Mapping, hardware: Mapping, plan: Plan) -> list[Item]:
     wanted = set(plan.benchmarks)
     items, seen = [], set()
@@ -157,15 +172,9 @@ def _items(kernels: HFKernels, hf_config: Mapping, hardware: Mapping, plan: Plan
         graph = build_graph(hf_config, parsed.mode, plan.stack)
         dims = bind_dims(graph, Layout(), parsed)
         point = {"mode": parsed.mode, "batch": parsed.batch, "seq_len": parsed.query_len, "kv_len": parsed.kv_len}
-        for node in graph.nodes:
-            if node.is_comm or OP_CLASS[node.op_type] not in wanted or only and node.op_type != only:
-                continue
-            work = predict_op(hf_config, hardware, workload, node.name, stack=plan.stack)
-            key = (node.name, work["flops"], work["bytes"])
-            bench = None if key in seen else kernels.bench(node, dims)
-            if bench is None:
-                continue
-            seen.add(key)
+        wanted_node = lambda node: OP_CLASS[node.op_type] in wanted and not (only and node.op_type != only)  # noqa: E731
+        for node, work, bench in benched_nodes(graph, dims, workload, kernels, seen, hf_config, hardware, plan.stack,
+                                               wanted_node):
             record = {"benchmark": node.name, "op": node.name, "op_class": work["op_class"], "dtype": plan.dtype,
                       **point, "tokens": int(dims["tokens"]), "flops": work["flops"], "bytes": work["bytes"]}
             if node.op_type == "gemm" and len(node.weights[0]) == 2:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from sims.api import predict_op
 from sims.builders import build_graph
 from sims.calculator import bind_dims
 from sims.train_work import GRAD_ACCUMULATE_BYTES, loss_work, optimizer_bytes_per_param
@@ -28,7 +27,7 @@ MIN_BACKWARD_SHARE = 0.05
 
 
 def train_items(kernels, hf_config: Mapping, hardware: Mapping, plan) -> list:
-    from sims.calibration.microbench import Item  # microbench imports this module
+    from sims.calibration.microbench import Item, benched_nodes  # microbench imports this module
 
     items, seen = [], set()
     for raw in plan.train_workloads:
@@ -38,15 +37,7 @@ def train_items(kernels, hf_config: Mapping, hardware: Mapping, plan) -> list:
         dims = bind_dims(graph, Layout(), parsed)
         point = {"mode": "train", "batch": parsed.batch, "seq_len": parsed.query_len, "kv_len": parsed.kv_len,
                  "tokens": int(dims["tokens"])}
-        for node in graph.nodes:
-            if node.is_comm:
-                continue
-            work = predict_op(hf_config, hardware, workload, node.name, stack=plan.stack)
-            key = (node.name, work["flops"], work["bytes"])
-            bench = None if key in seen else kernels.bench(node, dims)
-            if bench is None:
-                continue
-            seen.add(key)
+        for node, work, bench in benched_nodes(graph, dims, workload, kernels, seen, hf_config, hardware, plan.stack):
             forward = {"benchmark": node.name, "op": node.name, "op_class": work["op_class"], "dtype": plan.dtype,
                        **point, "flops": work["flops"], "bytes": work["bytes"]}
             if node.op_type == "gemm" and len(node.weights[0]) == 2:
