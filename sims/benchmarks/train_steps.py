@@ -186,7 +186,7 @@ def main() -> None:
             (out / f"microbench_{stack}.json").write_text(json.dumps(measured[stack], indent=1))
             print(f"{stack}: {len(measured[stack])} measurements, {time.perf_counter() - started:.0f} s", flush=True)
     tables = {stack: fit_stack_table(stack, m, hardware, env, out) for stack, m in measured.items()}
-    shipped = read_hardware_file_tables(hardware["name"])
+    shipped = shipped_torch_fused_table(hardware["name"])
     labels = {"shipped": shipped, "calibrated": tables.get(STACK)}
     predict(cases, hardware, {label: table for label, table in labels.items() if table or label == "shipped"})
     report = {"environment": env, "hardware": hardware["name"], "stacks": list(measured), "tables": tables,
@@ -196,7 +196,7 @@ def main() -> None:
     print(markdown(report))
 
 
-def read_hardware_file_tables(name: str) -> str | None:
+def shipped_torch_fused_table(name: str) -> str | None:
     """The shipped torch_fused table of conf/hardware/<name>.yaml (None: built-in factors)."""
     from sims.hardware import read_hardware_file
 

@@ -101,6 +101,15 @@ def test_loss_runs_on_the_last_stage_and_accumulation_on_every_one(tmp_path):
     names = {r["name"] for r in result.breakdown_rows()}
     assert "grad_accumulate" in names
     assert ("cross_entropy" in names) == ("lm_head" in names)
+    from sims import step
+    from sims.calculator import Context
+    from sims.hardware import hardware_spec
+    from sims.workload import parse_workload
+
+    graph = build_graph(cfg, "train")
+    ctx = Context.for_step(graph, hardware_spec(hw), parse_layout({"pp": 2}), parse_workload(TRAIN))
+    per_stage = [[row[0] for row in rows] for rows in step._train_rows(graph, ctx, None)]
+    assert per_stage == [["grad_accumulate"], ["cross_entropy", "grad_accumulate"]]  # lm_head on the last stage
 
 
 def test_measured_optimizer_and_loss_curves_replace_the_roofline(tmp_path):
@@ -178,3 +187,18 @@ def test_measured_megatron_and_grpo_steps_are_repredicted():
     rows = predict(cases, REPO)
     assert all(r["predicted_s"] > 0 and "cross_entropy" in r["breakdown_s"] for r in rows)
     assert rows[3]["predicted_s"] > rows[4]["predicted_s"]  # eight optimizer steps instead of one
+
+
+def test_the_saved_held_out_training_steps_stay_predicted_within_five_percent():
+    """The session-10 H100 training steps (plain torch, never calibration inputs as whole steps) re-predicted
+    with the shipped tables: a change to the training model that loses them fails here."""
+    import statistics
+
+    from sims_helpers import REPO
+
+    from sims.benchmarks.train_repredict import held_out_cases, predict
+
+    steps = REPO / "sims/benchmarks/results/h100_2026-11-26_s10_train/train_steps.json"
+    rows = predict(held_out_cases([str(steps)], REPO), REPO)
+    plain = [abs(r["error"]) for r in rows if "recompute" not in r["name"]]
+    assert len(plain) == 3 and statistics.median(plain) <= 0.05 and max(plain) <= 0.05
