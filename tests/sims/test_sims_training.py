@@ -156,23 +156,6 @@ def test_parameter_shapes_count_the_model_once():
     assert total == 494_032_768
 
 
-def test_borrowed_training_measurements_keep_ratios_and_scale_memory_bound_times(tmp_path):
-    from sims.calibration.refit import borrowed_measurements
-    from sims_helpers import REPO
-
-    ratio = {"pass": "backward", **backward("q_proj", "gemm", 50.0, 120.0)}
-    step = {"op": "optimizer_step", "op_class": "optimizer", "dtype": "bf16", "flops": 1.0, "bytes": 4.2e10,
-            "time_us": 20000.0}
-    forward = {"op": "q_proj", "op_class": "gemm", "dtype": "bf16", "flops": 1e9, "bytes": 1e7, "time_us": 40.0}
-    path = tmp_path / "microbench.json"
-    path.write_text(json.dumps([ratio, step, forward]))
-    borrowed = borrowed_measurements({"from": "conf/hardware/h100.yaml", "files": [str(path)]},
-                                     str(REPO / "conf/hardware/h200.yaml"))
-    assert borrowed[0] == ratio
-    assert borrowed[1]["time_us"] == pytest.approx(20000.0 * 3.35 / 4.8)
-    assert len(borrowed) == 2  # the H100's forward kernels stay out of an H200 table
-
-
 def test_measured_megatron_and_grpo_steps_are_repredicted():
     from sims_helpers import REPO
 
