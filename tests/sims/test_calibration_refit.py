@@ -31,7 +31,7 @@ def test_shipped_tables_refit_exactly_from_their_measurements(tmp_path):
 
 
 def test_shipped_tables_carry_fp8_gemms_and_only_graph_timed_collectives():
-    """The 4 x H200 collectives were timed as eager calls (host-bound latencies that made the 4-GPU layouts
+    """The first 4 x H200 run's collectives were timed as eager calls (host-bound latencies that made the 4-GPU layouts
     20% off) and are left out; the graph-replayed 2 and 4 x H200 ones are in the torch_fused table only (they made
     its 2-GPU cases better and the transformers layouts worse); likewise the graph-replayed 2 x H100 ones.
     The xla table holds the JAX backend's own kernels only: bf16 (the maxtext backend runs no fp8)."""
