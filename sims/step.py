@@ -144,23 +144,33 @@ def backward_ratios(graph: ComputationalGraph, hw: HardwareSpec) -> BackwardRati
 def _train_rows(graph: ComputationalGraph, ctx: Context, ratios: BackwardRatios | None) -> list[tuple]:
     """Per stage, one micro-batch's training work outside the graph's nodes: the loss over the
     vocabulary, forward and backward, where lm_head runs; the weight gradients added into the fp32
-    main grads on every stage."""
-    layout, pp = ctx.layout, ctx.layout.pp
-    counts = stage_counts(graph, pp)
-    head = next((i for i, node in enumerate(graph.nodes) if node.name == "lm_head"), None)
-    flops, nbytes = loss_work(ctx.dims["logit_tokens"], graph.meta["vocab_size"], layout.tp, ctx.precision.act_bytes)
+    main grads on every stage. The loss depends on the logits a device holds, the accumulation on the
+    parameters it holds: each is kept per what it depends on, so a sweep computes each once."""
+    layout, w, cache = ctx.layout, ctx.workload, _STEP_CACHES.of(ctx.hw)
+    logits = ctx.dims["logit_tokens"]
+    loss = cache.get(graph, ("loss", logits, layout.tp, w.dtype), lambda: _loss_row(graph, ctx, ratios))
+    accumulate = cache.get(graph, ("accumulate", layout.tp, layout.ep, layout.pp, w.dtype),
+                           lambda: _accumulate_rows(graph, ctx))
+    head = columns(graph).index.get("lm_head")
+    counts = stage_counts(graph, layout.pp)
+    return [(loss, row) if head is not None and counts[stage][head] else (row,) for stage, row in enumerate(accumulate)]
+
+
+def _loss_row(graph: ComputationalGraph, ctx: Context, ratios: BackwardRatios | None) -> tuple:
+    flops, nbytes = loss_work(ctx.dims["logit_tokens"], graph.meta["vocab_size"], ctx.layout.tp, ctx.precision.act_bytes)
     loss_s, loss_bound = extra_op_s("cross_entropy", "elementwise", flops, nbytes, ctx)
     loss_ratio = ratios.ratio("cross_entropy", "elementwise", loss_s) if ratios else TRAIN_BACKWARD_FACTOR
-    loss = ("cross_entropy", "elementwise", 1, flops * (1 + TRAIN_BACKWARD_FACTOR),
+    return ("cross_entropy", "elementwise", 1, flops * (1 + TRAIN_BACKWARD_FACTOR),
             nbytes * (1 + TRAIN_BACKWARD_FACTOR), loss_s * (1 + loss_ratio), loss_bound)
+
+
+def _accumulate_rows(graph: ComputationalGraph, ctx: Context) -> list[tuple]:
     rows = []
-    for stage in range(pp):
-        params = sum(local_params(graph, layout, stage))
+    for stage in range(ctx.layout.pp):
+        params = sum(local_params(graph, ctx.layout, stage))
         accumulate_bytes = params * GRAD_ACCUMULATE_BYTES
         accumulate_s, bound = extra_op_s("grad_accumulate", "elementwise", params, accumulate_bytes, ctx)
-        accumulate = ("grad_accumulate", "elementwise", 1, params, accumulate_bytes, accumulate_s, bound)
-        has_head = head is not None and counts[stage][head]
-        rows.append((loss, accumulate) if has_head else (accumulate,))
+        rows.append(("grad_accumulate", "elementwise", 1, params, accumulate_bytes, accumulate_s, bound))
     return rows
 
 
