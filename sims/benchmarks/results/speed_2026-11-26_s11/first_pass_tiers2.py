@@ -13,6 +13,10 @@ def caches():
     for name, c in (("mem", mem._MEMO), ("lk", mem._LAYER_KINDS), ("mf", st._MODEL_FLOPS), ("cols", oc._COLUMNS), ("part", pa._STAGE_SPLITS)):
         yield name, c
 binding = {("vc", "costs"), ("st", "update"), ("st", "loss"), ("mem", "train"), ("mem", "largest"), ("mem", "state"), ("mf", "*")}
+def clear_derived():
+    for _, c in vc._CACHES._caches.values():
+        for k, (g, v) in c._entries.items():
+            if tag(k) == "costs": v.derived.clear()
 def clear(pred):
     for name, c in caches():
         for k in list(c._entries):
@@ -27,9 +31,10 @@ groups = {
   "update+loss": lambda n, t: (n, t) in (("st", "update"), ("st", "loss")),
   "mf": lambda n, t: n == "mf" and t != "per_feature",
 }
-res = {g: [] for g in groups}
+res = {g: [] for g in groups}; res["derived"] = []
 for rep in range(21):
     for g, pred in groups.items():
         run(); clear(pred); res[g].append(run())
+    run(); clear_derived(); res["derived"].append(run())
 n = len(points)
 for g, v in res.items(): print(f"{g:22} {1e6*statistics.median(v)/n:6.1f} us/config")
