@@ -145,8 +145,9 @@ def backward_ratios(graph: ComputationalGraph, hw: HardwareSpec) -> BackwardRati
 def _train_rows(graph: ComputationalGraph, ctx: Context, ratios: BackwardRatios | None, heads: list[bool]) -> list[tuple]:
     """Per stage, one micro-batch's training work outside the graph's nodes: the loss over the
     vocabulary, forward and backward, where lm_head runs; the weight gradients added into the fp32
-    main grads on every stage (`heads`: whether each stage runs lm_head). The loss depends on the logits a device holds, the accumulation on the
-    parameters it holds: each is kept per what it depends on, so a sweep computes each once."""
+    main grads on every stage (`heads`: whether each stage runs lm_head). The loss depends on the
+    logits a device holds, the accumulation on the parameters it holds: each is kept per what it
+    depends on, so a sweep computes each once."""
     layout, w, cache = ctx.layout, ctx.workload, _STEP_CACHES.of(ctx.hw)
     logits = ctx.dims["logit_tokens"]
     loss = cache.get(graph, ("loss", logits, layout.tp, w.dtype), lambda: _loss_row(graph, ctx, ratios))
