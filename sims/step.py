@@ -142,7 +142,9 @@ def backward_ratios(graph: ComputationalGraph, hw: HardwareSpec) -> BackwardRati
     return _STEP_CACHES.of(hw).get(graph, "backward_ratios", lambda: BackwardRatios(measurements, TRAIN_BACKWARD_FACTOR))
 
 
-def _train_rows(graph: ComputationalGraph, ctx: Context, ratios: BackwardRatios | None, heads: list[bool]) -> list[tuple]:
+def _train_rows(
+    graph: ComputationalGraph, ctx: Context, ratios: BackwardRatios | None, heads: list[bool]
+) -> list[tuple]:
     """Per stage, one micro-batch's training work outside the graph's nodes: the loss over the
     vocabulary, forward and backward, where lm_head runs; the weight gradients added into the fp32
     main grads on every stage (`heads`: whether each stage runs lm_head). The loss depends on the
@@ -157,7 +159,8 @@ def _train_rows(graph: ComputationalGraph, ctx: Context, ratios: BackwardRatios 
 
 
 def _loss_row(graph: ComputationalGraph, ctx: Context, ratios: BackwardRatios | None) -> tuple:
-    flops, nbytes = loss_work(ctx.dims["logit_tokens"], graph.meta["vocab_size"], ctx.layout.tp, ctx.precision.act_bytes)
+    layout, act_bytes = ctx.layout, ctx.precision.act_bytes
+    flops, nbytes = loss_work(ctx.dims["logit_tokens"], graph.meta["vocab_size"], layout.tp, act_bytes)
     loss_s, loss_bound = extra_op_s("cross_entropy", "elementwise", flops, nbytes, ctx)
     loss_ratio = ratios.ratio("cross_entropy", "elementwise", loss_s) if ratios else TRAIN_BACKWARD_FACTOR
     return ("cross_entropy", "elementwise", 1, flops * (1 + TRAIN_BACKWARD_FACTOR),
