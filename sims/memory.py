@@ -64,7 +64,8 @@ def _stage_parts(graph: ComputationalGraph, ctx: Context) -> dict[str, list[floa
         "weights": weights,
         "gradients": gradients,
         "optimizer": optimizer,
-        "activations": _MEMO.get(graph, ("train", io_key, workload.microbatches, workload.recompute),
+        "activations": _MEMO.get(graph, ("train", io_key, workload.microbatches, workload.recompute,
+                                           workload.recompute_keeps, workload.logits_chunk),
                                  lambda: _training_activation_bytes(graph, ctx)),
     }
 
@@ -139,15 +140,17 @@ def _inference_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list
 
 def _training_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
     """Inputs every op saves for backward, per micro-batch, times the micro-batches a stage holds
-    under 1F1B (stage i of pp: min(pp - i, m)). With recompute a layer keeps only its input and one
-    layer's saved set is live at a time."""
+    under 1F1B (stage i of pp: min(pp - i, m)). With recompute a layer keeps its input and the outputs
+    of its `recompute_keeps` ops (_kept_outputs), and one layer's saved set is live at a time."""
     layout, workload, pp = ctx.layout, ctx.workload, ctx.layout.pp
     counts = stage_split(graph, pp).matrix
-    saved = costs_for(graph, ctx).inputs  # by each execution of each op
+    costs = costs_for(graph, ctx)
+    saved, outputs = costs.inputs, costs.outputs  # by each execution of each op
     if workload.recompute:
-        outside_layers = (counts @ (saved * (columns(graph).attrs["in_layer"] == 0))).tolist()
+        in_layer = columns(graph).attrs["in_layer"] > 0
+        kept = (counts @ (saved * ~in_layer + outputs * _kept_outputs(graph, workload.recompute_keeps))).tolist()
         bounds = stage_layer_bounds(graph.meta["num_layers"], pp)
-        per_micro_batch = [(bounds[s + 1] - bounds[s]) * ctx.dims["tokens"] * graph.meta["hidden_size"] + outside_layers[s]
+        per_micro_batch = [(bounds[s + 1] - bounds[s]) * ctx.dims["tokens"] * graph.meta["hidden_size"] + kept[s]
                            for s in range(pp)]
         live = [_largest_layer_saved(graph, saved, bounds[s], bounds[s + 1]) for s in range(pp)]
     else:
@@ -155,6 +158,17 @@ def _training_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list[
     logits = _logits_elements(graph, ctx)
     return [(min(pp - s, workload.microbatches) * per_micro_batch[s] + live[s]) * ctx.precision.act_bytes
             + logits[s] * LOGITS_BYTES for s in range(pp)]
+
+
+def _kept_outputs(graph: ComputationalGraph, keeps: tuple[str, ...]) -> np.ndarray:
+    """1 for the decoder-layer nodes whose outputs a recomputed layer keeps: those of the `keeps` op
+    types, except each layer's last one (it only feeds the residual sum, the next layer's kept input:
+    an autodiff saves nothing of it, as JAX's policies save only what the backward pass reads)."""
+    kept = np.zeros(len(graph.nodes))
+    for members in _layer_kinds(graph).values():
+        chosen = [index for index in members if graph.nodes[index].op_type in keeps]
+        kept[chosen[:-1]] = 1.0
+    return kept
 
 
 def _largest_layer_saved(graph: ComputationalGraph, saved: np.ndarray, first: int, end: int) -> float:
@@ -186,7 +200,11 @@ _LAYER_KINDS = GraphCache(maxsize=256)
 
 
 def _logits_elements(graph: ComputationalGraph, ctx: Context) -> list[float]:
-    """fp32 logits elements per stage: on the stage that runs lm_head."""
+    """fp32 logits elements per stage: on the stage that runs lm_head; a chunked loss (logits_chunk)
+    holds one chunk of positions per sequence at a time."""
     head = columns(graph).index.get("lm_head")
     logits = ctx.dims["logit_tokens"] * graph.meta["vocab_size"] / ctx.tp
+    chunk = ctx.workload.logits_chunk
+    if ctx.workload.mode == "train" and chunk is not None:
+        logits *= min(chunk, ctx.dims["seq_len"]) / ctx.dims["seq_len"]
     return [logits if head is not None and counts[head] else 0.0 for counts in stage_counts(graph, ctx.layout.pp)]

@@ -5,9 +5,10 @@ Pipeline with per-micro-batch stage times t_i and m micro-batches:
   step = sum_i t_i + (m - 1) * max_i t_i     (= (m + pp - 1) * t for equal stages; bubble (pp-1)/(m+pp-1))
 Training: an op's backward = its forward time x its measured backward/forward ratio when the efficiency
 table has backward measurements (sims/calibration/backward.py), else 2x; collectives run once more;
-recompute adds a forward of every decoder-layer op. Per micro-batch also the loss over the vocabulary
-(forward + backward, on the last stage) and the weight gradients' accumulation into fp32 main grads
-(every stage); per step the dp gradient sync and the optimizer (Adam + clipping). Nothing overlaps.
+recompute adds a forward of every decoder-layer op (not of the op types the layers keep). Per micro-batch
+also the loss over the vocabulary (forward + backward, on the last stage) and the weight gradients'
+accumulation into fp32 main grads (every stage); per step the dp gradient sync and the optimizer (Adam +
+clipping). Nothing overlaps.
 """
 
 from __future__ import annotations
@@ -41,13 +42,14 @@ from sims.workload import Layout, Workload
 def passes(node: OpNode, workload: Workload, num_layers: int) -> tuple[float, float]:
     """(time/FLOP multiplier per forward execution, model-FLOP multiplier): forward only for
     inference; forward + 2x backward for training (collectives repeat once in backward), plus a
-    second forward of every decoder-layer op under activation recompute."""
+    second forward of every decoder-layer op under activation recompute, but for the op types the
+    layers keep (workload.recompute_keeps)."""
     if workload.mode != "train":
         return 1.0, 1.0
     model = 1.0 + TRAIN_BACKWARD_FACTOR
     backward = 1.0 if node.is_comm else TRAIN_BACKWARD_FACTOR
     in_layer = 0 <= node.layers[0] < num_layers
-    recompute = 1.0 if workload.recompute and in_layer else 0.0
+    recompute = 1.0 if workload.recompute and in_layer and node.op_type not in workload.recompute_keeps else 0.0
     return 1.0 + backward + recompute, model
 
 
@@ -107,7 +109,7 @@ def _stage_ops(graph: ComputationalGraph, ctx: Context) -> StageOps:
     """Every op costed at once per binding (sims/vector_cost.py), then summed per stage: a sweep over
     dp, pp, batch and micro-batches costs each op once per size."""
     costs, w, pp = costs_for(graph, ctx), ctx.workload, ctx.layout.pp
-    key = ("stages", pp, w.recompute)
+    key = ("stages", pp, w.recompute, w.recompute_keeps)
     stages = costs.derived.get(key)
     if stages is None:
         stages = costs.derived[key] = _cost_stages(graph, ctx, costs)
@@ -116,8 +118,8 @@ def _stage_ops(graph: ComputationalGraph, ctx: Context) -> StageOps:
 
 def _cost_stages(graph: ComputationalGraph, ctx: Context, costs: Costs) -> StageOps:
     w, pp, cache = ctx.workload, ctx.layout.pp, _STEP_CACHES.of(ctx.hw)
-    passes, weights, counts, heads = cache.get(graph, ("passes", w.mode, w.recompute, pp), lambda: _stage_weights(
-        graph, w, pp))
+    passes, weights, counts, heads = cache.get(graph, ("passes", w.mode, w.recompute, w.recompute_keeps, pp),
+                                               lambda: _stage_weights(graph, w, pp))
     time_multipliers = passes
     ratios = backward_ratios(graph, ctx.hw) if w.mode == "train" else None
     if ratios is not None:  # measured backward/forward ratios in place of the flat factor (time only)

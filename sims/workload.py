@@ -17,6 +17,7 @@ from sims.builders.registry import MODES
 from sims.calibration.table import DTYPES
 from sims.checks import no_unknown
 from sims.hardware import HardwareSpec
+from sims.ir import OP_TYPES
 
 LAYOUT_KEYS = ("tp", "dp", "ep", "pp")
 WORKLOAD_DEFAULTS = {
@@ -26,6 +27,8 @@ WORKLOAD_DEFAULTS = {
     "context_len": None,
     "microbatches": 1,
     "recompute": False,
+    "recompute_keeps": (),
+    "logits_chunk": None,
     "dtype": "bf16",
     "zero": False,
 }
@@ -48,8 +51,12 @@ class Workload:
     """batch: sequences per step over all dp replicas. seq_len: prompt (prefill) or sequence
     (train) length. context_len: tokens already in the KV cache (decode; seq_len is ignored).
     microbatches: the batch of each dp replica runs as this many pipeline micro-batches.
-    recompute: full activation recomputation per layer (train). zero: optimizer states sharded
-    over dp (Megatron distributed optimizer / ZeRO-1)."""
+    recompute: activation recomputation per layer (train): a layer keeps its input and recomputes the
+    rest in the backward pass. recompute_keeps: op types (sims.ir.OP_TYPES) whose outputs a recomputed
+    layer keeps instead of recomputing them; () = full recompute, ("gemm",) = keep the weight GEMMs'
+    outputs (JAX's dots_with_no_batch_dims_saveable). logits_chunk: the loss projects this many
+    positions of each sequence onto the vocabulary at a time (a chunked loss; None = every position at
+    once). zero: optimizer states sharded over dp (Megatron distributed optimizer / ZeRO-1)."""
 
     mode: str
     batch: int
@@ -57,6 +64,8 @@ class Workload:
     context_len: int | None
     microbatches: int
     recompute: bool
+    recompute_keeps: tuple[str, ...]
+    logits_chunk: int | None
     dtype: str
     zero: bool
 
@@ -142,13 +151,22 @@ def _parse_workload(workload: Mapping) -> Workload:
     needed = "context_len" if w["mode"] == "decode" else "seq_len"
     if w[needed] is None:
         raise ConfigError(f"workload.{needed} is required for mode {w['mode']}")
-    for key in ("batch", "microbatches", "seq_len", "context_len"):
+    for key in ("batch", "microbatches", "seq_len", "context_len", "logits_chunk"):
         if w[key] is not None:
             w[key] = _positive_int(f"workload.{key}", w[key])
     for key in ("recompute", "zero"):
         if not isinstance(w[key], bool):
             raise ConfigError(f"workload.{key} is {w[key]!r}; expected true or false")
+    w["recompute_keeps"] = _recompute_keeps(w["recompute_keeps"], w["recompute"])
     return Workload(**w)
+
+
+def _recompute_keeps(keeps, recompute: bool) -> tuple[str, ...]:
+    if not isinstance(keeps, (list, tuple)) or not all(kind in OP_TYPES for kind in keeps):
+        raise ConfigError(f"workload.recompute_keeps is {keeps!r}; expected a list of op types ({', '.join(OP_TYPES)})")
+    if keeps and not recompute:
+        raise ConfigError("workload.recompute_keeps needs recompute: true (without recompute every activation is kept)")
+    return tuple(sorted(set(keeps)))
 
 
 def layout_problem(meta: Mapping, hw: HardwareSpec, layout: Layout, workload: Workload) -> str | None:

@@ -145,7 +145,7 @@ CASES: list[tuple[list[str], str]] = [
     ([*GRPO, "grpo.num_generations=1"], "grpo.num_generations: 1 must be >= 2"),
     ([*GRPO, "parallel.cp=2"], "parallel.cp: 2; backend=maxtext has no context parallelism"),
     ([*GRPO, "backend.adapter.decode_attention=flash"], "backend.adapter.decode_attention: 'flash' is not one of"),
-    ([*GRPO, "backend.adapter.remat=some"], "backend.adapter.remat: 'some' is not one of none, minimal, full"),
+    ([*GRPO, "backend.adapter.remat=some"], "backend.adapter.remat: 'some' is not one of none, minimal, full, auto"),
     ([*GRPO, "data=chat_sample"], "data=chat_sample: task=grpo needs a math (question/answer) data set"),
     ([*GRPO, "data.train_limit=0"], "data.train_limit: 0 is out of range; valid: >= 1 (or null)"),
     ([*GRPO, "data.train_limit=-3"], "data.train_limit: -3 is out of range; valid: >= 1 (or null)"),
@@ -204,7 +204,7 @@ def test_an_adapters_own_check_is_its_line_not_hydras_wrapping(tmp_path):
     args = [*GRPO, "backend.adapter.remat=some"]
     result = run_batch([(args, "")], tmp_path)[0]
     assert result["rc"] == 2
-    assert result["stderr"].strip() == "error: backend.adapter.remat: 'some' is not one of none, minimal, full"
+    assert result["stderr"].strip() == "error: backend.adapter.remat: 'some' is not one of none, minimal, full, auto"
 
 
 @pytest.mark.slow

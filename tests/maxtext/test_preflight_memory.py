@@ -26,7 +26,7 @@ def _qwen_05b_task(**overrides):
     return build(GRPOTask, cfg.grpo, "grpo"), dict(cfg.model.hf_config), dict(cfg.hardware)
 
 
-def _memory_of(task, hf, hardware, size, recompute=False) -> float:
+def _memory_of(task, hf, hardware, size, remat="none") -> float:
     from dataclasses import replace
 
     from framework.backends.maxtext.trainers.preflight import predict_step
@@ -34,13 +34,13 @@ def _memory_of(task, hf, hardware, size, recompute=False) -> float:
 
     one = ParallelConfig(dp=1, fsdp=1, tp=1, pp=1, ep=1, cp=1)
     return predict_step(hf, hardware, one, 1, replace(task, micro_batch_size=size),
-                        recompute=recompute)["preflight_memory_per_device_gb"]
+                        remat=remat)["preflight_memory_per_device_gb"]
 
 
 def test_auto_micro_batch_is_the_largest_that_the_preflight_fits():
     """micro_batch_size=auto: the largest divisor of the 128 rows whose predicted memory fits 85% of the
-    device; a smaller device gets a smaller micro-batch, and recompute (remat=full) a larger one."""
-    from framework.backends.maxtext.trainers.preflight import MEMORY_HEADROOM, pick_micro_batch
+    device; a smaller device gets a smaller micro-batch, and remat (minimal, full) a larger one."""
+    from framework.backends.maxtext.trainers.preflight import MEMORY_HEADROOM, pick_update_plan
     from framework.core.parallel import ParallelConfig
 
     task, hf, hardware = _qwen_05b_task(micro_batch_size="auto")
@@ -49,46 +49,73 @@ def test_auto_micro_batch_is_the_largest_that_the_preflight_fits():
     # a device that holds the micro-batch of 32 but not 64 (both predicted, not assumed)
     between = (_memory_of(task, hf, hardware, 32) + _memory_of(task, hf, hardware, 64)) / 2 / MEMORY_HEADROOM
     small = {**hardware, "memory_gb": between}
-    assert pick_micro_batch(hf, small, one, 1, task, recompute=False) == 32
-    assert pick_micro_batch(hf, {**hardware, "memory_gb": 10_000}, one, 1, task, recompute=False) == 128
-    assert pick_micro_batch(hf, small, one, 1, task, recompute=True) > 32  # layer inputs only: more rows fit
+    assert pick_update_plan(hf, small, one, 1, task, "none") == (32, "none")
+    assert pick_update_plan(hf, {**hardware, "memory_gb": 10_000}, one, 1, task, "none") == (128, "none")
+    minimal, full = (pick_update_plan(hf, small, one, 1, task, policy)[0] for policy in ("minimal", "full"))
+    assert 32 <= minimal <= full and full > 32  # the matmul outputs, then layer inputs only: more rows fit
     tiny = {**hardware, "memory_gb": 0.001}
-    assert pick_micro_batch(hf, tiny, one, 1, task, recompute=False) == 1  # the preflight then refuses the run
+    assert pick_update_plan(hf, tiny, one, 1, task, "none") == (1, "none")  # the preflight then refuses the run
 
 
 def test_auto_micro_batch_keeps_whole_rows_per_replica():
-    from framework.backends.maxtext.trainers.preflight import pick_micro_batch
+    from framework.backends.maxtext.trainers.preflight import pick_update_plan
     from framework.core.parallel import ParallelConfig
 
     task, hf, hardware = _qwen_05b_task(micro_batch_size="auto", prompts_per_step=3, num_generations=2)
     hardware["devices_per_node"] = 2
     four = ParallelConfig(dp=1, fsdp=2, tp=1, pp=1, ep=1, cp=1)
-    assert pick_micro_batch(hf, {**hardware, "memory_gb": 10_000}, four, 2, task, recompute=False) == 6
-    assert pick_micro_batch(hf, {**hardware, "memory_gb": 0.001}, four, 2, task, recompute=False) == 2
+    assert pick_update_plan(hf, {**hardware, "memory_gb": 10_000}, four, 2, task, "none") == (6, "none")
+    assert pick_update_plan(hf, {**hardware, "memory_gb": 0.001}, four, 2, task, "none") == (2, "none")
 
 
 def test_auto_micro_batch_without_a_simulator_model_is_a_config_error():
-    from framework.backends.maxtext.trainers.preflight import pick_micro_batch
+    from framework.backends.maxtext.trainers.preflight import pick_update_plan
     from framework.core.parallel import ParallelConfig
 
     task, hf, hardware = _qwen_05b_task(micro_batch_size="auto")
     two = ParallelConfig(dp=1, fsdp=2, tp=1, pp=1, ep=1, cp=1)  # on a one-GPU hardware file
-    with pytest.raises(ConfigError, match="grpo.micro_batch_size: auto needs the simulator's memory estimate"):
-        pick_micro_batch(hf, hardware, two, 2, task, recompute=False)
+    with pytest.raises(ConfigError, match="grpo.micro_batch_size / backend.adapter.remat: auto needs the "
+                                          "simulator's memory estimate"):
+        pick_update_plan(hf, hardware, two, 2, task, "none")
 
 
-def test_auto_micro_batch_runs_and_is_recorded(tmp_path):
-    """Through the trainer: the pick is logged, the run trains, the summary says what ran (the CPU file's
-    24 GB fit every micro-batch of the tiny model, so the whole step of 16 rows)."""
+def test_auto_remat_is_the_fastest_policy_that_fits_the_largest_micro_batch():
+    """remat=auto: the largest micro-batch that fits under some policy, then the first of none, minimal, full
+    that fits it. The recipe's 80 GB H100: 128 rows with minimal (the fastest update measured there,
+    docs/benchmarks.md); a larger device keeps everything; a set micro-batch gets the fastest that fits it."""
+    from dataclasses import replace
+
+    from framework.backends.maxtext.config import REMAT_NAMES
+    from framework.backends.maxtext.trainers.preflight import MEMORY_HEADROOM, pick_update_plan
+    from framework.core.parallel import ParallelConfig
+
+    task, hf, hardware = _qwen_05b_task(micro_batch_size="auto")
+    one = ParallelConfig(dp=1, fsdp=1, tp=1, pp=1, ep=1, cp=1)
+    assert (hardware["name"], hardware["memory_gb"]) == ("h100", 80)
+    assert pick_update_plan(hf, hardware, one, 1, task, "auto") == (128, "minimal")
+    assert pick_update_plan(hf, {**hardware, "memory_gb": 10_000}, one, 1, task, "auto") == (128, "none")
+    memory = {policy: _memory_of(task, hf, hardware, 128, policy) for policy in REMAT_NAMES}
+    assert memory["none"] > memory["minimal"] > memory["full"]
+    between = {**hardware, "memory_gb": (memory["minimal"] + memory["full"]) / 2 / MEMORY_HEADROOM}
+    assert pick_update_plan(hf, between, one, 1, task, "auto") == (128, "full")
+    assert pick_update_plan(hf, hardware, one, 1, replace(task, micro_batch_size=32), "auto") == (32, "none")
+
+
+def test_auto_micro_batch_and_remat_run_and_are_recorded(tmp_path):
+    """Through the trainer: the picks are logged, the run trains, the summary says what ran (the CPU file's
+    24 GB fit every micro-batch of the tiny model without remat, so the whole step of 16 rows)."""
     import json
 
     from tests.conftest import run_cli
 
-    proc = run_cli(["recipe=grpo_gsm8k_cpu", "grpo.micro_batch_size=auto", "grpo.steps=1", "grpo.eval.every=0",
-                    "grpo.checkpoint.every=0", "grpo.export_hf=false", "progress=false", f"hydra.run.dir={tmp_path}"])
+    proc = run_cli(["recipe=grpo_gsm8k_cpu", "grpo.micro_batch_size=auto", "backend.adapter.remat=auto",
+                    "grpo.steps=1", "grpo.eval.every=0", "grpo.checkpoint.every=0", "grpo.export_hf=false",
+                    "progress=false", f"hydra.run.dir={tmp_path}"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "grpo: micro_batch_size auto -> 16 (the preflight's memory estimate)" in proc.stderr
-    assert json.loads((tmp_path / "summary.json").read_text())["result"]["metrics"]["micro_batch_size"] == 16
+    assert "grpo: remat auto -> none (the preflight's memory estimate at micro-batch 16)" in proc.stderr
+    metrics = json.loads((tmp_path / "summary.json").read_text())["result"]["metrics"]
+    assert (metrics["micro_batch_size"], metrics["remat"]) == (16, "none")
 
 
 def test_the_update_is_one_optimizer_step_per_epoch_over_accumulated_micro_batches():

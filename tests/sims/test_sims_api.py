@@ -71,6 +71,9 @@ def test_kv_heads_must_divide_or_be_divided_by_tp():
         ({}, {**DECODE, "dtype": "int4"}, "workload.dtype is 'int4'"),
         ({}, {**DECODE, "beams": 4}, "workload: unknown key(s) beams"),
         ({}, {**DECODE, "recompute": "yes"}, "workload.recompute"),
+        ({}, {**DECODE, "recompute": True, "recompute_keeps": ["matmul"]}, "workload.recompute_keeps is ['matmul']"),
+        ({}, {**DECODE, "recompute_keeps": ["gemm"]}, "workload.recompute_keeps needs recompute: true"),
+        ({}, {**DECODE, "logits_chunk": 0}, "workload.logits_chunk is 0"),
     ],
 )
 def test_bad_input_raises_config_error(layout, workload, message):

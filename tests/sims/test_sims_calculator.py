@@ -181,6 +181,11 @@ def test_training_is_forward_plus_twice_backward_plus_recompute():
     assert row(recompute, "q_proj")["time_s"] == pytest.approx(4 * row(forward, "q_proj")["time_s"])
     assert row(plain, "attn_all_reduce")["time_s"] == pytest.approx(2 * row(forward, "attn_all_reduce")["time_s"])
     assert row(recompute, "q_proj")["flops"] == pytest.approx(4 * row(forward, "q_proj")["flops"])
+    # Layers that keep their GEMMs' outputs recompute only the rest (JAX's dots_with_no_batch_dims_saveable).
+    keeps = simulate(cfg, h100, layout, {**train, "recompute": True, "recompute_keeps": ["gemm"]})
+    assert row(keeps, "q_proj")["time_s"] == pytest.approx(3 * row(forward, "q_proj")["time_s"])
+    assert row(keeps, "attention")["time_s"] == pytest.approx(row(recompute, "attention")["time_s"])
+    assert plain.latency_s < keeps.latency_s < recompute.latency_s
 
 
 def test_model_flops_are_six_n_d_for_training():

@@ -115,3 +115,20 @@ def test_recompute_keeps_only_layer_inputs():
     checkpoints = 32 * 4096 * 4096 * 2 / 1e9  # one bf16 hidden state per layer and token
     logits = 4096 * 128256 * 4 / 1e9
     assert checkpoints + logits < recompute < full / 4
+
+
+def test_a_recomputed_layer_keeps_the_outputs_of_the_op_types_asked_for():
+    """recompute_keeps [gemm]: each layer also keeps q, k, v, o, gate and up outputs (not down's: it only
+    feeds the residual sum, the next layer's kept input). Llama-3.1-8B, one 4096-token sequence per device."""
+    train = {"mode": "train", "batch": 8, "seq_len": 4096, "recompute": True}
+    inputs_only = memory("llama3_1_8b", {"dp": 8}, train).memory_breakdown_gb["activations"]
+    keeps = memory("llama3_1_8b", {"dp": 8}, {**train, "recompute_keeps": ["gemm"]}).memory_breakdown_gb["activations"]
+    per_token_and_layer = 4096 + 2 * 8 * 128 + 4096 + 2 * 14336  # q, k + v, o, gate + up
+    assert keeps - inputs_only == pytest.approx(32 * 4096 * per_token_and_layer * 2 / 1e9)
+
+
+def test_a_chunked_loss_holds_one_chunk_of_logits():
+    train = {"mode": "train", "batch": 8, "seq_len": 4096}
+    whole = memory("llama3_1_8b", {"dp": 8}, train).memory_breakdown_gb["activations"]
+    chunked = memory("llama3_1_8b", {"dp": 8}, {**train, "logits_chunk": 512}).memory_breakdown_gb["activations"]
+    assert whole - chunked == pytest.approx((4096 - 512) * 128256 * 4 / 1e9)

@@ -37,7 +37,7 @@ class MaxTextAdapter(BackendAdapter):
     def __init__(self, logical_axis_rules: dict, cache_dir: str, remat: str, attention: str, decode_attention: str):
         self.logical_axis_rules = to_plain(logical_axis_rules)
         self.cache_dir = str(cache_dir)
-        self.remat = check_choice(remat, REMAT_NAMES, "backend.adapter.remat")
+        self.remat = check_choice(remat, (*REMAT_NAMES, "auto"), "backend.adapter.remat")
         self.attention = check_choice(attention, ("auto", *ATTENTION_KERNELS), "backend.adapter.attention")
         self.decode_attention = check_choice(decode_attention, ("auto", *DECODE_KERNELS),
                                              "backend.adapter.decode_attention")

@@ -10,7 +10,16 @@ from framework.core.parallel import ParallelConfig
 from framework.data.math import MathSpec
 from framework.tasks.grpo import GRPOTask
 
-REMAT_NAMES = ("none", "minimal", "full")  # keys of models.transformer.REMAT_POLICIES
+# The remat policies (models.transformer.REMAT_POLICIES, MaxText's names), fastest first, each as the
+# simulator's workload describes what a layer keeps for the backward pass (sims.workload.Workload):
+# none keeps every activation; minimal (dots_with_no_batch_dims_saveable) the outputs of the weight
+# matmuls, not of attention's batched ones; full (nothing_saveable) only the layer's input.
+REMAT_WORKLOADS = {
+    "none": {"recompute": False, "recompute_keeps": ()},
+    "minimal": {"recompute": True, "recompute_keeps": ("gemm",)},
+    "full": {"recompute": True, "recompute_keeps": ()},
+}
+REMAT_NAMES = tuple(REMAT_WORKLOADS)
 ATTENTION_KERNELS = ("xla", "cudnn")  # implementations of jax.nn.dot_product_attention
 DECODE_KERNELS = ("xla", "pallas")  # decode-step attention: XLA ops, or models/decode_attention.py
 
@@ -32,6 +41,6 @@ class GRPOConfig:
     logical_axis_rules: dict  # overrides of sharding.DEFAULT_RULES
     cache_dir: str  # tiny model builds and the JAX compilation cache
     seed: int
-    remat: str  # models.config.REMAT_NAMES
+    remat: str  # auto (the preflight picks; trainers/preflight.py:pick_update_plan) | REMAT_NAMES
     attention: str  # auto | models.config.ATTENTION_KERNELS
     decode_attention: str  # auto | DECODE_KERNELS

@@ -89,7 +89,7 @@ def predicted(args: argparse.Namespace, task, config, update_layout, mesh, place
         prediction = predict_step(load_conf("model", args.model)["hf_config"],
                                   load_conf("hardware", args.hardware)["hardware"], update_layout, mesh.size, task,
                                   placement.layout, placement.reshard_bytes(config, weight_bytes),
-                                  recompute=args.remat == "full")
+                                  remat=args.remat)
     except Exception as error:  # advisory, as in the trainer
         return {"preflight_error": str(error).splitlines()[0]}
     return {key: value for key, value in prediction.items() if key.startswith("preflight_")}

@@ -24,6 +24,7 @@ import json
 import statistics
 import time
 
+from framework.backends.maxtext.config import REMAT_NAMES
 from framework.backends.maxtext.benchmarks.shapes import parse_args, step_report
 from framework.core.paths import REPO_ROOT, load_conf
 from framework.core.parallel import ParallelConfig
@@ -118,7 +119,7 @@ def run_step(task, sampler, update, params, opt_state, rng, step: int, placement
     return params, opt_state, (reshard_s, rolled_out - start, time.perf_counter() - rolled_out), metrics
 
 
-OPTIONS = {"--remat": {"default": "none", "choices": ["none", "minimal", "full"], "help": "remat policy"},
+OPTIONS = {"--remat": {"default": "none", "choices": list(REMAT_NAMES), "help": "remat policy"},
            "--attention": {"default": "auto", "choices": ["auto", "xla", "cudnn"], "help": "attention kernel"},
            "--decode-attention": {"default": "auto", "choices": ["auto", "xla", "pallas"],
                                   "help": "decode-step attention kernel"}}

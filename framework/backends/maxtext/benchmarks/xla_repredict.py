@@ -56,7 +56,7 @@ def run_report(run_dir: Path) -> dict:
             "prompts": grpo["prompts_per_step"], "generations": grpo["num_generations"],
             "prompt_tokens": grpo["max_prompt_tokens"], "new_tokens": grpo["max_new_tokens"],
             "micro_batch": metrics["micro_batch_size"], "dtype": grpo["compute_dtype"],
-            "remat": config["backend"]["adapter"]["remat"], **measured}
+            "remat": metrics.get("remat", config["backend"]["adapter"]["remat"]), **measured}
 
 
 def parallel_of(mesh: dict | None):
@@ -79,7 +79,7 @@ def phases(report: dict, table: str | None) -> dict:
     update = parallel_of(report.get("update_mesh"))
     prediction = predict_step(load_conf("model", report["model"])["hf_config"], hardware, update,
                               report.get("devices", 1), grpo_task(args), parallel_of(report.get("rollout_mesh")),
-                              recompute=report.get("remat") == "full")
+                              remat=report.get("remat", "none"))
     rollout = prediction["preflight_prefill_s"] + prediction["preflight_decode_s"]
     update_s = prediction["preflight_train_s"] + prediction.get("preflight_forward_s", 0.0)
     return {"rollout_s": rollout, "update_s": update_s,

@@ -39,7 +39,7 @@ from framework.backends.maxtext.trainers.checkpointing import (host_arrays, key_
 from framework.data.math import load_split, system_prompt, train_examples
 from framework.models.tokenizer import load_tokenizer
 from framework.backends.maxtext.trainers.evaluation import evaluate
-from framework.backends.maxtext.trainers.preflight import (pick_micro_batch, predict_step, refuse_out_of_memory,
+from framework.backends.maxtext.trainers.preflight import (pick_update_plan, predict_step, refuse_out_of_memory,
                                                              rollout_tp_for)
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
 from framework.core.checkpoint import CheckpointPolicy
@@ -77,12 +77,13 @@ class GRPOTrainer(BaseTrainer):
     def init(self) -> None:
         """Model, params, optimizer, sampler, data order and RNG; restore the latest checkpoint when resuming."""
         self.compile_clock = CompileClock()  # compiles of init, then of each step
-        self.model_config = ModelConfig.from_pretrained(
-            self.model_dir, param_dtype=self.config.task.param_dtype, dtype=self.config.task.compute_dtype,
-        ).for_platform(self.config.remat, self.config.attention, self.config.decode_attention, kernel_platform())
-        boxed = abstract_params(Transformer(self.model_config))
+        architecture = ModelConfig.from_pretrained(
+            self.model_dir, param_dtype=self.config.task.param_dtype, dtype=self.config.task.compute_dtype)
+        boxed = abstract_params(Transformer(architecture))  # the shapes: the same under every remat policy
         self.weight_bytes = tree_bytes(nn.unbox(boxed))
-        task = self._resolve_micro_batch()
+        task, remat = self._resolve_update_plan(architecture.hf_config)
+        self.model_config = architecture.for_platform(remat, self.config.attention, self.config.decode_attention,
+                                                      kernel_platform())
         model = Transformer(self.model_config, self.mesh, self.rules)
         self.placement = self._rollout_placement(boxed)  # before any weights load: a bad layout fails fast
         self.params = load_hf_params(self.model_dir, self.model_config, self.mesh, self.rules)
@@ -128,6 +129,7 @@ class GRPOTrainer(BaseTrainer):
         summary |= {k: v for k, v in rows.items() if isinstance(v, (int, float))}
         summary |= {"steps_completed": done, "resumed_from_step": self.start_step,
                     "measured_step_s": _steady_state(step_times), "micro_batch_size": task.micro_batch_size,
+                    "remat": self.model_config.remat,
                     "init_compile_time_s": self.init_compile_s}
         return TrainingResult(success=not interrupted, metrics=summary, wall_time_s=time.perf_counter() - start,
                               samples=(done - self.start_step) * task.rows_per_step, artifacts=artifacts,
@@ -258,25 +260,29 @@ class GRPOTrainer(BaseTrainer):
     def _due(self, step: int, every: int) -> bool:
         return every > 0 and (step % every == 0 or step == self.config.task.steps)
 
-    def _resolve_micro_batch(self) -> Any:
-        """grpo.micro_batch_size=auto -> the preflight's pick (logged); the task as the update will run it."""
-        task = self.config.task
-        if task.micro_batch_size == "auto":
+    def _resolve_update_plan(self, hf_config: dict) -> tuple[Any, str]:
+        """grpo.micro_batch_size and backend.adapter.remat, auto -> the preflight's pick (logged): the task as
+        the update will run it and its remat policy."""
+        task, remat = self.config.task, self.config.remat
+        if task.micro_batch_size == "auto" or remat == "auto":
             shards = self.mesh.shape["fsdp"] * self.mesh.shape["expert"] * self.mesh.shape["tensor"]
             reference = self.weight_bytes / shards if task.beta > 0 else 0.0  # not in the simulator's train memory
-            size = pick_micro_batch(self.model_config.hf_config, self.config.hardware, self.config.parallel,
-                                    self.mesh.size, task, recompute=self.model_config.remat == "full",
-                                    resident_bytes=reference)
-            log.info("grpo: micro_batch_size auto -> %d (the preflight's memory estimate)", size)
+            size, picked = pick_update_plan(hf_config, self.config.hardware, self.config.parallel, self.mesh.size,
+                                            task, remat, resident_bytes=reference)
+            if task.micro_batch_size == "auto":
+                log.info("grpo: micro_batch_size auto -> %d (the preflight's memory estimate)", size)
+            if remat == "auto":
+                log.info("grpo: remat auto -> %s (the preflight's memory estimate at micro-batch %d)", picked, size)
             self.config.task = task = dataclasses.replace(task, micro_batch_size=size)
-        return task
+            remat = picked
+        return task, remat
 
     def _preflight(self) -> dict[str, Any]:
         try:
             reshard_bytes = self.placement.reshard_bytes(self.model_config, self.weight_bytes)
             prediction = predict_step(self.model_config.hf_config, self.config.hardware, self.config.parallel,
                                       self.mesh.size, self.config.task, self.placement.layout, reshard_bytes,
-                                      recompute=self.model_config.remat == "full")
+                                      remat=self.model_config.remat)
         except CrucibleError as error:  # advisory: a model the simulator cannot handle still trains
             log.warning("preflight: %s", error)
             return {"preflight_error": str(error)}

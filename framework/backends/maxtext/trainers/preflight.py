@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
+from framework.backends.maxtext.config import REMAT_NAMES, REMAT_WORKLOADS
 from framework.backends.maxtext.models.decode_attention import cache_slots
 from framework.core.dtypes import BYTES, SHORT
 from framework.core.errors import ConfigError, CrucibleError
@@ -29,17 +30,19 @@ ROLLOUT_PHASES = ("prefill", "decode")
 MEMORY_HEADROOM = 0.85
 
 
-def train_workload(task: GRPOTask, micro_batch: int, zero: bool, recompute: bool) -> dict:
+def train_workload(task: GRPOTask, micro_batch: int, zero: bool, remat: str) -> dict:
     """One optimizer step of the update as it runs: the step's rows in micro-batches of `micro_batch`
-    whose gradients accumulate (the simulator's `microbatches`), then one AdamW step."""
+    whose gradients accumulate (the simulator's `microbatches`), then one AdamW step; each layer under
+    the remat policy `remat` (config.REMAT_WORKLOADS), the vocabulary projection logprob_chunk_size
+    positions at a time (trainers/update.py:completion_log_probs)."""
     return {"mode": "train", "batch": task.rows_per_step, "microbatches": task.rows_per_step // micro_batch,
             "seq_len": task.max_prompt_tokens + task.max_new_tokens, "dtype": SHORT[task.compute_dtype],
-            "zero": zero, "recompute": recompute}
+            "zero": zero, "logits_chunk": task.logprob_chunk_size, **REMAT_WORKLOADS[remat]}
 
 
-def grpo_phases(task: GRPOTask, zero: bool, recompute: bool = False) -> list[tuple[str, dict, int]]:
-    """(name, simulator workload, how many times it runs per step) for one GRPO step; `recompute`: the
-    update rematerialises each layer (backend.adapter.remat=full)."""
+def grpo_phases(task: GRPOTask, zero: bool, remat: str = "none") -> list[tuple[str, dict, int]]:
+    """(name, simulator workload, how many times it runs per step) for one GRPO step; `remat`: the
+    update's remat policy (backend.adapter.remat)."""
     dtype = SHORT[task.compute_dtype]
     prompt, new, rows = task.max_prompt_tokens, task.max_new_tokens, task.rows_per_step
     sequence = prompt + new
@@ -48,7 +51,7 @@ def grpo_phases(task: GRPOTask, zero: bool, recompute: bool = False) -> list[tup
     phases = [
         ("prefill", {"mode": "prefill", "batch": task.prompts_per_step, "seq_len": prompt, "dtype": dtype}, 1),
         ("decode", {"mode": "decode", "batch": rows, "context_len": prompt + new // 2, "dtype": dtype}, new),
-        ("train", train_workload(task, task.micro_batch_size, zero, recompute), task.ppo_epochs),
+        ("train", train_workload(task, task.micro_batch_size, zero, remat), task.ppo_epochs),
     ]
     if extra_forwards:
         phases.append(("forward", {"mode": "prefill", "batch": task.micro_batch_size, "seq_len": sequence,
@@ -58,7 +61,7 @@ def grpo_phases(task: GRPOTask, zero: bool, recompute: bool = False) -> list[tup
 
 def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], parallel: ParallelConfig,
                  devices: int, task: GRPOTask, rollout: ParallelConfig | None = None,
-                 reshard_bytes: float = 0.0, recompute: bool = False) -> dict[str, Any]:
+                 reshard_bytes: float = 0.0, remat: str = "none") -> dict[str, Any]:
     """Predicted seconds per GRPO step (and per phase) and the peak memory per device of its phases.
 
     `rollout`: the resolved rollout layout (None: the update's); `reshard_bytes`: what each device receives
@@ -77,7 +80,7 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
     reshard_s = reshard_seconds(reshard_bytes, hardware)
     prediction: dict[str, Any] = {"preflight_predicted_step_s": reshard_s, "preflight_reshard_s": reshard_s}
     memory, fits = 0.0, True
-    for name, workload, repeats in grpo_phases(task, zero, recompute):
+    for name, workload, repeats in grpo_phases(task, zero, remat):
         phase_layout = rollout_layout if name in ROLLOUT_PHASES else layout
         summary = simulate(hf_config, hardware, phase_layout, workload, stack=stack_for_backend("maxtext")).summary()
         if summary["status"] != "ok":
@@ -91,37 +94,45 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
     return prediction
 
 
-def pick_micro_batch(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], parallel: ParallelConfig,
-                     devices: int, task: GRPOTask, recompute: bool, resident_bytes: float = 0.0) -> int:
-    """grpo.micro_batch_size=auto: the largest divisor of the step's rows (a multiple of the data-parallel
-    replicas, so every device gets whole rows) whose training micro-step the simulator fits in
-    MEMORY_HEADROOM of the device beside `resident_bytes` (what the simulator does not count: the
-    reference model with beta > 0); the smallest candidate when none fits (the preflight's memory check
-    then refuses the run). Larger micro-batches ran the update faster (docs/benchmarks.md)."""
+def pick_update_plan(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], parallel: ParallelConfig,
+                     devices: int, task: GRPOTask, remat: str, resident_bytes: float = 0.0) -> tuple[int, str]:
+    """(micro-batch, remat policy) for grpo.micro_batch_size and backend.adapter.remat, either of them auto.
+
+    A micro-batch size fits when the simulator fits its training micro-step in MEMORY_HEADROOM of the
+    device beside `resident_bytes` (what the simulator does not count: the reference model with beta > 0).
+    micro_batch_size=auto: the largest divisor of the step's rows (a multiple of the data-parallel replicas,
+    so every device gets whole rows) that fits under some allowed policy; larger micro-batches ran the
+    update faster (docs/benchmarks.md). remat=auto: at that size, the first policy of REMAT_NAMES (fastest
+    first: none, minimal, full) that fits. When nothing fits: the smallest size and the last policy (the
+    preflight's memory check then refuses the run)."""
     try:
         from sims.api import simulate
         from sims.stacks import stack_for_backend
         from sims.workload import layout_from_parallel
     except ImportError as error:
-        raise ConfigError("grpo.micro_batch_size: auto needs the simulator (sims) to estimate memory; "
-                          "set a number") from error
+        raise ConfigError("grpo.micro_batch_size / backend.adapter.remat: auto needs the simulator (sims) to "
+                          "estimate memory; set them") from error
 
     layout, zero = layout_from_parallel(parallel.as_dict(), devices)
     rows = task.rows_per_step
-    candidates = [m for m in range(rows, 0, -1) if rows % m == 0 and m % layout["dp"] == 0]
-    if not candidates:
+    sizes = [task.micro_batch_size]
+    if task.micro_batch_size == "auto":
+        sizes = [m for m in range(rows, 0, -1) if rows % m == 0 and m % layout["dp"] == 0]
+    if not sizes:
         raise ConfigError(f"grpo.micro_batch_size: auto finds no divisor of the {rows} rows per step that splits over "
                           f"the {layout['dp']} data-parallel replicas; set a number")
+    policies = REMAT_NAMES if remat == "auto" else (remat,)
     budget_gb = hardware["memory_gb"] * MEMORY_HEADROOM - resident_bytes / 1e9
-    for size in candidates:
-        summary = simulate(hf_config, hardware, layout, train_workload(task, size, zero, recompute),
-                           stack=stack_for_backend("maxtext")).summary()
-        if summary["status"] != "ok":
-            raise ConfigError(f"grpo.micro_batch_size: auto needs the simulator's memory estimate, which cannot "
-                              f"model this run ({summary['reason']}); set a number that divides {rows}")
-        if summary["fits"] and summary["memory_per_device_gb"] <= budget_gb:
-            return size
-    return candidates[-1]
+    for size in sizes:
+        for policy in policies:
+            summary = simulate(hf_config, hardware, layout, train_workload(task, size, zero, policy),
+                               stack=stack_for_backend("maxtext")).summary()
+            if summary["status"] != "ok":
+                raise ConfigError(f"grpo.micro_batch_size / backend.adapter.remat: auto needs the simulator's memory "
+                                  f"estimate, which cannot model this run ({summary['reason']}); set them")
+            if summary["fits"] and summary["memory_per_device_gb"] <= budget_gb:
+                return size, policy
+    return sizes[-1], policies[-1]
 
 
 def reshard_bytes_per_device(weight_bytes: float, update_mesh: Mapping[str, int],
