@@ -97,7 +97,14 @@ def _parse(key: str, stack: str) -> HardwareSpec:
 
 
 def _efficiency_table(setting, stack_name: str) -> EfficiencyTable:
-    stack(stack_name)  # a known stack, else ConfigError
+    spec = stack(stack_name)  # a known stack, else ConfigError
+    table = _stack_table(setting, spec.table)
+    for op, donor in spec.borrowed_ops:
+        table = table.with_op_from(_stack_table(setting, donor), op)
+    return table
+
+
+def _stack_table(setting, stack_name: str) -> EfficiencyTable:
     path = setting.get(stack_name) if isinstance(setting, Mapping) else setting
     if path is None:
         return EfficiencyTable()

@@ -32,6 +32,8 @@ class Stack:
     merge: tuple[tuple[str, tuple[str, ...]], ...]
     fused_away: tuple[str, ...]
     residual_add: str
+    table: str  # the stack whose efficiency table serves this one
+    borrowed_ops: tuple[tuple[str, str], ...]  # (op, stack whose table times it)
 
 
 @lru_cache(maxsize=1)
@@ -44,7 +46,8 @@ def stacks() -> dict[str, Stack]:
             raise ConfigError(f"{STACKS_FILE}: {name}.residual_add is {record['residual_add']!r}; valid: with_norm, own_kernel")
         merge = tuple((new, tuple(parts)) for new, parts in record["merge"].items())
         parsed[name] = Stack(name, record["description"], tuple(record["backends"]), merge,
-                             tuple(record["fused_away"]), record["residual_add"])
+                             tuple(record["fused_away"]), record["residual_add"], record["table"],
+                             tuple(record["borrowed_ops"].items()))
     return parsed
 
 
@@ -56,7 +59,7 @@ def stack(name: str) -> Stack:
 
 
 def stack_for_backend(backend: str) -> str:
-    """The stack a Crucible backend runs (maxtext -> xla, megatron -> torch_fused, torch ->
+    """The stack a Crucible backend runs (maxtext -> xla, megatron -> megatron_local, torch ->
     transformers), for preflight predictions of that backend's runs."""
     for candidate in stacks().values():
         if backend in candidate.backends:
