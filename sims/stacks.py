@@ -3,9 +3,10 @@
 The builders describe a model's math once (sims/builders); `apply_stack` rewrites that graph into
 the kernels one stack launches: GEMMs it runs as one (merge), ops it folds into a neighbouring
 kernel (fused_away), and whether the residual add is its own kernel or counted with the RMSNorm.
-An efficiency table is measured on one (hardware, stack) pair (sims/calibration/table.py).
+An efficiency table is measured on one (hardware, stack) pair (sims/calibration/table.py); a stack
+may take another stack's table (`table`) and single ops from a third (`borrowed_ops`, sims/hardware.py).
 
-    stack_for_backend("megatron")   # -> "torch_fused": the stack preflight should simulate
+    stack_for_backend("megatron")   # -> "megatron_local": the stack preflight should simulate
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -179,18 +179,6 @@ class EfficiencyTable:
     def for_op(self, op_name: str, op_class: str) -> ClassEfficiency:
         """The op's own measured efficiency when the table has one, else its class's."""
         return self.ops.get(op_name) or self.op_classes[op_class]
-
-    def with_op_from(self, donor: "EfficiencyTable", op: str) -> "EfficiencyTable":
-        """This table with `op`'s forward efficiency and measurements (forward and backward) taken from
-        `donor`, a table of the stack whose kernels run that op; unchanged when `donor` never measured it."""
-        if op not in donor.ops:
-            return self
-        return replace(
-            self, ops={**self.ops, op: donor.ops[op]}, source=f"{self.source}; {op} from {donor.source}",
-            op_measurements=tuple(m for m in self.op_measurements if m.op != op)
-            + tuple(m for m in donor.op_measurements if m.op == op),
-            backward_measurements=tuple(m for m in self.backward_measurements if m.op != op)
-            + tuple(m for m in donor.backward_measurements if m.op == op))
 
     @classmethod
     def from_dict(cls, record: Mapping, origin: str = "efficiency table") -> "EfficiencyTable":
