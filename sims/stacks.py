@@ -49,6 +49,10 @@ def stacks() -> dict[str, Stack]:
         parsed[name] = Stack(name, record["description"], tuple(record["backends"]), merge,
                              tuple(record["fused_away"]), record["residual_add"], record["table"],
                              tuple(record["borrowed_ops"].items()))
+    for spec in parsed.values():
+        for key, named in (("table", spec.table), *((f"borrowed_ops.{op}", donor) for op, donor in spec.borrowed_ops)):
+            if named not in parsed:
+                raise ConfigError(f"{STACKS_FILE}: {spec.name}.{key} is {named!r}; valid: {', '.join(parsed)}")
     return parsed
 
 

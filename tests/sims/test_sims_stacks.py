@@ -129,3 +129,22 @@ def test_mla_models_have_no_qkv_pair_to_merge():
     graph = build_graph(model_config("deepseek_v3"), "decode", "torch_fused")
     assert "qkv_proj" not in names(graph) and "fused_qkv_a_proj" in names(graph)
     assert "rotary" not in names(graph)
+
+
+def test_a_stack_naming_an_unknown_table_or_donor_stack_is_a_config_error(tmp_path, monkeypatch):
+    import yaml
+
+    import sims.stacks as stacks_module
+
+    records = yaml.safe_load(stacks_module.STACKS_FILE.read_text())
+    records["megatron_local"]["borrowed_ops"] = {"rotary": "hf"}
+    bad = tmp_path / "stacks.yaml"
+    bad.write_text(yaml.safe_dump(records))
+    monkeypatch.setattr(stacks_module, "STACKS_FILE", bad)
+    stacks.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="megatron_local.borrowed_ops.rotary is 'hf'; valid: "):
+            stacks()
+    finally:
+        monkeypatch.undo()
+        stacks.cache_clear()
