@@ -130,8 +130,8 @@ def _kv_elements_per_token(graph: ComputationalGraph, ctx: Context) -> np.ndarra
 
 def _inference_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
     """The largest single op's inputs + outputs (activations are freed layer by layer), plus fp32 logits."""
-    io_in, io_out = costs_for(graph, ctx).io_elements
-    io, pp = io_in + io_out, ctx.layout.pp
+    costs = costs_for(graph, ctx)
+    io, pp = costs.inputs + costs.outputs, ctx.layout.pp
     largest = (stage_split(graph, pp).runs * io).max(axis=1).tolist() if pp > 1 else [float(io.max())]  # pp 1 runs all
     logits = _logits_elements(graph, ctx)
     return [op * ctx.precision.act_bytes + head * LOGITS_BYTES for op, head in zip(largest, logits)]
@@ -143,7 +143,7 @@ def _training_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list[
     layer's saved set is live at a time."""
     layout, workload, pp = ctx.layout, ctx.workload, ctx.layout.pp
     counts = stage_split(graph, pp).matrix
-    saved = costs_for(graph, ctx).io_elements[0]  # by each execution of each op
+    saved = costs_for(graph, ctx).inputs  # by each execution of each op
     if workload.recompute:
         outside_layers = (counts @ (saved * (columns(graph).attrs["in_layer"] == 0))).tolist()
         bounds = stage_layer_bounds(graph.meta["num_layers"], pp)

@@ -33,7 +33,7 @@ from sims.hardware import HardwareSpec
 from sims.ir import ComputationalGraph, OpNode
 from sims.memory import local_params
 from sims.op_columns import columns, work_coefficients
-from sims.partition import expert_data_parallel, stage_counts, stage_split
+from sims.partition import expert_data_parallel, stage_split
 from sims.vector_cost import Costs, costs_for
 from sims.workload import Layout, Workload
 
@@ -79,7 +79,7 @@ def estimate_step(
     return StepEstimate(latency, model_flops(graph, workload), rows, ops.slowest)
 
 
-@dataclass(frozen=True)
+@dataclass
 class StageOps:
     """The ops of every pipeline stage for one micro-batch: time per stage (without send/recv), the
     slowest stage, and what its per-op rows are built from when asked (a sweep mostly is not)."""
@@ -115,8 +115,8 @@ def _stage_ops(graph: ComputationalGraph, ctx: Context) -> StageOps:
 
 
 def _cost_stages(graph: ComputationalGraph, ctx: Context, costs: Costs) -> StageOps:
-    w, pp = ctx.workload, ctx.layout.pp
-    passes, weights = _STEP_CACHES.of(ctx.hw).get(graph, ("passes", w.mode, w.recompute, pp), lambda: _stage_weights(
+    w, pp, cache = ctx.workload, ctx.layout.pp, _STEP_CACHES.of(ctx.hw)
+    passes, weights, counts, heads = cache.get(graph, ("passes", w.mode, w.recompute, pp), lambda: _stage_weights(
         graph, w, pp))
     time_multipliers = passes
     ratios = backward_ratios(graph, ctx.hw) if w.mode == "train" else None
@@ -126,11 +126,12 @@ def _cost_stages(graph: ComputationalGraph, ctx: Context, costs: Costs) -> Stage
         time_multipliers = passes + measured
         weights = stage_split(graph, pp).matrix * time_multipliers
     stage_s = (weights @ costs.time_s).tolist()
-    per_stage_rows = _train_rows(graph, ctx, ratios) if w.mode == "train" else [()] * pp
-    stage_s = [t + sum(row[5] for row in rows) for t, rows in zip(stage_s, per_stage_rows)]
+    per_stage_rows = [()] * pp
+    if w.mode == "train":
+        per_stage_rows = _train_rows(graph, ctx, ratios, heads)
+        stage_s = [t + sum(row[5] for row in rows) for t, rows in zip(stage_s, per_stage_rows)]
     slowest = max(range(pp), key=stage_s.__getitem__)
-    return StageOps(stage_s, slowest, costs, passes, time_multipliers, stage_counts(graph, pp)[slowest],
-                    per_stage_rows[slowest])
+    return StageOps(stage_s, slowest, costs, passes, time_multipliers, counts[slowest], per_stage_rows[slowest])
 
 
 def backward_ratios(graph: ComputationalGraph, hw: HardwareSpec) -> BackwardRatios | None:
@@ -141,26 +142,38 @@ def backward_ratios(graph: ComputationalGraph, hw: HardwareSpec) -> BackwardRati
     return _STEP_CACHES.of(hw).get(graph, "backward_ratios", lambda: BackwardRatios(measurements, TRAIN_BACKWARD_FACTOR))
 
 
-def _train_rows(graph: ComputationalGraph, ctx: Context, ratios: BackwardRatios | None) -> list[tuple]:
+def _train_rows(
+    graph: ComputationalGraph, ctx: Context, ratios: BackwardRatios | None, heads: list[bool]
+) -> list[tuple]:
     """Per stage, one micro-batch's training work outside the graph's nodes: the loss over the
     vocabulary, forward and backward, where lm_head runs; the weight gradients added into the fp32
-    main grads on every stage."""
-    layout, pp = ctx.layout, ctx.layout.pp
-    counts = stage_counts(graph, pp)
-    head = next((i for i, node in enumerate(graph.nodes) if node.name == "lm_head"), None)
-    flops, nbytes = loss_work(ctx.dims["logit_tokens"], graph.meta["vocab_size"], layout.tp, ctx.precision.act_bytes)
+    main grads on every stage (`heads`: whether each stage runs lm_head). The loss depends on the
+    logits a device holds, the accumulation on the parameters it holds: each is kept per what it
+    depends on, so a sweep computes each once."""
+    layout, w, cache = ctx.layout, ctx.workload, _STEP_CACHES.of(ctx.hw)
+    logits = ctx.dims["logit_tokens"]
+    loss = cache.get(graph, ("loss", logits, layout.tp, w.dtype), lambda: _loss_row(graph, ctx, ratios))
+    accumulate = cache.get(graph, ("accumulate", layout.tp, layout.ep, layout.pp, w.dtype),
+                           lambda: _accumulate_rows(graph, ctx))
+    return [(loss, row) if head else (row,) for head, row in zip(heads, accumulate)]
+
+
+def _loss_row(graph: ComputationalGraph, ctx: Context, ratios: BackwardRatios | None) -> tuple:
+    layout, act_bytes = ctx.layout, ctx.precision.act_bytes
+    flops, nbytes = loss_work(ctx.dims["logit_tokens"], graph.meta["vocab_size"], layout.tp, act_bytes)
     loss_s, loss_bound = extra_op_s("cross_entropy", "elementwise", flops, nbytes, ctx)
     loss_ratio = ratios.ratio("cross_entropy", "elementwise", loss_s) if ratios else TRAIN_BACKWARD_FACTOR
-    loss = ("cross_entropy", "elementwise", 1, flops * (1 + TRAIN_BACKWARD_FACTOR),
+    return ("cross_entropy", "elementwise", 1, flops * (1 + TRAIN_BACKWARD_FACTOR),
             nbytes * (1 + TRAIN_BACKWARD_FACTOR), loss_s * (1 + loss_ratio), loss_bound)
+
+
+def _accumulate_rows(graph: ComputationalGraph, ctx: Context) -> list[tuple]:
     rows = []
-    for stage in range(pp):
-        params = sum(local_params(graph, layout, stage))
+    for stage in range(ctx.layout.pp):
+        params = sum(local_params(graph, ctx.layout, stage))
         accumulate_bytes = params * GRAD_ACCUMULATE_BYTES
         accumulate_s, bound = extra_op_s("grad_accumulate", "elementwise", params, accumulate_bytes, ctx)
-        accumulate = ("grad_accumulate", "elementwise", 1, params, accumulate_bytes, accumulate_s, bound)
-        has_head = head is not None and counts[stage][head]
-        rows.append((loss, accumulate) if has_head else (accumulate,))
+        rows.append(("grad_accumulate", "elementwise", 1, params, accumulate_bytes, accumulate_s, bound))
     return rows
 
 
@@ -181,10 +194,13 @@ def extra_op_s(op: str, op_class: str, flops: float, nbytes: float, ctx: Context
     return max(compute_s, memory_s) + floor_s, bound if floor_s < max(compute_s, memory_s) else "floor"
 
 
-def _stage_weights(graph: ComputationalGraph, workload: Workload, pp: int) -> tuple[np.ndarray, np.ndarray]:
-    """(pass multiplier per node, executions x multiplier per stage and node)."""
+def _stage_weights(graph: ComputationalGraph, workload: Workload, pp: int) -> tuple:
+    """(pass multiplier per node, executions x multiplier per stage and node, executions per stage
+    and node, whether each stage runs lm_head): what a split needs for every binding, looked up once."""
     multipliers = np.array([passes(node, workload, graph.meta["num_layers"])[0] for node in graph.nodes])
-    return multipliers, stage_split(graph, pp).matrix * multipliers
+    split, head = stage_split(graph, pp), columns(graph).index.get("lm_head")
+    heads = [head is not None and bool(counts[head]) for counts in split.counts]
+    return multipliers, split.matrix * multipliers, split.counts, heads
 
 
 _STEP_CACHES = PerHardware()  # costed stages, per parsed hardware spec (and so per efficiency table)

@@ -42,16 +42,23 @@ class Plan:
     io: tuple[np.ndarray, np.ndarray]  # (input, output) activation elements per feature (memory.py)
     measurable: tuple[int, ...]  # nodes the efficiency table may hold measured curves for
 
+    def __post_init__(self):  # what every binding would otherwise test again
+        self.has_experts = bool(self.expert_bytes.any())
+        self.comm_runs = bool((self.runs & self.columns.comm).any())
+        self.idle = ~self.runs
+
     def cost(self, ctx: Context) -> "Costs":
         features = self.columns.values(ctx.dims)
         flops = self.flops @ features
         nbytes = self.bytes @ features + self.const_bytes
-        if self.expert_bytes.any():  # E * (1 - (1 - k/E)^T) of E experts touched by T tokens
+        if self.has_experts:  # E * (1 - (1 - k/E)^T) of E experts touched by T tokens
             nbytes += self.expert_bytes * (1.0 - self.miss ** (ctx.dims["tokens"] * self.hit_tokens_per_token))
         compute_s, memory_s = flops / self.peak, nbytes / self.bandwidth
         time_s = np.maximum(compute_s, memory_s) + self.floor_s
-        comm_s = self.latency_s + self.bus_factor * nbytes / self.bus_bandwidth
-        time_s = np.where(self.runs, np.where(self.columns.comm, comm_s, time_s), 0.0)
+        if self.comm_runs:  # collectives that run take the link model's time
+            comm_s = self.latency_s + self.bus_factor * nbytes / self.bus_bandwidth
+            time_s = np.where(self.columns.comm, comm_s, time_s)
+        time_s[self.idle] = 0.0
         measured = {}
         for i in self.measurable:
             node, floor_s = self.nodes[i], float(self.floor_s[i])
@@ -100,9 +107,14 @@ class Costs:
         return bounds
 
     @cached_property
-    def io_elements(self) -> tuple[np.ndarray, np.ndarray]:
-        """(input, output) elements of one execution of every op on one device (sims/memory.py)."""
-        return self.plan.io[0] @ self.features, self.plan.io[1] @ self.features
+    def inputs(self) -> np.ndarray:
+        """Input elements of one execution of every op on one device (sims/memory.py: what training saves)."""
+        return self.plan.io[0] @ self.features
+
+    @cached_property
+    def outputs(self) -> np.ndarray:
+        """Output elements of one execution of every op on one device (sims/memory.py)."""
+        return self.plan.io[1] @ self.features
 
 
 def costs_for(graph: ComputationalGraph, ctx: Context) -> Costs:

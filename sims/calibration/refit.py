@@ -6,8 +6,6 @@
         --out sims/calibration/tables/h100.json \\
         sims/benchmarks/results/h100_2026-11-26/microbench.json fp8/measurements.json coll/collectives_2.json
 
-A shipped table may also list `borrowed` files of another card (refit.yaml): their backward
-measurements and, scaled by the HBM bandwidths, their loss, grad-accumulation and optimizer timings.
 Every file is a JSON list of measurements (microbench.json, `microbench --measurements`) or an
 object with a `measurements` list (sims.calibration.collectives). Kernel timings and collective
 timings are told apart by their keys (sims/calibration/fit.py); the same files always give the
@@ -26,7 +24,6 @@ from sims.calibration.fit import fit_table
 from sims.calibration.table import EfficiencyTable, save_table
 from sims.hardware import REPO_ROOT, read_hardware_file
 from sims.stacks import stacks
-from sims.train_work import OUTSIDE_GRAPH_OPS
 
 SHIPPED = REPO_ROOT / "sims/calibration/tables/refit.yaml"
 
@@ -43,24 +40,6 @@ def refit(files: list[str], hardware_file: str, stack: str, source: str) -> Effi
     return fit_table(read_measurements(files), read_hardware_file(hardware_file), source=source, stack=stack)
 
 
-def borrowed_measurements(spec: dict, hardware_file: str) -> list[dict]:
-    """Training measurements taken from another card of the same kind (refit.yaml `borrowed`): the
-    backward measurements as they are (the table keeps backward/forward ratios), the loss, gradient
-    accumulation and optimizer step (memory-bound) with their times scaled by the two cards' HBM
-    bandwidths, i.e. at the efficiency they reached there."""
-    if not spec:
-        return []
-    scale = read_hardware_file(str(REPO_ROOT / spec["from"]))["hbm_tb_s"] / read_hardware_file(hardware_file)["hbm_tb_s"]
-    borrowed = []
-    for m in read_measurements([str(REPO_ROOT / f) for f in spec["files"]]):
-        if m.get("pass") == "backward":
-            borrowed.append(m)
-        elif m.get("op") in OUTSIDE_GRAPH_OPS and "time_us" in m:
-            borrowed.append({**m, "time_us": m["time_us"] * scale, "timing": f"{m.get('timing')} x {scale:.4f} (HBM)"})
-    return borrowed
-
-
-
 def refit_shipped(out_dir: Path) -> list[Path]:
     """Every shipped table as refit.yaml describes it, written into out_dir."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -68,7 +47,7 @@ def refit_shipped(out_dir: Path) -> list[Path]:
     for name, spec in yaml.safe_load(SHIPPED.read_text()).items():
         files = [str(REPO_ROOT / f) for f in spec["files"]]
         hardware_file = str(REPO_ROOT / spec["hardware"])
-        measurements = read_measurements(files) + borrowed_measurements(spec.get("borrowed"), hardware_file)
+        measurements = read_measurements(files)
         table = fit_table(measurements, read_hardware_file(hardware_file), source=spec["source"], stack=spec["stack"])
         save_table(table, out_dir / name)
         written.append(out_dir / name)

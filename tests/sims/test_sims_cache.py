@@ -102,3 +102,36 @@ def test_precisions_are_kept_per_spec_object_and_bounded():
     for size in range(calculator.PRECISIONS_KEPT + 10):  # many parsed specs: a long sweep over memory sizes
         calculator._precision("bf16", hardware_spec(hardware("h100", memory_gb=80 + size)), False)
     assert len(calculator._PRECISIONS) == calculator.PRECISIONS_KEPT
+
+
+def test_training_rows_shared_across_a_sweep_equal_each_configuration_costed_alone():
+    """The loss row is shared by configurations with equal logits per device (tp, tokens per
+    micro-batch, dtype), the gradient-accumulation rows by equal parameters per device (tp, ep, pp,
+    dtype): sharing them must give every configuration the summary and rows it gets alone."""
+    from sims_helpers import hardware, model_config
+
+    from sims import simulate
+    from sims.cache import clear_caches
+
+    cfg, hw = model_config("qwen3_30b_a3b"), hardware("h100", efficiency_table=None, nodes=2)
+    train = {"mode": "train", "seq_len": 1024, "microbatches": 2}
+    points = [  # pairs that share one row and differ in the other (dp and batch keep the logits per device)
+        ({"tp": 2, "dp": 1, "ep": 2, "pp": 2}, {**train, "batch": 8}),
+        ({"tp": 2, "dp": 2, "ep": 2, "pp": 2}, {**train, "batch": 16}),
+        ({"tp": 2, "dp": 2, "ep": 4, "pp": 2}, {**train, "batch": 16}),
+        ({"tp": 2, "dp": 2, "ep": 4, "pp": 1}, {**train, "batch": 16}),
+        ({"tp": 2, "dp": 2, "ep": 4, "pp": 1}, {**train, "batch": 16, "dtype": "fp32"}),
+        ({"tp": 4, "dp": 1, "ep": 4, "pp": 1}, {**train, "batch": 8}),
+    ]
+    swept = [simulate(cfg, hw, layout, workload) for layout, workload in points]
+    for (layout, workload), shared in zip(points, swept):
+        clear_caches()
+        alone = simulate(cfg, hw, layout, workload)
+        assert shared.status == "ok", shared.reason
+        assert shared.summary() == alone.summary(), (layout, workload)
+        assert shared.breakdown_rows() == alone.breakdown_rows(), (layout, workload)
+    rows = [{row["name"]: row["time_s"] for row in result.breakdown_rows()} for result in swept]
+    assert rows[0]["cross_entropy"] == rows[1]["cross_entropy"]
+    assert rows[1]["grad_accumulate"] != rows[2]["grad_accumulate"]  # ep changes the experts a device holds
+    assert rows[2]["grad_accumulate"] != rows[3]["grad_accumulate"]  # pp changes the layers a device holds
+    assert rows[3]["cross_entropy"] != rows[4]["cross_entropy"]  # fp32 logits: twice the bytes
