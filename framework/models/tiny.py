@@ -218,7 +218,9 @@ def _save_random_model(hf_config: dict, tokenizer, dtype_name: str, seed: int, o
         raise ConfigError(f"model.hf_config: transformers cannot build model_type "
                           f"{hf_config['model_type']!r}: {error}") from error
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype(dtype_name))
+    # Initialised in float32, then cast: torch's CPU normal_ in bfloat16 ran at ~20M values/s on a 16-core
+    # GPU host (24.6 s of a 41 s Qwen2.5-0.5B build there; docs/benchmarks.md, issue 15, session 11).
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(torch_dtype(dtype_name))
     model.generation_config.eos_token_id = [eos_id, pad_id]
     model.generation_config.pad_token_id = pad_id
     model.generation_config.bos_token_id = pad_id
