@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -62,7 +62,9 @@ def hardware_spec(hardware: Mapping, stack: str = DEFAULT_STACK) -> HardwareSpec
     """Parse (and cache) a hardware dict, with the efficiency table of software `stack`.
 
     hardware.efficiency_table: null (built-in factors), a path (used when the table's `stack` is
-    `stack` or unset; a table of another stack is ignored), or a mapping {stack: path or null}."""
+    `stack` or unset; a table of another stack is ignored), or a mapping {stack: path or null}. The
+    stack's `table` (sims/stacks.yaml) names the entry that serves it, `borrowed_ops` the ops timed
+    from another stack's entry."""
     return _parse(json_key(hardware, "hardware"), stack)
 
 
@@ -97,7 +99,27 @@ def _parse(key: str, stack: str) -> HardwareSpec:
 
 
 def _efficiency_table(setting, stack_name: str) -> EfficiencyTable:
-    stack(stack_name)  # a known stack, else ConfigError
+    spec = stack(stack_name)  # a known stack, else ConfigError
+    table = _stack_table(setting, spec.table)
+    for op, donor in spec.borrowed_ops:
+        table = _with_op_from(table, _stack_table(setting, donor), op)
+    return table
+
+
+def _with_op_from(table: EfficiencyTable, donor: EfficiencyTable, op: str) -> EfficiencyTable:
+    """`table` with `op`'s forward fit and its forward and backward measurements taken from `donor`, the
+    table of the stack whose kernels run that op; unchanged when `donor` never measured it."""
+    if op not in donor.ops:
+        return table
+    return replace(
+        table, ops={**table.ops, op: donor.ops[op]}, source=f"{table.source}; {op} from {donor.source}",
+        op_measurements=tuple(m for m in table.op_measurements if m.op != op)
+        + tuple(m for m in donor.op_measurements if m.op == op),
+        backward_measurements=tuple(m for m in table.backward_measurements if m.op != op)
+        + tuple(m for m in donor.backward_measurements if m.op == op))
+
+
+def _stack_table(setting, stack_name: str) -> EfficiencyTable:
     path = setting.get(stack_name) if isinstance(setting, Mapping) else setting
     if path is None:
         return EfficiencyTable()

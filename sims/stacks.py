@@ -3,9 +3,10 @@
 The builders describe a model's math once (sims/builders); `apply_stack` rewrites that graph into
 the kernels one stack launches: GEMMs it runs as one (merge), ops it folds into a neighbouring
 kernel (fused_away), and whether the residual add is its own kernel or counted with the RMSNorm.
-An efficiency table is measured on one (hardware, stack) pair (sims/calibration/table.py).
+An efficiency table is measured on one (hardware, stack) pair (sims/calibration/table.py); a stack
+may take another stack's table (`table`) and single ops from a third (`borrowed_ops`, sims/hardware.py).
 
-    stack_for_backend("megatron")   # -> "torch_fused": the stack preflight should simulate
+    stack_for_backend("megatron")   # -> "megatron_local": the stack preflight should simulate
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class Stack:
     merge: tuple[tuple[str, tuple[str, ...]], ...]
     fused_away: tuple[str, ...]
     residual_add: str
+    table: str  # the stack whose efficiency table serves this one
+    borrowed_ops: tuple[tuple[str, str], ...]  # (op, stack whose table times it)
 
 
 @lru_cache(maxsize=1)
@@ -44,7 +47,12 @@ def stacks() -> dict[str, Stack]:
             raise ConfigError(f"{STACKS_FILE}: {name}.residual_add is {record['residual_add']!r}; valid: with_norm, own_kernel")
         merge = tuple((new, tuple(parts)) for new, parts in record["merge"].items())
         parsed[name] = Stack(name, record["description"], tuple(record["backends"]), merge,
-                             tuple(record["fused_away"]), record["residual_add"])
+                             tuple(record["fused_away"]), record["residual_add"], record["table"],
+                             tuple(record["borrowed_ops"].items()))
+    for spec in parsed.values():
+        for key, named in (("table", spec.table), *((f"borrowed_ops.{op}", donor) for op, donor in spec.borrowed_ops)):
+            if named not in parsed:
+                raise ConfigError(f"{STACKS_FILE}: {spec.name}.{key} is {named!r}; valid: {', '.join(parsed)}")
     return parsed
 
 
@@ -56,7 +64,7 @@ def stack(name: str) -> Stack:
 
 
 def stack_for_backend(backend: str) -> str:
-    """The stack a Crucible backend runs (maxtext -> xla, megatron -> torch_fused, torch ->
+    """The stack a Crucible backend runs (maxtext -> xla, megatron -> megatron_local, torch ->
     transformers), for preflight predictions of that backend's runs."""
     for candidate in stacks().values():
         if backend in candidate.backends:

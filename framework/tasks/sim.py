@@ -23,7 +23,7 @@ class SimTask:
     microbatches: Count  # pipeline micro-batches per replica (train)
     recompute: bool  # activation recompute (train)
     dtype: Literal["bfloat16", "float8", "float32"]  # framework.core.dtypes
-    stack: Literal["transformers", "torch_fused", "xla"]  # the software stack that runs (sims/stacks.yaml)
+    stack: Literal["transformers", "torch_fused", "megatron_local", "xla"]  # the software stack that runs (sims/stacks.yaml)
 
     def workload(self, replicas: int, zero: bool) -> dict:
         """The simulator's workload for `replicas` data-parallel replicas (its batch counts them all)."""

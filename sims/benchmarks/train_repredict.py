@@ -9,7 +9,7 @@ older one's to compare: run it from that checkout's root with PYTHONPATH set to 
 Cases, each with the measured seconds of its file and the workload the simulator is given:
 - megatron-core pretrain steps (framework/backends/megatron/benchmarks/pretrain_step.py): the
   `megatron_local_sdpa` step of the file's model, card, tp x dp, sequence, global and micro-batch,
-  stack torch_fused;
+  stack megatron_local;
 - a maxtext GRPO update (grpo_layouts.py's `one_device` layout), `update_s`, stack xla, twice: as the
   preflight simulated it before commit ce74ef1 (prompts x generations / micro_batch training steps of
   micro_batch sequences of prompt + new tokens, each with its own optimizer step) and as the update runs
@@ -46,7 +46,7 @@ def megatron_cases(files: list[str], root: Path) -> list[dict]:
                     f"(micro {record['micro_batch']}) tp={tp} dp={dp}, {record['device']}",
             "measured_s": record["results"]["megatron_local_sdpa"]["step_s"], "repeats": 1,
             "model": conf("model", record["model"], root)["hf_config"], "hardware": record["hardware"],
-            "layout": {"tp": tp, "dp": dp}, "stack": "torch_fused",
+            "layout": {"tp": tp, "dp": dp}, "stack": "megatron_local",
             "workload": {"mode": "train", "batch": record["global_batch"], "seq_len": record["seq"],
                          "microbatches": micro_batches, "dtype": "bf16"}})
     return cases

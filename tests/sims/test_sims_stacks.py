@@ -92,7 +92,7 @@ def test_a_table_serves_only_its_own_stack(tmp_path):
 
 
 def test_unknown_stacks_and_backends_are_config_errors():
-    with pytest.raises(ConfigError, match="stack is 'vllm'; valid: transformers, torch_fused, xla"):
+    with pytest.raises(ConfigError, match="stack is 'vllm'; valid: transformers, torch_fused, megatron_local, xla"):
         simulate(model_config("qwen3_8b"), hardware("h100"), {}, DECODE, stack="vllm")
     with pytest.raises(ConfigError, match="backend 'jaxpr'"):
         stack_for_backend("jaxpr")
@@ -100,13 +100,51 @@ def test_unknown_stacks_and_backends_are_config_errors():
 
 def test_each_backend_maps_to_one_stack():
     assert stack_for_backend("maxtext") == "xla"
-    assert stack_for_backend("megatron") == "torch_fused"
+    assert stack_for_backend("megatron") == "megatron_local"
     assert stack_for_backend("torch") == "transformers"
     backends = [b for s in stacks().values() for b in s.backends]
     assert len(backends) == len(set(backends))
+
+
+def test_megatron_local_is_torch_fused_with_its_unfused_rotary_timed_as_transformers_rotary(tmp_path):
+    """megatron-core's local spec runs RoPE unfused (fusion needs Transformer Engine): the torch_fused
+    graph plus the rotary node, whose efficiency comes from the transformers table."""
+    cfg = model_config("llama3_2_1b")
+    fused, megatron = build_graph(cfg, "decode", "torch_fused"), build_graph(cfg, "decode", "megatron_local")
+    assert [n for n in names(megatron) if n != "rotary"] == names(fused) and "rotary" in names(megatron)
+    h100 = hardware("h100")
+    rows = {stack: {r["name"]: r["time_s"] for r in simulate(cfg, h100, {}, DECODE, stack=stack).breakdown_rows()}
+            for stack in ("transformers", "megatron_local")}
+    assert rows["megatron_local"]["rotary"] == pytest.approx(rows["transformers"]["rotary"])
+    slow_rotary = {"format": "crucible-efficiency-table/1", "stack": "transformers",
+                   "ops": {"rotary": {"compute": 0.01, "memory": 0.01, "floor_us": 500.0}}}
+    (tmp_path / "hf.json").write_text(json.dumps(slow_rotary))
+    both = {**h100, "efficiency_table": {**h100["efficiency_table"], "transformers": str(tmp_path / "hf.json")}}
+    slow = {r["name"]: r["time_s"] for r in simulate(cfg, both, {}, DECODE, stack="megatron_local").breakdown_rows()}
+    assert slow["rotary"] > 10 * rows["megatron_local"]["rotary"]
+    assert slow["qkv_proj"] == pytest.approx(rows["megatron_local"]["qkv_proj"])  # the rest: torch_fused's table
 
 
 def test_mla_models_have_no_qkv_pair_to_merge():
     graph = build_graph(model_config("deepseek_v3"), "decode", "torch_fused")
     assert "qkv_proj" not in names(graph) and "fused_qkv_a_proj" in names(graph)
     assert "rotary" not in names(graph)
+
+
+def test_a_stack_naming_an_unknown_table_or_donor_stack_is_a_config_error(tmp_path, monkeypatch):
+    import yaml
+
+    import sims.stacks as stacks_module
+
+    records = yaml.safe_load(stacks_module.STACKS_FILE.read_text())
+    records["megatron_local"]["borrowed_ops"] = {"rotary": "hf"}
+    bad = tmp_path / "stacks.yaml"
+    bad.write_text(yaml.safe_dump(records))
+    monkeypatch.setattr(stacks_module, "STACKS_FILE", bad)
+    stacks.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="megatron_local.borrowed_ops.rotary is 'hf'; valid: "):
+            stacks()
+    finally:
+        monkeypatch.undo()
+        stacks.cache_clear()

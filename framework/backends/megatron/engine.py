@@ -23,9 +23,24 @@ class Engine:
                                 post_process=parallel_state.is_pipeline_last_stage())
         if on_gpu:
             self.module.cuda()
+        self.forward_module = self._in_compute_dtype()
         self.tp_rank = parallel_state.get_tensor_model_parallel_rank()
         self.pp_rank = parallel_state.get_pipeline_model_parallel_rank()
         self.layer_offset = self.pp_rank * (shape.num_layers // layout.pp)
+
+    def _in_compute_dtype(self):
+        """The module the schedules run: under bf16/fp16 megatron's Float16Module, as Megatron-LM's
+        get_model wraps it. GPTModel builds its linears and embeddings in params_dtype, but the local
+        spec's norms (WrappedTorchNorm -> torch.nn.RMSNorm) take no dtype and stay float32, so
+        F.rms_norm sees a bf16 input with a float32 weight and cannot use its fused kernel.
+        Float16Module casts the whole model (norm weights included) to the compute dtype; the
+        optimizer keeps float32 master copies of every such parameter. self.module stays the
+        GPTModel itself (now in the compute dtype) for weights and checkpoints."""
+        if not (self.config.bf16 or self.config.fp16):
+            return self.module
+        from megatron.core.transformer.module import Float16Module
+
+        return Float16Module(self.config, self.module)
 
     @property
     def device(self):
@@ -44,7 +59,7 @@ class Engine:
         opt = self.task.optimizer
         ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
                                                    use_distributed_optimizer=self.layout.shard_optimizer)
-        self.model = DistributedDataParallel(self.config, ddp_config, self.module)
+        self.model = DistributedDataParallel(self.config, ddp_config, self.forward_module)
         self._hook_schedules()
         dtype = torch_dtype(self.task.compute_dtype)
         self.optimizer = get_megatron_optimizer(OptimizerConfig(

@@ -1,6 +1,6 @@
 """Preflight: the simulator's prediction (sims.api.simulate) of one pretraining step of this very layout.
 
-The step is one `train` workload of megatron's kernels (the simulator's `torch_fused` stack): the
+The step is one `train` workload of megatron's kernels (the simulator's `megatron_local` stack): the
 global batch at the task's sequence length, split into the run's micro-batches over tp x dp x pp
 (ZeRO when the distributed optimizer shards the optimizer state). The prediction lands in summary.json beside the measured step time (measured_step_s).
 """
