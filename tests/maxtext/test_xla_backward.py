@@ -54,7 +54,7 @@ def tiny_run(tmp_path_factory):
 @pytest.mark.slow
 def test_tiny_run_times_every_trained_node_forward_and_backward(tiny_run):
     report, records, _ = tiny_run
-    (name, conf_name, workloads), = xla_backward.TINY["models"]
+    (name, conf_name, workloads, _), = xla_backward.TINY["models"]
     graph = build_graph(model_config(conf_name, None), "train", "xla")
     trained = {n.name for n in graph.nodes if not n.is_comm and OP_CLASS[n.op_type] in xla_backward.TRAINED}
     derived = [r for r in records if r.get("pass") == "backward"]
