@@ -108,7 +108,8 @@ def simulate(
     workload: mode (prefill | decode | train), batch (sequences over all dp replicas), seq_len
     (prompt or training sequence), context_len (decode: tokens in the KV cache), microbatches,
     recompute, recompute_keeps (op types a recomputed layer keeps), logits_chunk (positions per sequence
-    a chunked loss projects at a time), dtype (bf16 | fp8 | fp32), zero (shard optimizer states over dp)."""
+    a chunked loss projects at a time), loss_len (train: the last positions of each sequence the loss
+    takes logits of; None = all), dtype (bf16 | fp8 | fp32), zero (shard optimizer states over dp)."""
     parsed_layout = parse_layout(layout)
     parsed_workload = parse_workload(workload)
     hw = hardware_spec(hardware, stack)

@@ -119,6 +119,11 @@ def _precision(dtype: str, hw: HardwareSpec, training: bool) -> Precision:
     return cached[1]
 
 
+def loss_positions(workload: Workload) -> int:
+    """Positions of each training sequence whose logits the loss computes (all, or the last loss_len)."""
+    return min(workload.loss_len or workload.query_len, workload.query_len)
+
+
 def bind_dims(graph: ComputationalGraph, layout: Layout, workload: Workload) -> dict[str, float]:
     """Symbolic dims for one micro-batch of one dp replica (tp ranks of a replica share tokens)."""
     batch = workload.batch / (layout.dp * workload.microbatches)
@@ -128,7 +133,7 @@ def bind_dims(graph: ComputationalGraph, layout: Layout, workload: Workload) -> 
         "seq_len": workload.query_len,
         "kv_len": workload.kv_len,
         "tokens": tokens,
-        "logit_tokens": tokens if workload.mode == "train" else batch,
+        "logit_tokens": batch * loss_positions(workload) if workload.mode == "train" else batch,
         "routed_tokens": tokens * (graph.meta.get("top_k") or 0),
     }
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sims.calculator import Context
+from sims.calculator import Context, loss_positions
 from sims.hardware import HardwareSpec
 from sims.cache import GraphCache
 from sims.ir import ComputationalGraph
@@ -65,7 +65,7 @@ def _stage_parts(graph: ComputationalGraph, ctx: Context) -> dict[str, list[floa
         "gradients": gradients,
         "optimizer": optimizer,
         "activations": _MEMO.get(graph, ("train", io_key, workload.microbatches, workload.recompute,
-                                           workload.recompute_keeps, workload.logits_chunk),
+                                           workload.recompute_keeps, workload.logits_chunk, workload.loss_len),
                                  lambda: _training_activation_bytes(graph, ctx)),
     }
 
@@ -206,5 +206,6 @@ def _logits_elements(graph: ComputationalGraph, ctx: Context) -> list[float]:
     logits = ctx.dims["logit_tokens"] * graph.meta["vocab_size"] / ctx.tp
     chunk = ctx.workload.logits_chunk
     if ctx.workload.mode == "train" and chunk is not None:
-        logits *= min(chunk, ctx.dims["seq_len"]) / ctx.dims["seq_len"]
+        positions = loss_positions(ctx.workload)
+        logits *= min(chunk, positions) / positions
     return [logits if head is not None and counts[head] else 0.0 for counts in stage_counts(graph, ctx.layout.pp)]

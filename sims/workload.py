@@ -29,6 +29,7 @@ WORKLOAD_DEFAULTS = {
     "recompute": False,
     "recompute_keeps": (),
     "logits_chunk": None,
+    "loss_len": None,
     "dtype": "bf16",
     "zero": False,
 }
@@ -56,7 +57,8 @@ class Workload:
     layer keeps instead of recomputing them; () = full recompute, ("gemm",) = keep the weight GEMMs'
     outputs (JAX's dots_with_no_batch_dims_saveable). logits_chunk: the loss projects this many
     positions of each sequence onto the vocabulary at a time (a chunked loss; None = every position at
-    once). zero: optimizer states sharded over dp (Megatron distributed optimizer / ZeRO-1)."""
+    once). loss_len: the last positions of each sequence the loss takes logits of (train; GRPO: the
+    completion; None = every position). zero: optimizer states sharded over dp (Megatron distributed optimizer / ZeRO-1)."""
 
     mode: str
     batch: int
@@ -66,6 +68,7 @@ class Workload:
     recompute: bool
     recompute_keeps: tuple[str, ...]
     logits_chunk: int | None
+    loss_len: int | None
     dtype: str
     zero: bool
 
@@ -151,7 +154,7 @@ def _parse_workload(workload: Mapping) -> Workload:
     needed = "context_len" if w["mode"] == "decode" else "seq_len"
     if w[needed] is None:
         raise ConfigError(f"workload.{needed} is required for mode {w['mode']}")
-    for key in ("batch", "microbatches", "seq_len", "context_len", "logits_chunk"):
+    for key in ("batch", "microbatches", "seq_len", "context_len", "logits_chunk", "loss_len"):
         if w[key] is not None:
             w[key] = _positive_int(f"workload.{key}", w[key])
     for key in ("recompute", "zero"):

@@ -186,3 +186,19 @@ def test_the_saved_held_out_training_steps_stay_predicted_within_five_percent():
     rows = predict(held_out_cases([str(steps)], REPO), REPO)
     plain = [abs(r["error"]) for r in rows if "recompute" not in r["name"]]
     assert len(plain) == 3 and statistics.median(plain) <= 0.05 and max(plain) <= 0.05
+
+
+def test_a_loss_over_the_last_positions_projects_only_those(tmp_path):
+    """loss_len (GRPO: the completion): lm_head and the loss run over those positions of each sequence, the
+    layers over all of them; a chunked loss then holds one chunk of those positions' logits."""
+    cfg = model_config("qwen2_5_0_5b_instruct")
+    hw = hardware("h100", efficiency_table=table_file(tmp_path))
+    whole = simulate(cfg, hw, {}, TRAIN)
+    completion = simulate(cfg, hw, {}, {**TRAIN, "loss_len": 32})
+    for name in ("lm_head", "cross_entropy"):
+        assert row(completion, name)["flops"] == pytest.approx(row(whole, name)["flops"] * 32 / 128)
+    assert row(completion, "mlp_down_proj")["time_s"] == row(whole, "mlp_down_proj")["time_s"]
+    unchunked, chunked = (simulate(cfg, hw, {}, {**TRAIN, "loss_len": 32, "logits_chunk": chunk})
+                          .memory_breakdown_gb["activations"] for chunk in (None, 16))
+    rows = TRAIN["batch"] // TRAIN["microbatches"]
+    assert unchunked - chunked == pytest.approx(rows * (32 - 16) * cfg["vocab_size"] * 4 / 1e9)

@@ -34,10 +34,11 @@ def train_workload(task: GRPOTask, micro_batch: int, zero: bool, remat: str) -> 
     """One optimizer step of the update as it runs: the step's rows in micro-batches of `micro_batch`
     whose gradients accumulate (the simulator's `microbatches`), then one AdamW step; each layer under
     the remat policy `remat` (config.REMAT_WORKLOADS), the vocabulary projection logprob_chunk_size
-    positions at a time (trainers/update.py:completion_log_probs)."""
+    positions at a time and over the completion's positions only (trainers/update.py:completion_log_probs)."""
     return {"mode": "train", "batch": task.rows_per_step, "microbatches": task.rows_per_step // micro_batch,
             "seq_len": task.max_prompt_tokens + task.max_new_tokens, "dtype": SHORT[task.compute_dtype],
-            "zero": zero, "logits_chunk": task.logprob_chunk_size, **REMAT_WORKLOADS[remat]}
+            "zero": zero, "logits_chunk": task.logprob_chunk_size, "loss_len": task.max_new_tokens,
+            **REMAT_WORKLOADS[remat]}
 
 
 def grpo_phases(task: GRPOTask, zero: bool, remat: str = "none") -> list[tuple[str, dict, int]]:
