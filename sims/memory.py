@@ -58,7 +58,8 @@ def _stage_parts(graph: ComputationalGraph, ctx: Context) -> dict[str, list[floa
             "kv_cache": _kv_cache_bytes(graph, ctx),
             "activations": _MEMO.get(graph, ("largest", io_key), lambda: _inference_activation_bytes(graph, ctx)),
         }
-    state_key = ("state", layout, workload.zero, workload.dtype)
+    replicas = layout.dp if workload.zero else None  # only zero shards the state over dp
+    state_key = ("state", layout.tp, layout.ep, layout.pp, replicas, workload.dtype)
     gradients, optimizer = _MEMO.get(graph, state_key, lambda: _training_state_bytes(graph, layout, workload))
     return {
         "weights": weights,
