@@ -118,6 +118,12 @@ def _param_kinds(graph: ComputationalGraph, tp: int, tied_apart: bool) -> np.nda
 
 
 def _weight_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
+    layout, dtype = ctx.layout, ctx.workload.dtype
+    key = ("weights", layout.tp, layout.ep, layout.pp, dtype, ctx.workload.mode == "train")
+    return _MEMO.get(graph, key, lambda: _count_weight_bytes(graph, ctx))
+
+
+def _count_weight_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
     p, expert_split = ctx.precision, _expert_split(ctx.layout)
     return [(gemm + experts / expert_split) * p.gemm_weight_bytes + other * p.other_weight_bytes
             for _, gemm, other, experts in _stage_params(graph, ctx.layout)]
