@@ -10,6 +10,7 @@ from sims import build_graph, simulate
 from sims.cache import clear_caches
 from sims.calculator import Context, op_cost
 from sims.hardware import hardware_spec
+from sims.op_columns import columns, work_coefficients
 from sims.vector_cost import plan_for
 from sims.workload import layout_problem, parse_layout, parse_workload
 
@@ -43,6 +44,11 @@ def test_every_op_of_a_plan_costs_what_op_cost_says(model, table):
         for layout in layouts(graph, hw, workload):
             ctx = Context.for_step(graph, hw, layout, workload)
             costs = plan_for(graph, ctx).cost(ctx)
+            # FLOPs, bytes and activation elements come from one stacked product: each part equals its own product
+            flops, moved, inputs, outputs = work_coefficients(graph, layout.tp, layout.ep, workload.mode)
+            features = columns(graph).values(ctx.dims)
+            assert (costs.flops == flops @ features).all() and (costs.inputs == inputs @ features).all()
+            assert (costs.outputs == outputs @ features).all()
             for i, node in enumerate(graph.nodes):
                 reference = op_cost(node, ctx)
                 assert bool(costs.runs[i]) == (reference is not None), (node.name, layout)
