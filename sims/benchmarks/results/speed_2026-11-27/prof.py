@@ -1,4 +1,4 @@
-"""cProfile of first passes: python prof.py MODEL MODE [reps]. Each rep clears all caches (graph rebuilt kept)."""
+"""First-pass time per configuration in one process (median of REPS passes, every cache cleared, graph kept); --prof adds cProfile: PYTHONPATH=. python prof.py MODEL MODE [REPS] [--prof]"""
 import sys, cProfile, pstats, gc, time, yaml, statistics
 sys.path.insert(0, ".")
 from sims import simulate, build_graph

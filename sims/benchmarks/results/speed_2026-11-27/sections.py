@@ -1,7 +1,7 @@
-"""Inclusive thread time per function during first passes: python sections.py MODEL MODE (run from a worktree root)."""
+"""Inclusive thread time per function during first passes (25 passes, timers included): PYTHONPATH=. python sections.py MODEL MODE"""
 import sys, time, statistics
 sys.argv = sys.argv[:3] + ["1"]
-exec(open("/work/wt/results/simspeed/prof.py").read().replace('if "--prof" in sys.argv:', 'if False:'))
+exec(open(__import__("os").path.join(__import__("os").path.dirname(__file__), "prof.py")).read().replace('if "--prof" in sys.argv:', 'if False:'))
 import sims.vector_cost as vc, sims.step as st, sims.memory as mem, sims.op_columns as oc, sims.partition as pa, sims.api as api
 totals = {}
 def wrap(mod, name):
