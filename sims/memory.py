@@ -58,7 +58,8 @@ def _stage_parts(graph: ComputationalGraph, ctx: Context) -> dict[str, list[floa
             "kv_cache": _kv_cache_bytes(graph, ctx),
             "activations": _MEMO.get(graph, ("largest", io_key), lambda: _inference_activation_bytes(graph, ctx)),
         }
-    state_key = ("state", layout, workload.zero, workload.dtype)
+    replicas = layout.dp if workload.zero else None  # only zero shards the state over dp
+    state_key = ("state", layout.tp, layout.ep, layout.pp, replicas, workload.dtype)
     gradients, optimizer = _MEMO.get(graph, state_key, lambda: _training_state_bytes(graph, layout, workload))
     return {
         "weights": weights,
@@ -100,16 +101,29 @@ def _stage_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float
 
 
 def _count_stage_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float, float, float, float]]:
-    cols = columns(graph)
-    a, experts, gemms = cols.attrs, cols.mask("moe_gemm"), cols.attrs["gemm_weights"] > 0
-    split = np.where(a["tp_split_weights"] > 0, cols.splits(layout.tp), 1.0)
-    stored = (a["tied"] == 0) | (layout.pp > 1)
-    params = np.where(stored & ~experts, a["weights"] / split, 0.0)
-    by_kind = np.stack([params, params * gemms, params * ~gemms, np.where(experts, a["weights"], 0.0)], axis=1)
+    apart = layout.pp > 1 and bool(columns(graph).attrs["tied"].any())  # a tied lm_head stored on its own
+    by_kind = _MEMO.get(graph, ("param kinds", layout.tp, apart), lambda: _param_kinds(graph, layout.tp, apart))
     return [tuple(stage) for stage in (stage_split(graph, layout.pp).matrix @ by_kind).tolist()]
 
 
+def _param_kinds(graph: ComputationalGraph, tp: int, tied_apart: bool) -> np.ndarray:
+    """(node x kind) parameters one device holds per execution: non-expert, non-expert GEMM, other, all
+    experts; shared by every pp but for whether a tied lm_head is stored apart from the embedding."""
+    cols = columns(graph)
+    a, experts, gemms = cols.attrs, cols.mask("moe_gemm"), cols.attrs["gemm_weights"] > 0
+    split = np.where(a["tp_split_weights"] > 0, cols.splits(tp), 1.0)
+    stored = (a["tied"] == 0) | tied_apart
+    params = np.where(stored & ~experts, a["weights"] / split, 0.0)
+    return np.stack([params, params * gemms, params * ~gemms, np.where(experts, a["weights"], 0.0)], axis=1)
+
+
 def _weight_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
+    layout, dtype = ctx.layout, ctx.workload.dtype
+    key = ("weights", layout.tp, layout.ep, layout.pp, dtype, ctx.workload.mode == "train")
+    return _MEMO.get(graph, key, lambda: _count_weight_bytes(graph, ctx))
+
+
+def _count_weight_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
     p, expert_split = ctx.precision, _expert_split(ctx.layout)
     return [(gemm + experts / expert_split) * p.gemm_weight_bytes + other * p.other_weight_bytes
             for _, gemm, other, experts in _stage_params(graph, ctx.layout)]

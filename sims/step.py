@@ -241,6 +241,11 @@ def _model_flops_per_feature(graph: ComputationalGraph, workload: Workload) -> n
 def _pipeline_p2p_s(graph: ComputationalGraph, ctx: Context) -> float:
     if ctx.layout.pp == 1:
         return 0.0
+    key = ("p2p", ctx.dims["tokens"], ctx.precision.act_bytes, ctx.layout.devices, ctx.workload.mode)
+    return _STEP_CACHES.of(ctx.hw).get(graph, key, lambda: _count_pipeline_p2p_s(graph, ctx))
+
+
+def _count_pipeline_p2p_s(graph: ComputationalGraph, ctx: Context) -> float:
     nbytes = ctx.dims["tokens"] * graph.meta["hidden_size"] * ctx.precision.act_bytes
     directions = 2 if ctx.workload.mode == "train" else 1  # activations forward, gradients back
     return directions * send_recv_s(nbytes, ctx.layout.devices, ctx.hw)

@@ -3,7 +3,7 @@ predict_op uses) as numpy vectors over the graph's nodes, instead of one Python 
 
 A `Plan` holds, for one (tp, ep, dtype, mode) on one hardware spec, every op's FLOPs and bytes per
 unit of each feature of the bound dims (sims/op_columns.py), the roofline rates, and the collectives'
-link model. Costing a binding is then two matrix-vector products and the roofline on vectors; ops the
+link model. Costing a binding is then one matrix-vector product and the roofline on vectors; ops the
 efficiency table has measured curves for are looked up one by one as in op_cost.
 tests/sims/test_sims_vector_cost.py pins plans and op_cost equal.
 """
@@ -26,8 +26,7 @@ from sims.op_columns import Columns, columns, work_coefficients
 class Plan:
     columns: Columns
     nodes: list[OpNode]
-    flops: np.ndarray  # (node x feature)
-    bytes: np.ndarray
+    work: np.ndarray  # (4 node x feature): FLOPs, bytes moved, input and output activation elements, stacked
     const_bytes: np.ndarray  # weights read per execution
     expert_bytes: np.ndarray  # grouped expert GEMMs: weight bytes if every expert were hit
     miss: np.ndarray  # 1 - top_k / experts (1 elsewhere): the chance a token leaves an expert untouched
@@ -39,7 +38,6 @@ class Plan:
     latency_s: np.ndarray  # collectives: latency + bus factor * bytes / bus bandwidth
     bus_factor: np.ndarray
     bus_bandwidth: np.ndarray
-    io: tuple[np.ndarray, np.ndarray]  # (input, output) activation elements per feature (memory.py)
     measurable: tuple[int, ...]  # nodes the efficiency table may hold measured curves for
 
     def __post_init__(self):  # what every binding would otherwise test again
@@ -49,8 +47,8 @@ class Plan:
 
     def cost(self, ctx: Context) -> "Costs":
         features = self.columns.values(ctx.dims)
-        flops = self.flops @ features
-        nbytes = self.bytes @ features + self.const_bytes
+        flops, nbytes, inputs, outputs = (self.work @ features).reshape(4, -1)  # one product for all four
+        nbytes = nbytes + self.const_bytes
         if self.has_experts:  # E * (1 - (1 - k/E)^T) of E experts touched by T tokens
             nbytes += self.expert_bytes * (1.0 - self.miss ** (ctx.dims["tokens"] * self.hit_tokens_per_token))
         compute_s, memory_s = flops / self.peak, nbytes / self.bandwidth
@@ -68,7 +66,7 @@ class Plan:
             if seconds is not None:
                 measured[i] = seconds
                 time_s[i] = max(seconds, floor_s)
-        return Costs(self, features, flops, nbytes, time_s, compute_s, memory_s, measured)
+        return Costs(self, flops, nbytes, time_s, compute_s, memory_s, measured, inputs, outputs)
 
 
 @dataclass
@@ -77,13 +75,14 @@ class Costs:
     step.py and memory.py derive from them per pipeline split (`derived`)."""
 
     plan: Plan
-    features: np.ndarray
     flops: np.ndarray
     bytes: np.ndarray
     time_s: np.ndarray  # 0 where the op does not run
     compute_s: np.ndarray
     memory_s: np.ndarray
     measured: dict[int, float]
+    inputs: np.ndarray  # input elements of one execution of every op on one device (memory.py: what training saves)
+    outputs: np.ndarray  # output elements of one execution of every op on one device (memory.py)
     derived: dict = field(default_factory=dict)
 
     @property
@@ -105,16 +104,6 @@ class Costs:
                 bound = "floor"
             bounds.append(bound)
         return bounds
-
-    @cached_property
-    def inputs(self) -> np.ndarray:
-        """Input elements of one execution of every op on one device (sims/memory.py: what training saves)."""
-        return self.plan.io[0] @ self.features
-
-    @cached_property
-    def outputs(self) -> np.ndarray:
-        """Output elements of one execution of every op on one device (sims/memory.py)."""
-        return self.plan.io[1] @ self.features
 
 
 def costs_for(graph: ComputationalGraph, ctx: Context) -> Costs:
@@ -144,9 +133,9 @@ def _build_plan(graph: ComputationalGraph, ctx: Context) -> Plan:
     expert_bytes = a["expert_weights"] / (tp if ep == 1 else ep) * p.gemm_weight_bytes
     peak = np.where(a["gemm_weights"] > 0, p.gemm_peak, p.other_peak) * compute
     latency, factor, bus, runs = _collectives(graph, ctx)
-    return Plan(cols, graph.nodes, flops, moved * p.act_bytes, const_bytes, expert_bytes, a["miss"],
-                1.0 if ep == 1 else ep / tp, peak, ctx.hw.memory_bytes_per_s * memory, floor_s, runs, latency, factor,
-                bus, (io_in, io_out), measurable)
+    work = np.concatenate([flops, moved * p.act_bytes, io_in, io_out])
+    return Plan(cols, graph.nodes, work, const_bytes, expert_bytes, a["miss"], 1.0 if ep == 1 else ep / tp, peak,
+                ctx.hw.memory_bytes_per_s * memory, floor_s, runs, latency, factor, bus, measurable)
 
 
 def _efficiency(graph: ComputationalGraph, ctx: Context) -> tuple:

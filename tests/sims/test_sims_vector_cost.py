@@ -3,6 +3,7 @@
 
 import itertools
 
+import numpy as np
 import pytest
 from sims_helpers import hardware, model_config
 
@@ -10,6 +11,7 @@ from sims import build_graph, simulate
 from sims.cache import clear_caches
 from sims.calculator import Context, op_cost
 from sims.hardware import hardware_spec
+from sims.op_columns import columns, work_coefficients
 from sims.vector_cost import plan_for
 from sims.workload import layout_problem, parse_layout, parse_workload
 
@@ -43,6 +45,12 @@ def test_every_op_of_a_plan_costs_what_op_cost_says(model, table):
         for layout in layouts(graph, hw, workload):
             ctx = Context.for_step(graph, hw, layout, workload)
             costs = plan_for(graph, ctx).cost(ctx)
+            # FLOPs and activation elements come from one stacked product: each part equals its own product
+            # (to 1e-12: a BLAS may sum a row of a taller matrix in another order)
+            flops, _, inputs, outputs = work_coefficients(graph, layout.tp, layout.ep, workload.mode)
+            features = columns(graph).values(ctx.dims)
+            for got, alone in ((costs.flops, flops), (costs.inputs, inputs), (costs.outputs, outputs)):
+                assert np.allclose(got, alone @ features, rtol=1e-12, atol=0.0), layout
             for i, node in enumerate(graph.nodes):
                 reference = op_cost(node, ctx)
                 assert bool(costs.runs[i]) == (reference is not None), (node.name, layout)
