@@ -73,6 +73,8 @@ class RolloutPlacement:
         self.layout = layout  # resolved
         self.mesh = build_mesh(layout, devices, ROLLOUT_KEY)
         self.same_as_update = self.mesh == update_mesh  # one layout for both phases: nothing to move
+        # placement separate: the rollout's own devices, disjoint from the update's (0 when shared)
+        self.separate_devices = 0 if set(devices) & set(update_mesh.devices.flat) else len(devices)
         self.update_mesh_shape = dict(update_mesh.shape)
         self.shardings = param_shardings(boxed_params, self.mesh, rules)
         self._move = resharder(update_mesh, self.shardings, dtype)
@@ -81,7 +83,7 @@ class RolloutPlacement:
         """What each device receives per move of a `model` (ModelConfig) whose master weights take
         `weight_bytes`: the preflight's resharding term."""
         return reshard_bytes_per_device(rollout_weight_bytes(model, weight_bytes), self.update_mesh_shape,
-                                        self.mesh.shape)
+                                        self.mesh.shape, separate=self.separate_devices > 0)
 
     def policy(self, params: Any) -> tuple[Any, float]:
         """The params in the rollout layout and the seconds the resharding took (blocked until ready)."""
