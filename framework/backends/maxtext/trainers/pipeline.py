@@ -23,8 +23,9 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
-ROLLOUT_LAGS = (0, 1)
-PLACEMENTS = ("shared", "separate")
+from framework.core.errors import CheckpointError, ConfigError
+
+IN_FLIGHT = "in_flight"  # the checkpoint's arrays and state of the batch in flight
 
 
 @dataclasses.dataclass
@@ -55,6 +56,11 @@ class RolloutAhead:
         result = self._sample(policy, *args)
         return Sampled(result, version, time.perf_counter() - started)
 
+    @property
+    def busy(self) -> bool:
+        """A batch is in flight (finished or not)."""
+        return self._pending is not None
+
     def put_back(self, sampled: Sampled) -> None:
         """A batch restored from a checkpoint becomes the one in flight."""
         future: Future = Future()
@@ -84,18 +90,109 @@ class RolloutAhead:
         self._pool.shutdown(wait=True)
 
 
-def split_devices(devices: list, rollout_devices: int, key: str = "parallel.rollout.devices") -> tuple[list, list]:
-    """(rollout devices, update devices): the first `rollout_devices` decode, the rest train."""
-    from framework.core.errors import ConfigError
+def check_off_policy(rollout_lag: int, rollout: Any) -> None:
+    """grpo.rollout_lag and parallel.rollout.placement go together: lag 1 needs devices of its own to overlap
+    on, and separate devices only pay when the phases overlap."""
+    if rollout is None:
+        return
+    if rollout.placement not in ("shared", "separate"):
+        raise ConfigError(f"parallel.rollout.placement: '{rollout.placement}' is not valid; use shared or separate")
+    if rollout_lag == 1 and rollout.placement != "separate":
+        raise ConfigError("grpo.rollout_lag: 1 needs parallel.rollout.placement=separate (and parallel.rollout.devices"
+                          "=N): the rollout overlaps the update on devices of its own; or use rollout_lag=0")
+    if rollout_lag == 0 and rollout.placement == "separate":
+        raise ConfigError("parallel.rollout.placement: separate needs grpo.rollout_lag=1 (decoding on devices the "
+                          "update leaves idle pays only when the phases overlap); or use placement=shared")
 
-    if not 1 <= rollout_devices < len(devices):
-        raise ConfigError(f"{key}: {rollout_devices} is not valid with {len(devices)} devices; use 1 .. "
-                          f"{len(devices) - 1} (the rest train)")
-    return list(devices[:rollout_devices]), list(devices[rollout_devices:])
+
+def split_devices(devices: list, rollout: Any) -> tuple[list, list]:
+    """(rollout devices, update devices): with placement separate the first parallel.rollout.devices decode and
+    the rest train; shared: all of them do both."""
+    count = rollout.check_placement(len(devices)) if rollout is not None else 0
+    if not count:
+        return list(devices), list(devices)
+    return list(devices[:count]), list(devices[count:])
 
 
-def ratio_metrics(metrics: dict[str, float], staleness: int, wait_s: float, rollout_s: float) -> dict[str, float]:
-    """The off-policy step's own rows: the batch's staleness (policy versions between the sampler and the
-    weights it trains), how long the update waited for it and how long its sampling took."""
-    return {"staleness": float(staleness), "rollout_wait_s": wait_s, "rollout_time_s": rollout_s,
-            "ratio_abs_deviation": metrics.get("ratio_abs_deviation", 0.0)}
+class OffPolicyRollouts:
+    """The trainer's side of grpo.rollout_lag=1 (the module doc): `take(step, ...)` gives the batch step
+    `step` trains on and starts sampling the next; `after_update` moves the new weights to the rollout
+    devices. Prompts are encoded and completions decoded on the calling thread (the tokenizer is not
+    shared with the sampling thread)."""
+
+    def __init__(self, sampler: Any, encoder: Any, placement: Any, sampling: Any):
+        self.sampler, self.encoder, self.placement, self.sampling = sampler, encoder, placement, sampling
+        self.ahead = RolloutAhead(self._sample)
+        self.policy = None  # the weights on the rollout devices: theta_{step-1} during `step`
+
+    def _sample(self, policy: Any, prompts: list, rng: Any, references: list[str], truncated: int) -> tuple:
+        from framework.backends.maxtext.trainers.rollout import to_host
+
+        return to_host(self.sampler.generate(policy, prompts, rng, self.sampling)), references, truncated
+
+    def _submit(self, version: int, draw: Callable[[], tuple]) -> None:
+        from framework.backends.maxtext.trainers.rollout import references
+
+        examples, rng = draw()  # data and key in the calling thread's order: deterministic
+        prompts, truncated = self.encoder.encode(examples)
+        self.ahead.submit(self.policy, version, prompts, rng, references(examples, self.sampling.num_samples),
+                          truncated)
+
+    def take(self, step: int, params: Any, draw: Callable[[], tuple], last_step: int) -> tuple[Any, int, dict]:
+        """(Rollouts of B_step, truncated prompts, timing rows); B_{step+1} starts sampling unless step is the last."""
+        from framework.backends.maxtext.trainers.rollout import assemble
+
+        if self.policy is None:  # the first step of this process: theta_{step-1} is the update's params
+            self.policy, _ = self.placement.policy(params)
+        if not self.ahead.busy:  # B_1: nothing sampled ahead yet
+            self._submit(step - 1, draw)
+        sampled, wait_s = self.ahead.take()
+        if step < last_step:
+            self._submit(step - 1, draw)
+        out, refs, truncated = sampled.result
+        rollouts = assemble(out, self.encoder, self.sampler.eos_token_ids, refs)
+        return rollouts, truncated, {"rollout_time_s": sampled.rollout_s, "rollout_wait_s": wait_s,
+                                     "staleness": float(step - 1 - sampled.policy_version)}
+
+    def after_update(self, step: int, params: Any, last_step: int) -> dict[str, float]:
+        """theta_step to the rollout devices for B_{step+2} (none after the last step)."""
+        if step == last_step:
+            return {"reshard_time_s": 0.0}
+        self.policy, reshard_s = self.placement.policy(params)
+        return {"reshard_time_s": reshard_s}
+
+    def checkpoint_part(self) -> tuple[dict, dict]:
+        """(arrays, state) of the batch in flight, finished first: a resume takes it instead of re-sampling
+        it with theta_{step-1}, which the checkpoint does not hold."""
+        sampled = self.ahead.in_flight()
+        if sampled is None:
+            return {}, {}
+        out, refs, truncated = sampled.result
+        arrays = {field.name: getattr(out, field.name) for field in dataclasses.fields(out)
+                  if getattr(out, field.name) is not None}
+        return {IN_FLIGHT: arrays}, {IN_FLIGHT: {"references": refs, "truncated": truncated,
+                                                 "policy_version": sampled.policy_version,
+                                                 "rollout_s": sampled.rollout_s}}
+
+    def restore(self, checkpoint: Any, state_file: str) -> None:
+        """The checkpoint's batch in flight back in flight (a checkpoint without one: nothing)."""
+        import numpy as np
+        from safetensors.numpy import load_file
+
+        from framework.backends.maxtext.sampler import SampleOutput
+
+        state = checkpoint.state.get(IN_FLIGHT)
+        if state is None:
+            return
+        prefix = IN_FLIGHT + "/"
+        arrays = {name[len(prefix):]: value for name, value in load_file(str(checkpoint.file(state_file))).items()
+                  if name.startswith(prefix)}
+        names = {field.name for field in dataclasses.fields(SampleOutput)}
+        if not arrays or not set(arrays) <= names:
+            raise CheckpointError(f"{checkpoint.path}: the batch in flight is incomplete ({sorted(arrays)})")
+        out = SampleOutput(**{name: np.asarray(value) for name, value in arrays.items()})
+        self.ahead.put_back(Sampled((out, state["references"], state["truncated"]), state["policy_version"],
+                                    state["rollout_s"]))
+
+    def close(self) -> None:
+        self.ahead.close()

@@ -37,6 +37,8 @@ class Rollouts:
     ended: np.ndarray  # [N] bool: the completion emitted EOS within max_new_tokens
     completions: list[str]
     references: list[str]
+    # [N, T] float32: the sampler's log-probs of the completion tokens (grpo.rollout_lag=1), else None
+    behaviour_log_probs: np.ndarray | None = None
 
     @property
     def completion_lengths(self) -> np.ndarray:
@@ -99,16 +101,27 @@ def generate(sampler: Sampler, encoder: PromptEncoder, params: Any, examples: Se
     """Sample `sampling.num_samples` completions per problem; also returns the truncated prompt count."""
     prompts, truncated = encoder.encode(examples)
     out = to_host(sampler.generate(params, prompts, rng, sampling))
+    return assemble(out, encoder, sampler.eos_token_ids, references(examples, sampling.num_samples)), truncated
+
+
+def references(examples: Sequence[MathExample], num_samples: int) -> list[str]:
+    """Each problem's reference answer once per sampled row (rows grouped per prompt)."""
+    return [example.reference for example in examples for _ in range(num_samples)]
+
+
+def assemble(out: Any, encoder: PromptEncoder, eos_token_ids: Sequence[int], references: list[str]) -> Rollouts:
+    """Rollouts from the sampler's host output (sampler.SampleOutput of numpy arrays)."""
     completion_mask = np.asarray(out.completion_mask, np.float32)
-    rollouts = Rollouts(
+    log_probs = out.completion_log_probs
+    return Rollouts(
         input_ids=np.concatenate([out.prompt_ids, out.completion_ids], axis=1).astype(np.int32),
         attention_mask=np.concatenate([out.prompt_mask, out.completion_mask], axis=1).astype(np.int32),
         completion_mask=completion_mask,
-        ended=np.isin(out.completion_ids, sampler.eos_token_ids).any(axis=1),
+        ended=np.isin(out.completion_ids, eos_token_ids).any(axis=1),
         completions=encoder.decode(np.asarray(out.completion_ids), completion_mask),
-        references=[example.reference for example in examples for _ in range(sampling.num_samples)],
+        references=references,
+        behaviour_log_probs=None if log_probs is None else np.asarray(log_probs, np.float32),
     )
-    return rollouts, truncated
 
 
 def to_host(tree: Any) -> Any:
