@@ -115,7 +115,7 @@ def test_a_two_device_run_overlaps_one_step_off_policy(tmp_path):
     assert "weights resharded to it each step" in proc.stderr
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [row["staleness"] for row in rows] == [0.0, 1.0, 1.0]
-    assert all(np.isfinite(row["loss"]) and row["rollout_wait_s"] >= 0 for row in rows)
+    assert all(np.isfinite(row["loss"]) and row["rollout_wait_time_s"] >= 0 for row in rows)
     assert rows[0]["ratio_mean"] == pytest.approx(1.0, abs=1e-4)  # B_1: sampled by the weights it trains
 
 

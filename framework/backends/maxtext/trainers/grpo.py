@@ -5,9 +5,10 @@ group advantages -> old/reference log-probs when needed -> ppo_epochs updates, e
 gradients over micro-batches -> metrics. Params, optimizer state and batches are sharded on the
 mesh built from the `parallel` node with the logical axis rules (MaxText style); the rollout decodes on
 a second mesh over the same devices (`parallel.rollout`), the weights resharded to it each step
-(`reshard_time_s`), with the prompts split over its data ranks. Checkpoints hold
-everything a resume needs to continue bit for bit: params, optimizer state, the data iterator
-position and the RNG key.
+(`reshard_time_s`), with the prompts split over its data ranks. With grpo.rollout_lag=1 the rollout has
+devices of its own and samples the next batch while the update trains (trainers/pipeline.py). Checkpoints
+hold everything a resume needs to continue bit for bit: params, optimizer state, the data iterator
+position, the RNG key and, one step off-policy, the batch sampled ahead.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ from framework.backends.maxtext.trainers.checkpointing import (STATE_FILE, host_
 from framework.data.math import load_split, system_prompt, train_examples
 from framework.models.tokenizer import load_tokenizer
 from framework.backends.maxtext.trainers.evaluation import evaluate
-from framework.backends.maxtext.trainers.preflight import (pick_update_plan, predict_step, refuse_out_of_memory,
-                                                             rollout_tp_for)
+from framework.backends.maxtext.trainers.preflight import (pick_update_plan, predict_step, preflight_warnings,
+                                                             refuse_out_of_memory, rollout_tp_for)
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
 from framework.core.checkpoint import CheckpointPolicy
 from framework.core.errors import BackendError, ConfigError, CrucibleError
@@ -94,7 +95,7 @@ class GRPOTrainer(BaseTrainer):
         self.update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed),
                                    param_shardings(boxed, self.mesh, self.rules), self.mesh, self.rules)
         self.opt_state = self.update.init_opt_state(self.params)
-        self.sampler = Sampler(model, eos_token_ids=self._eos_token_ids(), pad_token_id=self.tokenizer.pad_token_id,
+        self.sampler = Sampler(model, eos_token_ids=rollout.eos_token_ids(self.tokenizer, self.model_dir), pad_token_id=self.tokenizer.pad_token_id,
                                prompt_bucket=task.max_prompt_tokens, mesh=self.placement.mesh, rules=self.rules,
                                behaviour_log_probs=task.rollout_lag > 0)
         self.sampling = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,
@@ -142,7 +143,7 @@ class GRPOTrainer(BaseTrainer):
                     "init_compile_time_s": self.init_compile_s}
         return TrainingResult(success=not interrupted, metrics=summary, wall_time_s=time.perf_counter() - start,
                               samples=(done - self.start_step) * task.rows_per_step, artifacts=artifacts,
-                              warnings=_preflight_warnings(summary), status="interrupted" if interrupted else "ok",
+                              warnings=preflight_warnings(summary), status="interrupted" if interrupted else "ok",
                               error=f"stopped after step {done} of {task.steps}" if interrupted else None)
 
     # ---- one step ------------------------------------------------------------------------------
@@ -271,18 +272,6 @@ class GRPOTrainer(BaseTrainer):
                  " (the update's)" if placement.same_as_update else ", weights resharded to it each step")
         return placement
 
-    def _eos_token_ids(self) -> list[int]:
-        """The tokenizer's EOS plus generation_config.json's (Qwen ends turns with <|im_end|> or <|endoftext|>)."""
-        from transformers import GenerationConfig
-
-        ids = {self.tokenizer.eos_token_id}
-        try:
-            configured = GenerationConfig.from_pretrained(self.model_dir).eos_token_id
-        except OSError:  # no generation_config.json
-            configured = None
-        ids |= set(configured if isinstance(configured, list) else [configured])
-        return sorted(i for i in ids if i is not None)
-
     @property
     def _evaluates(self) -> bool:
         return self.config.task.eval.every > 0 and self.config.task.eval.num_examples > 0
@@ -350,13 +339,6 @@ class GRPOTrainer(BaseTrainer):
                 save_hf_checkpoint(params, self.model_config, self.model_dir, out)
             artifacts["hf_export"] = str(out)
         return artifacts
-
-
-def _preflight_warnings(summary: dict) -> list[str]:
-    if summary.get("preflight_fits") is not False:
-        return []
-    return [f"the simulator predicts {summary['preflight_memory_per_device_gb']:.3g} GB per device, more than the "
-            f"device holds (preflight_fits=false)"]
 
 
 def _steady_state(step_times: list[float]) -> float | None:

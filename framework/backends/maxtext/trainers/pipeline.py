@@ -151,7 +151,7 @@ class OffPolicyRollouts:
             self._submit(step - 1, draw)
         out, refs, truncated = sampled.result
         rollouts = assemble(out, self.encoder, self.sampler.eos_token_ids, refs)
-        return rollouts, truncated, {"rollout_time_s": sampled.rollout_s, "rollout_wait_s": wait_s,
+        return rollouts, truncated, {"rollout_time_s": sampled.rollout_s, "rollout_wait_time_s": wait_s,
                                      "staleness": float(step - 1 - sampled.policy_version)}
 
     def after_update(self, step: int, params: Any, last_step: int) -> dict[str, float]:

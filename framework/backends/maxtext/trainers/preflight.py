@@ -221,3 +221,11 @@ def refuse_out_of_memory(prediction: Mapping[str, Any], hardware: Mapping[str, A
         f"({task.max_prompt_tokens}), grpo.max_new_tokens ({task.max_new_tokens}), grpo.micro_batch_size "
         f"({task.micro_batch_size}) or grpo.prompts_per_step ({task.prompts_per_step}), shard with parallel.fsdp, "
         f"or set grpo.preflight=false to try anyway")
+
+
+def preflight_warnings(summary: dict) -> list[str]:
+    """The run's warning when the simulator predicts more memory per device than the device holds."""
+    if summary.get("preflight_fits") is not False:
+        return []
+    return [f"the simulator predicts {summary['preflight_memory_per_device_gb']:.3g} GB per device, more than the "
+            f"device holds (preflight_fits=false)"]

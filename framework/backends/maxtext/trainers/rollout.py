@@ -124,6 +124,19 @@ def assemble(out: Any, encoder: PromptEncoder, eos_token_ids: Sequence[int], ref
     )
 
 
+def eos_token_ids(tokenizer: Any, model_dir: Any) -> list[int]:
+    """The tokenizer's EOS plus generation_config.json's (Qwen ends turns with <|im_end|> or <|endoftext|>)."""
+    from transformers import GenerationConfig
+
+    ids = {tokenizer.eos_token_id}
+    try:
+        configured = GenerationConfig.from_pretrained(model_dir).eos_token_id
+    except OSError:  # no generation_config.json
+        configured = None
+    ids |= set(configured if isinstance(configured, list) else [configured])
+    return sorted(i for i in ids if i is not None)
+
+
 def to_host(tree: Any) -> Any:
     """Device arrays -> numpy. With several processes (multi-host TPU/GPU) each gathers the global arrays."""
     if jax.process_count() == 1:
