@@ -84,7 +84,8 @@ def build_layout(args: argparse.Namespace, task, config, devices: list, update_l
         axes = {**UPDATE, **rollout_axes, "placement": "separate" if rollout_devices else "shared",
                 "devices": rollout_devices or None}
         layout = rollout_parallel(RolloutLayout(**axes), len(rollout_set), task.prompts_per_step,
-                                  lambda free: rollout_tp_for(config, weight_bytes, mesh.shape, task, memory_gb, free))
+                                  lambda free: rollout_tp_for(config, weight_bytes, mesh.shape, task, memory_gb, free,
+                                                              separate=rollout_devices > 0))
     placement = RolloutPlacement(layout, rollout_set, mesh, boxed, DEFAULT_RULES, config.dtype)
     optimizer = build_optimizer(task.optimizer, learning_rate_schedule(task.optimizer, task.steps, 1))
     update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed), shardings, mesh, DEFAULT_RULES)

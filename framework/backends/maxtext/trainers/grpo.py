@@ -260,7 +260,8 @@ class GRPOTrainer(BaseTrainer):
 
         def fitting_tp(free_devices: int) -> int:
             return rollout_tp_for(self.model_config, self.weight_bytes, self.mesh.shape, task,
-                                  self.config.hardware["memory_gb"], free_devices)
+                                  self.config.hardware["memory_gb"], free_devices,
+                                  separate=self.rollout_devices != self.devices)
 
         chosen = self.config.parallel.rollout
         count = len(self.rollout_devices)

@@ -196,12 +196,13 @@ def rollout_weight_bytes(model: Any, weight_bytes: float) -> float:
 
 
 def rollout_tp_for(model: Any, weight_bytes: float, update_mesh: Mapping[str, int], task: GRPOTask,
-                   memory_gb: float, devices: int | None = None) -> int:
+                   memory_gb: float, devices: int | None = None, separate: bool = False) -> int:
     """pick_rollout_tp for a model (a ModelConfig: heads, layers, KV heads, head_dim, dtypes) whose weights take
-    `weight_bytes`, trained on `update_mesh`: its shards of the params, AdamW moments and reference stay.
+    `weight_bytes`, trained on `update_mesh`: its shards of the params, AdamW moments and reference stay
+    (not with `separate`: parallel.rollout.placement=separate decodes on devices that hold no training state).
     `devices`: what the rollout's fixed axes leave for tp (default: every device of the update)."""
     shards = update_mesh["fsdp"] * update_mesh["expert"] * update_mesh["tensor"]
-    resident = weight_bytes * (3 + int(task.beta > 0)) / shards
+    resident = 0.0 if separate else weight_bytes * (3 + int(task.beta > 0)) / shards
     rollout_weights = rollout_weight_bytes(model, weight_bytes)
     kv_per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim * BYTES[model.dtype]
     devices = devices or update_mesh["data"] * shards
