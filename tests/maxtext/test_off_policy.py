@@ -81,6 +81,20 @@ def test_separate_devices_receive_their_whole_shard_and_the_preflight_overlaps_t
     assert separate["preflight_predicted_step_s"] < shared["preflight_predicted_step_s"]
 
 
+def test_a_rollout_on_devices_of_its_own_counts_no_training_state():
+    from framework.backends.maxtext.models import ModelConfig
+    from framework.backends.maxtext.trainers.preflight import rollout_tp_for
+    from framework.core.paths import load_conf
+
+    model = ModelConfig.from_hf_config(load_conf("model", "qwen3_8b")["hf_config"], param_dtype="float32",
+                                       dtype="bfloat16")
+    task, mesh = grpo_task("grpo.micro_batch_size=128"), {"data": 1, "fsdp": 1, "expert": 1, "tensor": 1}
+    weight_bytes = 8.2e9 * 4  # float32 master weights: with params + 2 moments beside it, 8B fits no 80 GB device
+    shared = rollout_tp_for(model, weight_bytes, mesh, task, 80, devices=4)
+    separate = rollout_tp_for(model, weight_bytes, mesh, task, 80, devices=4, separate=True)
+    assert separate < shared and separate == 1
+
+
 def test_behaviour_log_probs_change_no_token_and_equal_the_updates_log_probs(tmp_path):
     """The sampler's log-probs of its tokens are the update's for the same weights: the ratio is 1 on-policy."""
     import jax
@@ -109,7 +123,8 @@ def test_batch_t_is_what_the_policy_two_versions_back_samples(tmp_path):
 
 @pytest.mark.slow
 def test_a_two_device_run_overlaps_one_step_off_policy(tmp_path):
-    proc = run_cli([*LAG1, "grpo.steps=3", "progress=false", f"hydra.run.dir={tmp_path}"])
+    proc = run_cli([*LAG1, "grpo.steps=3", "grpo.preflight=true", "hardware.devices_per_node=2",
+                    "hardware.intra_node_gb_s=20", "progress=false", f"hydra.run.dir={tmp_path}"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "grpo: mesh {'data': 1, 'fsdp': 1, 'expert': 1, 'tensor': 1} over 1 cpu device(s)" in proc.stderr
     assert "weights resharded to it each step" in proc.stderr
@@ -117,6 +132,10 @@ def test_a_two_device_run_overlaps_one_step_off_policy(tmp_path):
     assert [row["staleness"] for row in rows] == [0.0, 1.0, 1.0]
     assert all(np.isfinite(row["loss"]) and row["rollout_wait_time_s"] >= 0 for row in rows)
     assert rows[0]["ratio_mean"] == pytest.approx(1.0, abs=1e-4)  # B_1: sampled by the weights it trains
+    summary = json.loads((tmp_path / "summary.json").read_text())["result"]["metrics"]
+    assert summary["preflight_overlapped"] and summary["preflight_reshard_s"] > 0
+    assert summary["preflight_predicted_step_s"] == pytest.approx(summary["preflight_reshard_s"] + max(
+        summary["preflight_prefill_s"] + summary["preflight_decode_s"], summary["preflight_train_s"]))
 
 
 @pytest.mark.slow
