@@ -1,6 +1,6 @@
 """GRPO one step off-policy (grpo.rollout_lag=1, parallel.rollout.placement=separate; trainers/pipeline.py):
 the config's one-line errors, the sampler's behaviour log-probs (the update's on the same weights: ratio 1
-on-policy), the overlapped preflight, and on 2 forced CPU devices that batch t is what theta_{t-2} samples,
+on-policy), the overlapped preflight, and on forced CPU devices that batch t is what theta_{t-2} samples, the 2 | 2 weight move,
 an end-to-end run and the kill -9 resume.
 
 The multi-device check runs this file as a script in a subprocess (XLA_FLAGS before jax is imported).
@@ -109,7 +109,7 @@ def test_behaviour_log_probs_change_no_token_and_equal_the_updates_log_probs(tmp
 def test_batch_t_is_what_the_policy_two_versions_back_samples(tmp_path):
     from tests.maxtext.forced_devices import facts_on_cpu_devices
 
-    facts = facts_on_cpu_devices(__file__, 2, str(_model_dir(tmp_path)), timeout=600)
+    facts = facts_on_cpu_devices(__file__, 4, str(_model_dir(tmp_path)), timeout=600)
     print(json.dumps(facts, indent=1))
     assert facts["staleness"] == [0.0, 1.0, 1.0]
     assert facts["tokens_equal_behaviour_policy"] == [True, True, True]
@@ -119,6 +119,8 @@ def test_batch_t_is_what_the_policy_two_versions_back_samples(tmp_path):
             assert newer > 100 * max(behaviour, 1e-7), (step, newer)
     assert all(np.isfinite(facts["losses"]))
     assert facts["devices"] == {"rollout": [0], "update": [1]}
+    # 2 | 2: fsdp shards -> replicas or tensor shards on the other devices, cast, by device-to-device copies
+    assert facts["two_to_two"] == {"dp2": [True, True, True], "tp2": [True, True, True]}
 
 
 @pytest.mark.slow
@@ -228,7 +230,7 @@ def _behaviour_checks(model_dir: str, devices: list) -> dict:
 
 def _off_policy_checks(model_dir: str) -> dict:
     """In the subprocess with 2 host devices: three lag-1 steps of the trainer's OffPolicyRollouts (rollout on
-    device 0, update on device 1, greedy), each batch compared with a greedy sample of the weights two versions
+    device 0, update on device 1 of 4, greedy), each batch compared with a greedy sample of the weights two versions
     back, and its behaviour log-probs with the log-probs under those weights and under the next ones."""
     import jax
 
@@ -237,7 +239,7 @@ def _off_policy_checks(model_dir: str) -> dict:
     from framework.backends.maxtext.trainers.pipeline import OffPolicyRollouts
 
     devices = jax.devices()
-    task, params, update, placement, sampler, encoder = _pieces(model_dir, devices[1:], devices[:1], behaviour=True)
+    task, params, update, placement, sampler, encoder = _pieces(model_dir, devices[1:2], devices[:1], behaviour=True)
     greedy = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=0.0, num_samples=task.num_generations)
     opt_state, steps = update.init_opt_state(params), 3
     pipeline = OffPolicyRollouts(sampler, encoder, placement, greedy)
@@ -268,10 +270,37 @@ def _off_policy_checks(model_dir: str) -> dict:
         tokens_equal.append(bool(np.array_equal(again.input_ids, rollouts.input_ids)))
         to_behaviour.append(float(np.abs(log_probs(behaviour, rollouts) - rollouts.behaviour_log_probs).max()))
         to_newer.append(float(np.abs(log_probs(snapshots[step - 1], rollouts) - rollouts.behaviour_log_probs).max()))
-    return {"staleness": stalenesses, "tokens_equal_behaviour_policy": tokens_equal, "losses": losses,
+    return {"two_to_two": _two_to_two_moves(), "staleness": stalenesses, "tokens_equal_behaviour_policy": tokens_equal,
+            "losses": losses,
             "diff_to_behaviour": to_behaviour, "diff_to_newer": to_newer,
             "devices": {"rollout": [d.id for d in placement.mesh.devices.flat],
                         "update": [d.id for d in update.mesh.devices.flat]}}
+
+
+def _two_to_two_moves() -> dict:
+    """sharding.resharder from fsdp=2 on devices 2, 3 to a rollout mesh on devices 0, 1: (values equal the
+    cast, shardings the target's, an equal staging sharding: jax copies device to device, not via the host)."""
+    import jax
+    from jax._src.array import _sharding_indices_and_eq
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from framework.backends.maxtext.sharding import build_mesh, resharder
+    from framework.core.parallel import ParallelConfig
+
+    devices, facts = jax.devices(), {}
+    source = build_mesh(ParallelConfig(dp=1, fsdp=2, tp=1, pp=1, ep=1, cp=1), devices[2:4])
+    weights = np.arange(64 * 8, dtype=np.float32).reshape(64, 8) / 7
+    for name, axes, spec in (("dp2", {"dp": 2, "tp": 1}, PartitionSpec()),
+                             ("tp2", {"dp": 1, "tp": 2}, PartitionSpec(None, "tensor"))):
+        target = NamedSharding(build_mesh(ParallelConfig(fsdp=1, pp=1, ep=1, cp=1, **axes), devices[:2]), spec)
+        move = resharder(source, {"w": target}, "bfloat16")
+        staged = jax.jit(lambda x: x, out_shardings=NamedSharding(source, PartitionSpec("fsdp", None)))(weights)
+        moved = move({"w": staged})["w"]
+        staging = NamedSharding(jax.sharding.Mesh(source.devices.reshape(target.mesh.devices.shape),
+                                                  target.mesh.axis_names), spec)
+        facts[name] = [bool(np.array_equal(np.asarray(moved), weights.astype(moved.dtype))),
+                       moved.sharding == target, bool(_sharding_indices_and_eq(staging, target, 2))]
+    return facts
 
 
 if __name__ == "__main__":
