@@ -18,6 +18,10 @@ the same axes: a policy trained under FSDP decodes fastest as data-parallel repl
 groups x replicas when one device cannot hold it. Its tp may be null: with another axis at -1 the backend
 picks the smallest group whose weights and KV cache fit one device; with none, tp takes the devices the
 other axes leave. Only backend=maxtext's GRPO reads it; backends without a rollout ignore it.
+
+`parallel.rollout.placement`: shared (the rollout decodes on the update's devices, between updates) or
+separate (it decodes on its own `parallel.rollout.devices` devices, the update trains on the rest, both at
+the same time: GRPO one step off-policy, `grpo.rollout_lag: 1`). `devices` is null when shared.
 """
 
 from __future__ import annotations
@@ -30,11 +34,13 @@ REMAINING = -1
 AXES = ("dp", "fsdp", "tp", "pp", "ep", "cp")
 # the axes whose product is the number of devices; ep is carved from dp x fsdp x cp
 DEVICE_AXES = ("dp", "fsdp", "tp", "pp", "cp")
+PLACEMENTS = ("shared", "separate")  # parallel.rollout.placement
 
 
 @dataclass
 class RolloutLayout:
-    """`parallel.rollout`: the rollout's layout; tp None = chosen by the backend from its memory estimate."""
+    """`parallel.rollout`: the rollout's layout; tp None = chosen by the backend from its memory estimate;
+    placement shared | separate, devices: how many decode when separate (None when shared)."""
 
     dp: int
     fsdp: int
@@ -42,6 +48,21 @@ class RolloutLayout:
     pp: int
     ep: int
     cp: int
+    placement: str
+    devices: int | None
+
+    def check_placement(self, total: int, key: str = "parallel.rollout") -> int:
+        """The devices the rollout takes away from the update: 0 when shared, else `devices` (1 .. total-1)."""
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(f"{key}.placement: '{self.placement}' is not valid; use one of {', '.join(PLACEMENTS)}")
+        if self.placement == "shared":
+            if self.devices is not None:
+                raise ConfigError(f"{key}.devices: {self.devices} needs {key}.placement=separate; use null when shared")
+            return 0
+        if self.devices is None or not 1 <= self.devices < total:
+            raise ConfigError(f"{key}.devices: {self.devices} is not valid with placement=separate on {total} "
+                              f"devices; use 1 .. {total - 1} (the rest train)")
+        return self.devices
 
     def with_tp(self, tp: int) -> "ParallelConfig":
         """The layout to resolve once tp is known: a ParallelConfig of the same axes."""

@@ -56,6 +56,7 @@ class MaxTextAdapter(BackendAdapter):
 
     def convert_config(self, cfg: DictConfig) -> GRPOConfig:
         from framework.backends.maxtext.sharding import check_supported
+        from framework.backends.maxtext.trainers.pipeline import check_off_policy
         from framework.data import check_data, data_spec
         from framework.models.tiny import resolve_model_dir
 
@@ -63,6 +64,7 @@ class MaxTextAdapter(BackendAdapter):
         check_grpo_values(task)
         parallel = build(ParallelConfig, cfg.parallel, "parallel")
         check_supported(parallel)
+        check_off_policy(task.rollout_lag, parallel.rollout)
         data = data_spec(cfg.data, "grpo")
         if data.source != "hub":
             check_data(data)  # files: before any model is built or downloaded

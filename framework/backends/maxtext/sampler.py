@@ -58,13 +58,16 @@ class SampleOutput:
 
     prompt_ids/prompt_mask: [N, P] left-padded prompts (P = bucketed prompt length).
     completion_ids: [N, max_new_tokens], pad after EOS. completion_mask: 1 up to and including EOS.
-    (No log-probs: the update recomputes them under the training program, where they are needed.)
+    completion_log_probs: [N, max_new_tokens] float32, log softmax(logits / temperature) of each sampled token
+    (the behaviour policy's, for an update one step off-policy; 0 after EOS), or None unless the Sampler was
+    built with behaviour_log_probs=True: on-policy the update recomputes them under the training program.
     """
 
     prompt_ids: Array
     prompt_mask: Array
     completion_ids: Array
     completion_mask: Array
+    completion_log_probs: Array | None = None
 
 
 class Sampler:
@@ -75,7 +78,8 @@ class Sampler:
     """
 
     def __init__(self, model: Transformer, *, eos_token_ids: Sequence[int], pad_token_id: int,
-                 prompt_bucket: int = 32, mesh: Mesh | None = None, rules: LogicalRules | None = None) -> None:
+                 prompt_bucket: int = 32, mesh: Mesh | None = None, rules: LogicalRules | None = None,
+                 behaviour_log_probs: bool = False) -> None:
         if not eos_token_ids:
             raise ConfigError("sampler: eos_token_ids is empty; give the tokenizer's EOS id(s)")
         # The model's activation constraints follow the sampler's mesh (default: the model's own).
@@ -85,6 +89,7 @@ class Sampler:
         self.eos_token_ids = tuple(int(i) for i in eos_token_ids)
         self.pad_token_id = int(pad_token_id)
         self.prompt_bucket = max(1, int(prompt_bucket))
+        self.behaviour_log_probs = behaviour_log_probs  # a static flag: off, the program is the one before it
 
     def generate(self, params: Any, prompts: Sequence[Sequence[int]], rng: Array,
                  sampling: SamplingParams) -> SampleOutput:
@@ -95,12 +100,14 @@ class Sampler:
     def generate_padded(self, params: Any, prompt_ids: np.ndarray | Array, prompt_mask: np.ndarray | Array,
                         rng: Array, sampling: SamplingParams) -> SampleOutput:
         """Sample from prompts already left-padded to a common length ([B, P] ids and 0/1 mask)."""
-        return _generate(*self._program_args(params, prompt_ids, prompt_mask, rng), sampling=sampling)
+        return _generate(*self._program_args(params, prompt_ids, prompt_mask, rng), sampling=sampling,
+                         with_log_probs=self.behaviour_log_probs)
 
     def lower(self, params: Any, prompts: Sequence[Sequence[int]], rng: Array,
               sampling: SamplingParams) -> jax.stages.Lowered:
         """The sampling program `generate` runs for these prompts, lowered (for its HLO or cost analysis)."""
-        return _generate.lower(*self._program_args(params, *self.left_pad(prompts), rng), sampling=sampling)
+        return _generate.lower(*self._program_args(params, *self.left_pad(prompts), rng), sampling=sampling,
+                               with_log_probs=self.behaviour_log_probs)
 
     def _program_args(self, params: Any, prompt_ids: np.ndarray | Array, prompt_mask: np.ndarray | Array,
                       rng: Array) -> tuple:
@@ -130,9 +137,9 @@ class Sampler:
         return ids, mask
 
 
-@functools.partial(jax.jit, static_argnames=("model", "sampling"))
+@functools.partial(jax.jit, static_argnames=("model", "sampling", "with_log_probs"))
 def _generate(model: Transformer, params: Any, prompt_ids: Array, prompt_mask: Array, rng: Array,
-              eos: Array, pad: Array, sampling: SamplingParams) -> SampleOutput:
+              eos: Array, pad: Array, sampling: SamplingParams, with_log_probs: bool = False) -> SampleOutput:
     config = model.config
     batch, prompt_length = prompt_ids.shape
     n = sampling.num_samples
@@ -156,6 +163,10 @@ def _generate(model: Transformer, params: Any, prompt_ids: Array, prompt_mask: A
 
     rows = batch * n
     tokens = jnp.full((rows, max_new), pad, jnp.int32).at[:, 0].set(first_token)
+    # Behaviour log-probs ride in the loop state only when asked for: [rows, max_new] or [rows, 0].
+    log_probs = jnp.zeros((rows, max_new if with_log_probs else 0), jnp.float32)
+    if with_log_probs:
+        log_probs = log_probs.at[:, 0].set(token_log_prob(last_logits, first_token, sampling.temperature))
     done = jnp.isin(first_token, eos)
     one = jnp.ones((rows, 1), jnp.int32)
 
@@ -164,22 +175,34 @@ def _generate(model: Transformer, params: Any, prompt_ids: Array, prompt_mask: A
         return (step < max_new) & ~jnp.all(done)
 
     def decode_step(state: tuple) -> tuple:
-        step, token, done, position, cache, tokens, rng = state
+        step, token, done, position, cache, tokens, log_probs, rng = state
         logits, cache = model.apply(variables, token[:, None], position[:, None], one, cache)
         rng, step_rng = jax.random.split(rng)
         token = _sample(logits[:, 0], step_rng, sampling)
         token = jnp.where(done, pad, token)
         tokens = jax.lax.dynamic_update_slice(tokens, token[:, None], (0, step))
+        if with_log_probs:
+            chosen = token_log_prob(logits[:, 0], token, sampling.temperature)
+            log_probs = jax.lax.dynamic_update_slice(log_probs, chosen[:, None], (0, step))
         done = done | jnp.isin(token, eos)
-        return step + 1, token, done, position + 1, cache, tokens, rng
+        return step + 1, token, done, position + 1, cache, tokens, log_probs, rng
 
-    state = (jnp.int32(1), first_token, done, next_position, cache, tokens, rng)
-    _, _, _, _, _, tokens, _ = jax.lax.while_loop(not_finished, decode_step, state)
+    state = (jnp.int32(1), first_token, done, next_position, cache, tokens, log_probs, rng)
+    _, _, _, _, _, tokens, log_probs, _ = jax.lax.while_loop(not_finished, decode_step, state)
 
     completion_mask = _through_first_eos(tokens, eos)
     return SampleOutput(
         prompt_ids=jnp.repeat(prompt_ids, n, axis=0), prompt_mask=jnp.repeat(prompt_mask, n, axis=0),
-        completion_ids=tokens, completion_mask=completion_mask)
+        completion_ids=tokens, completion_mask=completion_mask,
+        completion_log_probs=(log_probs * completion_mask) if with_log_probs else None)
+
+
+def token_log_prob(logits: Array, token: Array, temperature: float) -> Array:
+    """log softmax(logits / temperature)[token] per row, in float32: the log-prob the update's loss uses for
+    the same token (the full tempered softmax, before any top-k/top-p filter); temperature 0 (greedy) -> 1."""
+    scaled = logits.astype(jnp.float32) / (temperature or 1.0)
+    chosen = jnp.take_along_axis(scaled, token[:, None], axis=-1)[:, 0]
+    return chosen - jax.nn.logsumexp(scaled, axis=-1)
 
 
 def _through_first_eos(tokens: Array, eos: Array) -> Array:

@@ -131,6 +131,11 @@ def resharder(source: Mesh, shardings: Any, dtype: str) -> Callable[[Any], Any]:
     jit refuses the mix, and the move is a device_put of the cast arrays. Moving fsdp shards to tensor
     shards, XLA may build a leaf whole on each device for a moment (its "involuntary full
     rematerialization" warning); the preflight's memory estimate does not count that.
+
+    Disjoint devices of the same count (parallel.rollout.placement=separate, e.g. 2 | 2): the compiled
+    program lays the cast weights out on the source devices as the target mesh's shape and specs say (a
+    collective among the update's devices), then each shard is copied device to device to its target
+    (jax.device_put of an equal sharding); a device_put between unequal shardings went through the host.
     """
     def cast(tree: Any) -> Any:
         return cast_floating(tree, dtype)
@@ -138,6 +143,12 @@ def resharder(source: Mesh, shardings: Any, dtype: str) -> Callable[[Any], Any]:
     target = jax.tree.leaves(shardings, is_leaf=lambda x: isinstance(x, NamedSharding))[0].mesh
     if list(source.devices.flat) == list(target.devices.flat):
         return jax.jit(cast, out_shardings=shardings)
+    if source.devices.size == target.devices.size and not set(source.devices.flat) & set(target.devices.flat):
+        staging = Mesh(source.devices.reshape(target.devices.shape), target.axis_names, axis_types=target.axis_types)
+        staged = jax.tree.map(lambda sharding: NamedSharding(staging, sharding.spec), shardings,
+                              is_leaf=lambda x: isinstance(x, NamedSharding))
+        stage = jax.jit(cast, out_shardings=staged)
+        return lambda tree: jax.device_put(stage(tree), shardings)
     return lambda tree: jax.device_put(cast(tree), shardings)
 
 

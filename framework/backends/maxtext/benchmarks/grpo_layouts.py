@@ -11,6 +11,9 @@ run a machine's own layouts, e.g. on 2 GPUs
     --layouts one_device,fsdp2_rollout_same,fsdp2_rollout_dp2,fsdp2_rollout_tp2,tp2_rollout_dp2
 and on 4 GPUs
     --layouts one_device,fsdp4_rollout_same,fsdp4_rollout_dp4,fsdp4_rollout_dp2_tp2,fsdp4_rollout_auto
+The *_lag1 layouts put the rollout and the update on disjoint devices, one step off-policy and at the same
+time (grpo.rollout_lag=1, trainers/pipeline.py); they also record the overlap, the wait for the rollout,
+the staleness and the ratio statistics (mean |ratio - 1|, clip fraction) of each timed step.
 
 The work of a step is benchmarks/grpo_step.py's (random weights, random prompts of exactly --prompt-tokens,
 EOS disabled so every completion has --new-tokens tokens, random rewards, one update) plus the resharding
@@ -37,22 +40,29 @@ from framework.core.paths import load_conf
 
 TINY_PROMPTS = 4  # --tiny: enough prompts for 4 rollout replicas
 UPDATE = {"dp": 1, "fsdp": 1, "tp": 1, "pp": 1, "ep": 1, "cp": 1}
-# name -> (devices, the update's axes, the rollout's axes: None = the update's layout, tp None = the trainer's pick)
+# name -> (devices, the update's axes, the rollout's axes: None = the update's layout, tp None = the trainer's pick,
+#          rollout devices: 0 = the rollout shares the update's devices, synchronous; r > 0 = the first r devices
+#          decode, the rest train, one step off-policy at the same time: trainers/pipeline.py)
 LAYOUTS = {
-    "one_device": (1, {}, None),
-    "fsdp2_rollout_same": (2, {"fsdp": 2}, None),  # before issue 14: decoding in the FSDP layout
-    "fsdp2_rollout_dp2": (2, {"fsdp": 2}, {"dp": 2, "tp": 1}),
-    "fsdp2_rollout_tp2": (2, {"fsdp": 2}, {"dp": 1, "tp": 2}),
-    "tp2_rollout_dp2": (2, {"tp": 2}, {"dp": 2, "tp": 1}),
-    "fsdp4_rollout_same": (4, {"fsdp": 4}, None),
-    "fsdp4_rollout_dp4": (4, {"fsdp": 4}, {"dp": 4, "tp": 1}),
-    "fsdp4_rollout_dp2_tp2": (4, {"fsdp": 4}, {"dp": 2, "tp": 2}),
-    "fsdp4_rollout_auto": (4, {"fsdp": 4}, {"dp": -1, "tp": None}),
-}
+    "one_device": (1, {}, None, 0),
+    "fsdp2_rollout_same": (2, {"fsdp": 2}, None, 0),  # before issue 14: decoding in the FSDP layout
+    "fsdp2_rollout_dp2": (2, {"fsdp": 2}, {"dp": 2, "tp": 1}, 0),
+    "fsdp2_rollout_tp2": (2, {"fsdp": 2}, {"dp": 1, "tp": 2}, 0),
+    "tp2_rollout_dp2": (2, {"tp": 2}, {"dp": 2, "tp": 1}, 0),
+    "fsdp4_rollout_same": (4, {"fsdp": 4}, None, 0),
+    "fsdp4_rollout_dp4": (4, {"fsdp": 4}, {"dp": 4, "tp": 1}, 0),
+    "fsdp4_rollout_dp2_tp2": (4, {"fsdp": 4}, {"dp": 2, "tp": 2}, 0),
+    "fsdp4_rollout_auto": (4, {"fsdp": 4}, {"dp": -1, "tp": None}, 0),
+    "rollout1_update1_lag1": (2, {}, {"dp": 1, "tp": 1}, 1),
+    "rollout2dp_update2fsdp_lag1": (4, {"fsdp": 2}, {"dp": 2, "tp": 1}, 2),
+    "rollout2tp_update2fsdp_lag1": (4, {"fsdp": 2}, {"dp": 1, "tp": 2}, 2),
+}  # 3 | 1 splits: 16 prompts do not split over 3 rollout replicas, nor 128 rows over 3 fsdp ranks
 
 
-def build_layout(args: argparse.Namespace, task, config, devices: list, update_layout, rollout_axes: dict | None):
-    """Params and optimizer state on the update's mesh over `devices`, the rollout's placement and sampler."""
+def build_layout(args: argparse.Namespace, task, config, devices: list, update_layout, rollout_axes: dict | None,
+                 rollout_devices: int = 0):
+    """Params and optimizer state on the update's mesh over `devices`, the rollout's placement and sampler
+    (rollout_devices > 0: the rollout on the first ones, the update on the rest, behaviour log-probs on)."""
     from flax import linen as nn
 
     from framework.backends.maxtext.sampler import Sampler
@@ -62,22 +72,27 @@ def build_layout(args: argparse.Namespace, task, config, devices: list, update_l
     from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
     from framework.core.parallel import RolloutLayout
 
-    mesh = build_mesh(update_layout, devices)
+    rollout_set, update_set = (devices[:rollout_devices], devices[rollout_devices:]) if rollout_devices else (
+        devices, devices)
+    mesh = build_mesh(update_layout, update_set)
     model, boxed, shardings, params = random_model(config, mesh)
     weight_bytes = tree_bytes(params)
     if rollout_axes is None:
         layout = update_layout.resolve(len(devices))
     else:
         memory_gb = load_conf("hardware", args.hardware)["hardware"]["memory_gb"]
-        layout = rollout_parallel(RolloutLayout(**{**UPDATE, **rollout_axes}), len(devices), task.prompts_per_step,
-                                  lambda free: rollout_tp_for(config, weight_bytes, mesh.shape, task, memory_gb, free))
-    placement = RolloutPlacement(layout, devices, mesh, boxed, DEFAULT_RULES, config.dtype)
+        axes = {**UPDATE, **rollout_axes, "placement": "separate" if rollout_devices else "shared",
+                "devices": rollout_devices or None}
+        layout = rollout_parallel(RolloutLayout(**axes), len(rollout_set), task.prompts_per_step,
+                                  lambda free: rollout_tp_for(config, weight_bytes, mesh.shape, task, memory_gb, free,
+                                                              separate=rollout_devices > 0))
+    placement = RolloutPlacement(layout, rollout_set, mesh, boxed, DEFAULT_RULES, config.dtype)
     optimizer = build_optimizer(task.optimizer, learning_rate_schedule(task.optimizer, task.steps, 1))
     update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed), shardings, mesh, DEFAULT_RULES)
     opt_state = update.init_opt_state(params)
     # An EOS id the model cannot emit: every completion runs to new_tokens (fixed work per step).
     sampler = Sampler(model, eos_token_ids=[config.vocab_size], pad_token_id=0, prompt_bucket=args.prompt_tokens,
-                      mesh=placement.mesh, rules=DEFAULT_RULES)
+                      mesh=placement.mesh, rules=DEFAULT_RULES, behaviour_log_probs=rollout_devices > 0)
     return mesh, placement, sampler, update, params, opt_state, weight_bytes
 
 
@@ -89,7 +104,7 @@ def predicted(args: argparse.Namespace, task, config, update_layout, mesh, place
         prediction = predict_step(load_conf("model", args.model)["hf_config"],
                                   load_conf("hardware", args.hardware)["hardware"], update_layout, mesh.size, task,
                                   placement.layout, placement.reshard_bytes(config, weight_bytes),
-                                  remat=args.remat)
+                                  remat=args.remat, rollout_devices=placement.separate_devices)
     except Exception as error:  # advisory, as in the trainer
         return {"preflight_error": str(error).splitlines()[0]}
     return {key: value for key, value in prediction.items() if key.startswith("preflight_")}
@@ -100,12 +115,15 @@ def time_layout(args: argparse.Namespace, name: str, devices: list) -> dict:
 
     from framework.core.parallel import ParallelConfig
 
-    count, update_axes, rollout_axes = LAYOUTS[name]
+    count, update_axes, rollout_axes, rollout_devices = LAYOUTS[name]
     update_layout = ParallelConfig(**{**UPDATE, **update_axes})
     task = grpo_task(args)
     config = model_config(args)
     mesh, placement, sampler, update, params, opt_state, weight_bytes = build_layout(
-        args, task, config, devices[:count], update_layout, rollout_axes)
+        args, task, config, devices[:count], update_layout, rollout_axes, rollout_devices)
+    if rollout_devices:
+        return time_off_policy(args, task, config, update_layout, mesh, placement, sampler, update, params,
+                               opt_state, weight_bytes, count)
     timings, losses, grad_norms, rng = [], [], [], jax.random.key(0)
     for step in range(args.warmup + args.steps):
         params, opt_state, timing, metrics = run_step(task, sampler, update, params, opt_state, rng, step, placement)
@@ -121,6 +139,72 @@ def time_layout(args: argparse.Namespace, name: str, devices: list) -> dict:
               **predicted(args, task, config, update_layout, mesh, placement, weight_bytes)}
     if "preflight_predicted_step_s" in result:
         result["measured_over_predicted"] = step_s / result["preflight_predicted_step_s"]
+    return result
+
+
+def time_off_policy(args: argparse.Namespace, task, config, update_layout, mesh, placement, sampler, update,
+                    params, opt_state, weight_bytes: float, count: int) -> dict:
+    """grpo.rollout_lag=1 on disjoint devices (trainers/pipeline.py): batch s is the one run_step draws for
+    step s (same prompts, rewards, sampling key), sampled while batch s-1 trains. step_s is the wall time of
+    an iteration: max(rollout, update) plus the weight move and whatever does not overlap."""
+    import jax
+    import numpy as np
+
+    from framework.backends.maxtext.sampler import SamplingParams
+    from framework.backends.maxtext.trainers.pipeline import RolloutAhead
+    from framework.rl.advantages import compute_advantages
+
+    sampling = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,
+                              num_samples=task.num_generations)
+    rng, vocab = jax.random.key(0), config.vocab_size
+
+    def sample(policy, step: int):
+        data = np.random.default_rng(step)  # run_step's order: prompts, then rewards
+        prompts = data.integers(1, vocab, (task.prompts_per_step, task.max_prompt_tokens)).tolist()
+        out = jax.device_get(sampler.generate(policy, prompts, jax.random.fold_in(rng, step), sampling))
+        return out, data.random(task.rows_per_step).astype(np.float32)
+
+    ahead = RolloutAhead(sample)
+    policy, _ = placement.policy(params)
+    ahead.submit(policy, 0, 0)
+    rows, losses, grad_norms = [], [], []
+    try:
+        for step in range(args.warmup + args.steps):
+            started = time.perf_counter()
+            sampled, wait_s = ahead.take()
+            ahead.submit(policy, step, step + 1)  # the rollout devices' weights: theta_step
+            (out, rewards), update_started = sampled.result, time.perf_counter()
+            params, opt_state, metrics = update.run(params, opt_state, None, {
+                "input_ids": np.concatenate([out.prompt_ids, out.completion_ids], 1).astype(np.int32),
+                "attention_mask": np.concatenate([out.prompt_mask, out.completion_mask], 1).astype(np.int32),
+                "completion_mask": np.asarray(out.completion_mask, np.float32),
+                "old_log_probs": np.asarray(out.completion_log_probs, np.float32),
+                "advantages": compute_advantages(rewards, task.num_generations)})
+            jax.block_until_ready(params)
+            updated = time.perf_counter()
+            policy, reshard_s = placement.policy(params)
+            losses.append(metrics["loss"])
+            grad_norms.append(metrics["grad_norm"])
+            if step >= args.warmup:
+                rows.append({"step_s": time.perf_counter() - started, "rollout_s": sampled.rollout_s,
+                             "update_s": updated - update_started, "reshard_s": reshard_s, "wait_s": wait_s,
+                             "staleness": step - sampled.policy_version,
+                             "ratio_abs_deviation": metrics["ratio_abs_deviation"],
+                             "clip_fraction": metrics["clip_fraction"]})
+    finally:
+        ahead.close()
+    median = {key: statistics.median(row[key] for row in rows) for key in rows[0]}
+    result = {"devices": count, "update_mesh": dict(mesh.shape), "rollout_mesh": dict(placement.mesh.shape),
+              "rollout_lag": 1, "reshard_s": median["reshard_s"], "rollout_wait_s": median["wait_s"],
+              "overlap_s": median["rollout_s"] + median["update_s"] + median["reshard_s"] - median["step_s"],
+              "staleness": [row["staleness"] for row in rows],
+              "ratio_abs_deviation": [row["ratio_abs_deviation"] for row in rows],
+              "clip_fraction": [row["clip_fraction"] for row in rows], "loss": losses, "grad_norm": grad_norms,
+              **step_report(args, task.rows_per_step, median["step_s"], median["rollout_s"], median["update_s"],
+                            mesh.size),
+              **predicted(args, task, config, update_layout, mesh, placement, weight_bytes)}
+    if "preflight_predicted_step_s" in result:
+        result["measured_over_predicted"] = median["step_s"] / result["preflight_predicted_step_s"]
     return result
 
 

@@ -108,7 +108,8 @@ def grpo_loss(
     Returns (loss, metrics) with metrics: policy_loss (the loss without the KL term), kl (token
     mean of the KL term as added, before beta; only when ref_logp is given), clip_fraction_low /
     clip_fraction_high / clip_fraction (share of tokens whose ratio is clipped where it matters: r < 1 - clip_low with
-    A < 0, r > 1 + clip_high with A > 0), ratio_mean, ratio_min, ratio_max (over real tokens).
+    A < 0, r > 1 + clip_high with A > 0), ratio_mean, ratio_abs_deviation (mean |r - 1|), ratio_min, ratio_max
+    (over real tokens).
     """
     if normalization not in NORMALIZATIONS:
         raise ConfigError(f"loss normalization '{normalization}' is unknown; valid: {list(NORMALIZATIONS)}")
@@ -147,6 +148,7 @@ def grpo_loss(
         "clip_fraction_high": masked_mean(clipped_high, mask),
         "clip_fraction": masked_mean(jnp.maximum(clipped_low, clipped_high), mask),
         "ratio_mean": masked_mean(ratio, mask),
+        "ratio_abs_deviation": masked_mean(jnp.abs(ratio - 1.0), mask),  # off-policy drift (0 on-policy)
         "ratio_min": jnp.where(real_token, ratio, jnp.inf).min(),
         "ratio_max": jnp.where(real_token, ratio, -jnp.inf).max(),
     }

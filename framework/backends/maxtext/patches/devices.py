@@ -30,10 +30,13 @@ def add_xla_flags(flags: tuple[str, ...]) -> list[str]:
 
 
 def mesh_device_count(ctx: PatchContext) -> int:
-    """Devices the `parallel` layout asks for at least: the product of its fixed (not -1) device axes."""
+    """Devices the `parallel` layout asks for at least: the product of its fixed (not -1) device axes, plus
+    the rollout's own devices with parallel.rollout.placement=separate."""
     from framework.core.parallel import DEVICE_AXES
 
-    return math.prod(size for axis in DEVICE_AXES if (size := ctx.config.parallel[axis]) != -1)
+    rollout = ctx.config.parallel.get("rollout") or {}
+    separate = rollout.get("devices") or 0 if rollout.get("placement") == "separate" else 0
+    return math.prod(size for axis in DEVICE_AXES if (size := ctx.config.parallel[axis]) != -1) + separate
 
 
 def mesh_needs_several_devices(ctx: PatchContext) -> bool:

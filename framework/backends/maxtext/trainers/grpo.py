@@ -5,9 +5,10 @@ group advantages -> old/reference log-probs when needed -> ppo_epochs updates, e
 gradients over micro-batches -> metrics. Params, optimizer state and batches are sharded on the
 mesh built from the `parallel` node with the logical axis rules (MaxText style); the rollout decodes on
 a second mesh over the same devices (`parallel.rollout`), the weights resharded to it each step
-(`reshard_time_s`), with the prompts split over its data ranks. Checkpoints hold
-everything a resume needs to continue bit for bit: params, optimizer state, the data iterator
-position and the RNG key.
+(`reshard_time_s`), with the prompts split over its data ranks. With grpo.rollout_lag=1 the rollout has
+devices of its own and samples the next batch while the update trains (trainers/pipeline.py). Checkpoints
+hold everything a resume needs to continue bit for bit: params, optimizer state, the data iterator
+position, the RNG key and, one step off-policy, the batch sampled ahead.
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ from framework.backends.maxtext.sampler import Sampler, SamplingParams
 from framework.backends.maxtext.sharding import (build_mesh, logical_axis_rules, param_shardings, rollout_parallel,
                                                 tree_bytes)
 from framework.backends.maxtext.trainers import rollout
-from framework.backends.maxtext.trainers.checkpointing import (host_arrays, key_from_json, key_to_json, read_state,
-                                                               write_arrays)
+from framework.backends.maxtext.trainers.pipeline import OffPolicyRollouts, split_devices
+from framework.backends.maxtext.trainers.checkpointing import (STATE_FILE, host_arrays, key_from_json, key_to_json,
+                                                               read_state, write_arrays)
 from framework.data.math import load_split, system_prompt, train_examples
 from framework.models.tokenizer import load_tokenizer
 from framework.backends.maxtext.trainers.evaluation import evaluate
-from framework.backends.maxtext.trainers.preflight import (pick_update_plan, predict_step, refuse_out_of_memory,
-                                                             rollout_tp_for)
+from framework.backends.maxtext.trainers.preflight import (pick_update_plan, predict_step, preflight_warnings,
+                                                             refuse_out_of_memory, rollout_tp_for)
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
 from framework.core.checkpoint import CheckpointPolicy
 from framework.core.errors import BackendError, ConfigError, CrucibleError
@@ -93,8 +95,14 @@ class GRPOTrainer(BaseTrainer):
         self.update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed),
                                    param_shardings(boxed, self.mesh, self.rules), self.mesh, self.rules)
         self.opt_state = self.update.init_opt_state(self.params)
-        self.sampler = Sampler(model, eos_token_ids=self._eos_token_ids(), pad_token_id=self.tokenizer.pad_token_id,
-                               prompt_bucket=task.max_prompt_tokens, mesh=self.placement.mesh, rules=self.rules)
+        self.sampler = Sampler(model, eos_token_ids=rollout.eos_token_ids(self.tokenizer, self.model_dir), pad_token_id=self.tokenizer.pad_token_id,
+                               prompt_bucket=task.max_prompt_tokens, mesh=self.placement.mesh, rules=self.rules,
+                               behaviour_log_probs=task.rollout_lag > 0)
+        self.sampling = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,
+                                       top_k=task.top_k, top_p=task.top_p, num_samples=task.num_generations)
+        # grpo.rollout_lag=1: the rollout one step ahead on its own devices (trainers/pipeline.py)
+        self.off_policy = (OffPolicyRollouts(self.sampler, self.encoder, self.placement, self.sampling)
+                           if task.rollout_lag else None)
         self.batches = ShuffledBatches(self.train_set, task.prompts_per_step, seed=self.config.seed)
         self.rng = jax.random.key(self.config.seed)
         self.start_step = 0
@@ -124,6 +132,8 @@ class GRPOTrainer(BaseTrainer):
                 done = step
                 if self.policy.due(step, task.steps) or (self.run.stop_requested and self.policy.every > 0):
                     self._save(step)
+        if self.off_policy is not None:
+            self.off_policy.close()
         interrupted = done < task.steps
         artifacts = self._artifacts(export=not interrupted)
         summary |= {k: v for k, v in rows.items() if isinstance(v, (int, float))}
@@ -133,7 +143,7 @@ class GRPOTrainer(BaseTrainer):
                     "init_compile_time_s": self.init_compile_s}
         return TrainingResult(success=not interrupted, metrics=summary, wall_time_s=time.perf_counter() - start,
                               samples=(done - self.start_step) * task.rows_per_step, artifacts=artifacts,
-                              warnings=_preflight_warnings(summary), status="interrupted" if interrupted else "ok",
+                              warnings=preflight_warnings(summary), status="interrupted" if interrupted else "ok",
                               error=f"stopped after step {done} of {task.steps}" if interrupted else None)
 
     # ---- one step ------------------------------------------------------------------------------
@@ -141,36 +151,51 @@ class GRPOTrainer(BaseTrainer):
     def _train_step(self, step: int) -> dict[str, float]:
         task = self.config.task
         started = time.perf_counter()
-        examples = next(self.batches)
-        self.rng, rollout_rng = jax.random.split(self.rng)
-        sampling = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,
-                                  top_k=task.top_k, top_p=task.top_p, num_samples=task.num_generations)
-        policy, reshard_s = self.placement.policy(self.params)
-        resharded = time.perf_counter()
-        rollouts, truncated_prompts = rollout.generate(self.sampler, self.encoder, policy, examples,
-                                                       rollout_rng, sampling)
-        del policy  # the rollout copy of the weights: free before the update needs the memory
+        if self.off_policy is None:
+            rollouts, truncated_prompts, timing = self._rollout_now()
+        else:  # B_step, sampled one policy version ago while the previous update ran
+            rollouts, truncated_prompts, timing = self.off_policy.take(step, self.params, self._draw, task.steps)
         rolled_out = time.perf_counter()
         rewards, metrics = rollout.score(rollouts, task.rewards)
         advantages = self._advantages(rewards)
         scored = time.perf_counter()
-        self.params, self.opt_state, update_metrics = self.update.run(self.params, self.opt_state, self.ref_params, {
-            "input_ids": rollouts.input_ids, "attention_mask": rollouts.attention_mask,
-            "completion_mask": rollouts.completion_mask, "advantages": advantages})
+        arrays = {"input_ids": rollouts.input_ids, "attention_mask": rollouts.attention_mask,
+                  "completion_mask": rollouts.completion_mask, "advantages": advantages}
+        if rollouts.behaviour_log_probs is not None:  # off-policy: the ratio against the sampling policy
+            arrays["old_log_probs"] = rollouts.behaviour_log_probs
+        self.params, self.opt_state, update_metrics = self.update.run(self.params, self.opt_state, self.ref_params,
+                                                                      arrays)
         jax.block_until_ready(self.params)
         done = time.perf_counter()
+        if self.off_policy is not None:
+            timing |= self.off_policy.after_update(step, self.params, task.steps)
         metrics |= update_metrics | rollout.completion_metrics(rollouts)
         metrics |= {
             "zero_std_group_fraction": rollout.zero_std_group_fraction(rewards, task.num_generations),
             "truncated_prompts": truncated_prompts,
-            "learning_rate": float(self.schedule((step - 1) * task.ppo_epochs)),
-            "reshard_time_s": reshard_s, "rollout_time_s": rolled_out - resharded, "reward_time_s": scored - rolled_out,
-            "update_time_s": done - scored, "step_time_s": done - started,
+            "learning_rate": float(self.schedule((step - 1) * task.ppo_epochs)), **timing,
+            "reward_time_s": scored - rolled_out, "update_time_s": done - scored,
+            "step_time_s": time.perf_counter() - started,
             "compile_time_s": self.compile_clock.take(),  # JAX tracing + XLA compile during this step
-            "rollout_tokens_per_s": float(rollouts.completion_mask.sum()) / (rolled_out - resharded),
+            "rollout_tokens_per_s": float(rollouts.completion_mask.sum()) / timing["rollout_time_s"],
             "update_tokens_per_s": task.ppo_epochs * float(rollouts.attention_mask.sum()) / (done - scored),
         }
         return metrics
+
+    def _draw(self) -> tuple[Any, jax.Array]:
+        """The next step's problems and sampling key (the data order and RNG stream of every mode)."""
+        examples = next(self.batches)
+        self.rng, rollout_rng = jax.random.split(self.rng)
+        return examples, rollout_rng
+
+    def _rollout_now(self) -> tuple[rollout.Rollouts, int, dict[str, float]]:
+        """grpo.rollout_lag=0: the weights to the rollout layout, then sample with them."""
+        examples, rollout_rng = self._draw()
+        policy, reshard_s = self.placement.policy(self.params)
+        resharded = time.perf_counter()
+        rollouts, truncated = rollout.generate(self.sampler, self.encoder, policy, examples, rollout_rng, self.sampling)
+        del policy  # the rollout copy of the weights: free before the update needs the memory
+        return rollouts, truncated, {"reshard_time_s": reshard_s, "rollout_time_s": time.perf_counter() - resharded}
 
     def _advantages(self, rewards: np.ndarray) -> np.ndarray:
         task = self.config.task
@@ -189,8 +214,10 @@ class GRPOTrainer(BaseTrainer):
 
     def _save(self, step: int) -> None:
         """Synchronous: the store checksums and publishes the folder once the arrays are written."""
-        arrays, raw_dtypes = host_arrays({"params": self.params, "opt_state": self.opt_state})  # every rank gathers
-        state = {"data_iterator": self.batches.state_dict(), "rng": key_to_json(self.rng), "dtypes": raw_dtypes}
+        in_flight, in_flight_state = self.off_policy.checkpoint_part() if self.off_policy else ({}, {})
+        arrays, raw_dtypes = host_arrays({"params": self.params, "opt_state": self.opt_state, **in_flight})
+        state = {"data_iterator": self.batches.state_dict(), "rng": key_to_json(self.rng), "dtypes": raw_dtypes,
+                 **in_flight_state}
         self.store.save(step, lambda folder: write_arrays(folder, arrays), state)
 
     def _restore_latest(self) -> None:
@@ -202,6 +229,8 @@ class GRPOTrainer(BaseTrainer):
         self.params, self.opt_state = state["params"], state["opt_state"]
         self.batches.load_state_dict(checkpoint.state["data_iterator"])
         self.rng = key_from_json(checkpoint.state["rng"])
+        if self.off_policy is not None:  # the batch sampled ahead, as it was when saved
+            self.off_policy.restore(checkpoint, STATE_FILE)
         self.start_step = checkpoint.step
         self.run.logger.rewind(checkpoint.step)
         log.info("grpo: resumed from %s", checkpoint.path)
@@ -218,6 +247,7 @@ class GRPOTrainer(BaseTrainer):
         if devices[0].platform != expected:
             log.warning("hardware=%s expects %s devices; running on %d %s device(s)",
                         self.config.hardware["name"], expected, len(devices), devices[0].platform)
+        self.rollout_devices, devices = split_devices(devices, self.config.parallel.rollout)
         mesh = build_mesh(self.config.parallel, devices)
         log.info("grpo: mesh %s over %d %s device(s)", dict(mesh.shape), len(devices), devices[0].platform)
         self.devices = devices
@@ -230,28 +260,18 @@ class GRPOTrainer(BaseTrainer):
 
         def fitting_tp(free_devices: int) -> int:
             return rollout_tp_for(self.model_config, self.weight_bytes, self.mesh.shape, task,
-                                  self.config.hardware["memory_gb"], free_devices)
+                                  self.config.hardware["memory_gb"], free_devices,
+                                  separate=self.rollout_devices != self.devices)
 
         chosen = self.config.parallel.rollout
-        layout = (rollout_parallel(chosen, self.mesh.size, task.prompts_per_step, fitting_tp) if chosen is not None
-                  else self.config.parallel.resolve(self.mesh.size))
-        placement = rollout.RolloutPlacement(layout, self.devices, self.mesh, boxed, self.rules,
+        count = len(self.rollout_devices)
+        layout = (rollout_parallel(chosen, count, task.prompts_per_step, fitting_tp) if chosen is not None
+                  else self.config.parallel.resolve(count))
+        placement = rollout.RolloutPlacement(layout, self.rollout_devices, self.mesh, boxed, self.rules,
                                              self.model_config.dtype)
         log.info("grpo: rollout mesh %s%s", dict(placement.mesh.shape),
                  " (the update's)" if placement.same_as_update else ", weights resharded to it each step")
         return placement
-
-    def _eos_token_ids(self) -> list[int]:
-        """The tokenizer's EOS plus generation_config.json's (Qwen ends turns with <|im_end|> or <|endoftext|>)."""
-        from transformers import GenerationConfig
-
-        ids = {self.tokenizer.eos_token_id}
-        try:
-            configured = GenerationConfig.from_pretrained(self.model_dir).eos_token_id
-        except OSError:  # no generation_config.json
-            configured = None
-        ids |= set(configured if isinstance(configured, list) else [configured])
-        return sorted(i for i in ids if i is not None)
 
     @property
     def _evaluates(self) -> bool:
@@ -282,7 +302,7 @@ class GRPOTrainer(BaseTrainer):
             reshard_bytes = self.placement.reshard_bytes(self.model_config, self.weight_bytes)
             prediction = predict_step(self.model_config.hf_config, self.config.hardware, self.config.parallel,
                                       self.mesh.size, self.config.task, self.placement.layout, reshard_bytes,
-                                      remat=self.model_config.remat)
+                                      remat=self.model_config.remat, rollout_devices=self.placement.separate_devices)
         except CrucibleError as error:  # advisory: a model the simulator cannot handle still trains
             log.warning("preflight: %s", error)
             return {"preflight_error": str(error)}
@@ -320,13 +340,6 @@ class GRPOTrainer(BaseTrainer):
                 save_hf_checkpoint(params, self.model_config, self.model_dir, out)
             artifacts["hf_export"] = str(out)
         return artifacts
-
-
-def _preflight_warnings(summary: dict) -> list[str]:
-    if summary.get("preflight_fits") is not False:
-        return []
-    return [f"the simulator predicts {summary['preflight_memory_per_device_gb']:.3g} GB per device, more than the "
-            f"device holds (preflight_fits=false)"]
 
 
 def _steady_state(step_times: list[float]) -> float | None:

@@ -62,12 +62,14 @@ def grpo_phases(task: GRPOTask, zero: bool, remat: str = "none") -> list[tuple[s
 
 def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], parallel: ParallelConfig,
                  devices: int, task: GRPOTask, rollout: ParallelConfig | None = None,
-                 reshard_bytes: float = 0.0, remat: str = "none") -> dict[str, Any]:
+                 reshard_bytes: float = 0.0, remat: str = "none", rollout_devices: int = 0) -> dict[str, Any]:
     """Predicted seconds per GRPO step (and per phase) and the peak memory per device of its phases.
 
     `rollout`: the resolved rollout layout (None: the update's); `reshard_bytes`: what each device receives
-    when the weights move to it (reshard_bytes_per_device). Returns {} when the simulator is not installed;
-    raises CrucibleError when it cannot model the run.
+    when the weights move to it (reshard_bytes_per_device). `rollout_devices` > 0: the rollout decodes on
+    that many devices of its own while the update trains on `devices` (grpo.rollout_lag=1): the step is
+    max(rollout phases, update phases) + the move, instead of their sum. Returns {} when the simulator is not
+    installed; raises CrucibleError when it cannot model the run.
     """
     try:
         from sims.api import simulate
@@ -77,9 +79,10 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
         log.warning("preflight: the simulator (sims) is not importable; no prediction")
         return {}
     layout, zero = layout_from_parallel(parallel.as_dict(), devices)
-    rollout_layout = layout_from_parallel((rollout or parallel).as_dict(), devices)[0]
+    rollout_layout = layout_from_parallel((rollout or parallel).as_dict(), rollout_devices or devices)[0]
     reshard_s = reshard_seconds(reshard_bytes, hardware)
-    prediction: dict[str, Any] = {"preflight_predicted_step_s": reshard_s, "preflight_reshard_s": reshard_s}
+    prediction: dict[str, Any] = {"preflight_reshard_s": reshard_s}
+    phase_sums = {"rollout": 0.0, "update": 0.0}
     memory, fits = 0.0, True
     for name, workload, repeats in grpo_phases(task, zero, remat):
         phase_layout = rollout_layout if name in ROLLOUT_PHASES else layout
@@ -88,10 +91,13 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
             raise CrucibleError(f"preflight: the simulator cannot model the {name} phase: {summary['reason']}")
         seconds = summary["latency_s"] * repeats
         prediction[f"preflight_{name}_s"] = seconds
-        prediction["preflight_predicted_step_s"] += seconds
+        phase_sums["rollout" if name in ROLLOUT_PHASES else "update"] += seconds
         memory = max(memory, summary["memory_per_device_gb"])
         fits = fits and bool(summary["fits"])
-    prediction |= {"preflight_memory_per_device_gb": memory, "preflight_fits": fits}
+    overlapped = rollout_devices > 0
+    phases = max(phase_sums.values()) if overlapped else sum(phase_sums.values())
+    prediction |= {"preflight_predicted_step_s": phases + reshard_s, "preflight_overlapped": overlapped,
+                   "preflight_memory_per_device_gb": memory, "preflight_fits": fits}
     return prediction
 
 
@@ -137,16 +143,19 @@ def pick_update_plan(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], 
 
 
 def reshard_bytes_per_device(weight_bytes: float, update_mesh: Mapping[str, int],
-                              rollout_mesh: Mapping[str, int]) -> float:
+                              rollout_mesh: Mapping[str, int], separate: bool = False) -> float:
     """Bytes each device receives when the weights go from the update's shards to the rollout's.
 
     A device holds 1/u of the weights (u = the update's fsdp x expert x tensor shards) and needs 1/r
     (r = the rollout's shards); of that it already holds 1/(u r) (e.g. FSDP -> replicas: an all-gather,
-    W (u - 1) / u). Equal meshes move nothing; a replicated update (u = 1) neither.
+    W (u - 1) / u). Equal meshes move nothing; a replicated update (u = 1) neither. `separate`: the rollout's
+    devices are not the update's (parallel.rollout.placement=separate) and receive their whole 1/r.
     """
+    update_shards, rollout_shards = (mesh["fsdp"] * mesh["expert"] * mesh["tensor"] for mesh in (update_mesh, rollout_mesh))
+    if separate:
+        return weight_bytes / rollout_shards
     if dict(update_mesh) == dict(rollout_mesh):
         return 0.0
-    update_shards, rollout_shards = (mesh["fsdp"] * mesh["expert"] * mesh["tensor"] for mesh in (update_mesh, rollout_mesh))
     return weight_bytes / rollout_shards * (1.0 - 1.0 / update_shards)
 
 
@@ -188,12 +197,13 @@ def rollout_weight_bytes(model: Any, weight_bytes: float) -> float:
 
 
 def rollout_tp_for(model: Any, weight_bytes: float, update_mesh: Mapping[str, int], task: GRPOTask,
-                   memory_gb: float, devices: int | None = None) -> int:
+                   memory_gb: float, devices: int | None = None, separate: bool = False) -> int:
     """pick_rollout_tp for a model (a ModelConfig: heads, layers, KV heads, head_dim, dtypes) whose weights take
-    `weight_bytes`, trained on `update_mesh`: its shards of the params, AdamW moments and reference stay.
+    `weight_bytes`, trained on `update_mesh`: its shards of the params, AdamW moments and reference stay
+    (not with `separate`: parallel.rollout.placement=separate decodes on devices that hold no training state).
     `devices`: what the rollout's fixed axes leave for tp (default: every device of the update)."""
     shards = update_mesh["fsdp"] * update_mesh["expert"] * update_mesh["tensor"]
-    resident = weight_bytes * (3 + int(task.beta > 0)) / shards
+    resident = 0.0 if separate else weight_bytes * (3 + int(task.beta > 0)) / shards
     rollout_weights = rollout_weight_bytes(model, weight_bytes)
     kv_per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim * BYTES[model.dtype]
     devices = devices or update_mesh["data"] * shards
@@ -213,3 +223,11 @@ def refuse_out_of_memory(prediction: Mapping[str, Any], hardware: Mapping[str, A
         f"({task.max_prompt_tokens}), grpo.max_new_tokens ({task.max_new_tokens}), grpo.micro_batch_size "
         f"({task.micro_batch_size}) or grpo.prompts_per_step ({task.prompts_per_step}), shard with parallel.fsdp, "
         f"or set grpo.preflight=false to try anyway")
+
+
+def preflight_warnings(summary: dict) -> list[str]:
+    """The run's warning when the simulator predicts more memory per device than the device holds."""
+    if summary.get("preflight_fits") is not False:
+        return []
+    return [f"the simulator predicts {summary['preflight_memory_per_device_gb']:.3g} GB per device, more than the "
+            f"device holds (preflight_fits=false)"]

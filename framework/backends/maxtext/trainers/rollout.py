@@ -37,6 +37,8 @@ class Rollouts:
     ended: np.ndarray  # [N] bool: the completion emitted EOS within max_new_tokens
     completions: list[str]
     references: list[str]
+    # [N, T] float32: the sampler's log-probs of the completion tokens (grpo.rollout_lag=1), else None
+    behaviour_log_probs: np.ndarray | None = None
 
     @property
     def completion_lengths(self) -> np.ndarray:
@@ -73,6 +75,8 @@ class RolloutPlacement:
         self.layout = layout  # resolved
         self.mesh = build_mesh(layout, devices, ROLLOUT_KEY)
         self.same_as_update = self.mesh == update_mesh  # one layout for both phases: nothing to move
+        # placement separate: the rollout's own devices, disjoint from the update's (0 when shared)
+        self.separate_devices = 0 if set(devices) & set(update_mesh.devices.flat) else len(devices)
         self.update_mesh_shape = dict(update_mesh.shape)
         self.shardings = param_shardings(boxed_params, self.mesh, rules)
         self._move = resharder(update_mesh, self.shardings, dtype)
@@ -81,7 +85,7 @@ class RolloutPlacement:
         """What each device receives per move of a `model` (ModelConfig) whose master weights take
         `weight_bytes`: the preflight's resharding term."""
         return reshard_bytes_per_device(rollout_weight_bytes(model, weight_bytes), self.update_mesh_shape,
-                                        self.mesh.shape)
+                                        self.mesh.shape, separate=self.separate_devices > 0)
 
     def policy(self, params: Any) -> tuple[Any, float]:
         """The params in the rollout layout and the seconds the resharding took (blocked until ready)."""
@@ -97,16 +101,40 @@ def generate(sampler: Sampler, encoder: PromptEncoder, params: Any, examples: Se
     """Sample `sampling.num_samples` completions per problem; also returns the truncated prompt count."""
     prompts, truncated = encoder.encode(examples)
     out = to_host(sampler.generate(params, prompts, rng, sampling))
+    return assemble(out, encoder, sampler.eos_token_ids, references(examples, sampling.num_samples)), truncated
+
+
+def references(examples: Sequence[MathExample], num_samples: int) -> list[str]:
+    """Each problem's reference answer once per sampled row (rows grouped per prompt)."""
+    return [example.reference for example in examples for _ in range(num_samples)]
+
+
+def assemble(out: Any, encoder: PromptEncoder, eos_token_ids: Sequence[int], references: list[str]) -> Rollouts:
+    """Rollouts from the sampler's host output (sampler.SampleOutput of numpy arrays)."""
     completion_mask = np.asarray(out.completion_mask, np.float32)
-    rollouts = Rollouts(
+    log_probs = out.completion_log_probs
+    return Rollouts(
         input_ids=np.concatenate([out.prompt_ids, out.completion_ids], axis=1).astype(np.int32),
         attention_mask=np.concatenate([out.prompt_mask, out.completion_mask], axis=1).astype(np.int32),
         completion_mask=completion_mask,
-        ended=np.isin(out.completion_ids, sampler.eos_token_ids).any(axis=1),
+        ended=np.isin(out.completion_ids, eos_token_ids).any(axis=1),
         completions=encoder.decode(np.asarray(out.completion_ids), completion_mask),
-        references=[example.reference for example in examples for _ in range(sampling.num_samples)],
+        references=references,
+        behaviour_log_probs=None if log_probs is None else np.asarray(log_probs, np.float32),
     )
-    return rollouts, truncated
+
+
+def eos_token_ids(tokenizer: Any, model_dir: Any) -> list[int]:
+    """The tokenizer's EOS plus generation_config.json's (Qwen ends turns with <|im_end|> or <|endoftext|>)."""
+    from transformers import GenerationConfig
+
+    ids = {tokenizer.eos_token_id}
+    try:
+        configured = GenerationConfig.from_pretrained(model_dir).eos_token_id
+    except OSError:  # no generation_config.json
+        configured = None
+    ids |= set(configured if isinstance(configured, list) else [configured])
+    return sorted(i for i in ids if i is not None)
 
 
 def to_host(tree: Any) -> Any:

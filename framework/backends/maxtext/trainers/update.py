@@ -174,7 +174,9 @@ class PolicyUpdate:
         host_batches = self.micro_batches(arrays)
         tokens = [float(b["completion_mask"].sum()) for b in host_batches]
         batches = [self.to_device(b) for b in host_batches]
-        if self.task.ppo_epochs > 1:  # with one update per batch the policy is still the sampler's: old = current
+        # One update per batch on-policy: the policy is still the sampler's, old = current. Off-policy
+        # (grpo.rollout_lag=1) the sampler's behaviour log-probs come in the arrays.
+        if self.task.ppo_epochs > 1 and "old_log_probs" not in arrays:
             for batch in batches:
                 batch["old_log_probs"] = self.log_probs(params, batch)
         if ref_params is not None:
