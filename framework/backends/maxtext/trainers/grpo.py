@@ -33,7 +33,7 @@ from framework.backends.maxtext.models import ModelConfig, Transformer, abstract
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
 from framework.backends.maxtext.sharding import (build_mesh, logical_axis_rules, param_shardings, rollout_parallel,
                                                 tree_bytes)
-from framework.backends.maxtext.trainers import rollout
+from framework.backends.maxtext.trainers import aot, rollout
 from framework.backends.maxtext.trainers.checkpointing import (host_arrays, key_from_json, key_to_json, read_state,
                                                                write_arrays)
 from framework.data.math import load_split, system_prompt, train_examples
@@ -57,6 +57,7 @@ EXPORT_DIR, SHARDINGS_FILE = "hf_export", "shardings.json"
 class GRPOTrainer(BaseTrainer):
     config: GRPOConfig
     handles_stop_requests = True  # SIGINT/SIGTERM: checkpoint at the step boundary, status interrupted
+    aot: aot.AheadOfTime | None = None  # the first step's programs compiling in the background
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -86,23 +87,27 @@ class GRPOTrainer(BaseTrainer):
                                                       kernel_platform())
         model = Transformer(self.model_config, self.mesh, self.rules)
         self.placement = self._rollout_placement(boxed)  # before any weights load: a bad layout fails fast
-        self.params = load_hf_params(self.model_dir, self.model_config, self.mesh, self.rules)
-        self.ref_params = jax.tree.map(jnp.copy, self.params) if task.beta > 0 else None
         self.schedule = learning_rate_schedule(task.optimizer, task.steps, task.ppo_epochs)
         optimizer = build_optimizer(task.optimizer, self.schedule)
-        self.update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed),
-                                   param_shardings(boxed, self.mesh, self.rules), self.mesh, self.rules)
-        self.opt_state = self.update.init_opt_state(self.params)
+        shardings = param_shardings(boxed, self.mesh, self.rules)
+        self.update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed), shardings, self.mesh, self.rules)
         self.sampler = Sampler(model, eos_token_ids=self._eos_token_ids(), pad_token_id=self.tokenizer.pad_token_id,
                                prompt_bucket=task.max_prompt_tokens, mesh=self.placement.mesh, rules=self.rules)
-        self.batches = ShuffledBatches(self.train_set, task.prompts_per_step, seed=self.config.seed)
         self.rng = jax.random.key(self.config.seed)
+        if self.config.aot_compile:  # compiles while the weights load and the optimizer state initialises
+            self._start_aot(jax.tree.map(lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
+                                         nn.unbox(boxed), shardings))
+        self.params = load_hf_params(self.model_dir, self.model_config, self.mesh, self.rules)
+        self.ref_params = jax.tree.map(jnp.copy, self.params) if task.beta > 0 else None
+        self.opt_state = self.update.init_opt_state(self.params)
+        self.batches = ShuffledBatches(self.train_set, task.prompts_per_step, seed=self.config.seed)
         self.start_step = 0
         checkpoint = task.checkpoint
         self.policy = CheckpointPolicy(every=checkpoint.every, keep=checkpoint.keep, resume=checkpoint.resume)
         self.store = self.run.checkpoints(self.policy)  # the runtime refused a run dir this run may not resume
         self._restore_latest()
         self.init_compile_s = self.compile_clock.take()  # step rows then hold only their own compiles
+        self.init_done = time.perf_counter()
 
     def run_train(self) -> TrainingResult:
         task = self.config.task
@@ -130,7 +135,7 @@ class GRPOTrainer(BaseTrainer):
         summary |= {"steps_completed": done, "resumed_from_step": self.start_step,
                     "measured_step_s": _steady_state(step_times), "micro_batch_size": task.micro_batch_size,
                     "remat": self.model_config.remat,
-                    "init_compile_time_s": self.init_compile_s}
+                    "init_compile_time_s": self.init_compile_s} | self._aot_metrics()
         return TrainingResult(success=not interrupted, metrics=summary, wall_time_s=time.perf_counter() - start,
                               samples=(done - self.start_step) * task.rows_per_step, artifacts=artifacts,
                               warnings=_preflight_warnings(summary), status="interrupted" if interrupted else "ok",
@@ -143,8 +148,7 @@ class GRPOTrainer(BaseTrainer):
         started = time.perf_counter()
         examples = next(self.batches)
         self.rng, rollout_rng = jax.random.split(self.rng)
-        sampling = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,
-                                  top_k=task.top_k, top_p=task.top_p, num_samples=task.num_generations)
+        sampling = self._sampling()
         policy, reshard_s = self.placement.policy(self.params)
         resharded = time.perf_counter()
         rollouts, truncated_prompts = rollout.generate(self.sampler, self.encoder, policy, examples,
@@ -171,6 +175,34 @@ class GRPOTrainer(BaseTrainer):
             "update_tokens_per_s": task.ppo_epochs * float(rollouts.attention_mask.sum()) / (done - scored),
         }
         return metrics
+
+    def _sampling(self) -> SamplingParams:
+        task = self.config.task
+        return SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,
+                              top_k=task.top_k, top_p=task.top_p, num_samples=task.num_generations)
+
+    def _start_aot(self, params: Any) -> None:
+        """Background compiles of the first step's programs (trainers/aot.py); the step calls their executables.
+        params: the ShapeDtypeStructs of the update's params, with their shardings."""
+        self.aot = aot.AheadOfTime(workers=2)  # the rollout and the update side by side
+        update = self.update
+        aot.submit_first_step(self.aot, update, self.sampler, self.sampler.program, self.placement, params,
+                              self.config.task, self._sampling(), jax.random.split(self.rng)[1])
+        self.sampler.program = self.aot.wrap("rollout", self.sampler.program)
+        update.zero_grads, update.accumulate, update.apply = (
+            self.aot.wrap(name, getattr(update, name)) for name in ("zero_grads", "accumulate", "apply"))
+
+    def _aot_metrics(self) -> dict[str, float]:
+        """Compile seconds in the background, how many of them overlapped init, and what the steps waited."""
+        if self.aot is None:
+            return {}
+        overlap = max(0.0, min(self.init_done, self.aot.finished_at) - self.aot.started)
+        return {"aot_compile_s": self.aot.busy_s, "aot_wall_s": self.aot.wall_s(), "aot_overlap_init_s": overlap,
+                "aot_wait_s": self.aot.waited_s(), "aot_fallbacks": self.aot.fallbacks()}
+
+    def cleanup(self) -> None:
+        if self.aot is not None:  # no compile thread outlives the run, a failing one included
+            self.aot.close()
 
     def _advantages(self, rewards: np.ndarray) -> np.ndarray:
         task = self.config.task
