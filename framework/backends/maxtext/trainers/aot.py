@@ -114,7 +114,7 @@ class Precompiled:
 def submit_first_step(aot: AheadOfTime, update: Any, sampler: Any, program: Any, placement: Any, params: Any,
                       task: Any, sampling: Any, rng: Any) -> None:
     """The programs of one GRPO step, compiled for the shapes the step will give them: the rollout's
-    sampling program (`program`, with its statics model and sampling) and the update's zero/accumulate/apply.
+    sampling program (`program`, with its statics model and sampling) and the update's programs.
 
     params: ShapeDtypeStructs with the update's shardings. Every other shape follows from the task: prompts
     are left-padded to exactly max_prompt_tokens, completions to max_new_tokens (trainers/rollout.py).
@@ -143,6 +143,8 @@ def submit_first_step(aot: AheadOfTime, update: Any, sampler: Any, program: Any,
              "attention_mask": array((rows, prompt + new), jnp.int32, mesh, rules),
              "completion_mask": array((rows, new), jnp.float32, mesh, rules),
              "advantages": array((rows,), jnp.float32, mesh, rules)}
+    if task.ppo_epochs > 1 or task.beta > 0:  # old/reference log-probs, taken before the first update
+        aot.submit("log_probs", update.log_probs, params, dict(batch))
     if task.ppo_epochs > 1:
         batch["old_log_probs"] = array((rows, new), jnp.float32, mesh, rules)
     if task.beta > 0:

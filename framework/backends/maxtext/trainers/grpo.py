@@ -189,8 +189,8 @@ class GRPOTrainer(BaseTrainer):
         aot.submit_first_step(self.aot, update, self.sampler, self.sampler.program, self.placement, params,
                               self.config.task, self._sampling(), jax.random.split(self.rng)[1])
         self.sampler.program = self.aot.wrap("rollout", self.sampler.program)
-        update.zero_grads, update.accumulate, update.apply = (
-            self.aot.wrap(name, getattr(update, name)) for name in ("zero_grads", "accumulate", "apply"))
+        for name in ("zero_grads", "accumulate", "apply", "log_probs"):
+            setattr(update, name, self.aot.wrap(name, getattr(update, name)))
 
     def _aot_metrics(self) -> dict[str, float]:
         """Compile seconds in the background, how many of them overlapped init, and what the steps waited."""
