@@ -63,9 +63,12 @@ class AheadOfTime:
     def fallbacks(self) -> int:
         return sum(p.fallbacks for p in self.wrapped.values())
 
-    def wall_s(self) -> float:
-        """From the first submit to the last compile's end."""
-        return self.finished_at - self.started
+    def metrics(self, init_done: float) -> dict[str, float]:
+        """Compile seconds in the background, from the first submit to the last compile's end, how much of that
+        ran before init ended (`init_done`, a perf_counter time), what the steps waited, the fallbacks."""
+        return {"aot_compile_s": self.busy_s, "aot_wall_s": self.finished_at - self.started,
+                "aot_overlap_init_s": max(0.0, min(init_done, self.finished_at) - self.started),
+                "aot_wait_s": self.waited_s(), "aot_fallbacks": self.fallbacks()}
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -111,10 +114,11 @@ class Precompiled:
         return self.jitted(*args, **kwargs)
 
 
-def submit_first_step(aot: AheadOfTime, update: Any, sampler: Any, program: Any, placement: Any, params: Any,
-                      task: Any, sampling: Any, rng: Any) -> None:
-    """The programs of one GRPO step, compiled for the shapes the step will give them: the rollout's
-    sampling program (`program`, with its statics model and sampling) and the update's programs.
+def start_first_step(aot: AheadOfTime, update: Any, sampler: Any, placement: Any, params: Any, task: Any,
+                     sampling: Any, rng: Any) -> None:
+    """Compile the programs of one GRPO step for the shapes the step will give them, and make the sampler and
+    the update call the executables: the rollout's sampling program (statics model and sampling) and the
+    update's programs.
 
     params: ShapeDtypeStructs with the update's shardings. Every other shape follows from the task: prompts
     are left-padded to exactly max_prompt_tokens, completions to max_new_tokens (trainers/rollout.py).
@@ -135,7 +139,7 @@ def submit_first_step(aot: AheadOfTime, update: Any, sampler: Any, program: Any,
         lambda p, s: jax.ShapeDtypeStruct(p.shape, _rollout_dtype(p.dtype, sampler.model), sharding=s),
         params, placement.shardings)
     ids = array((task.prompts_per_step, prompt), jnp.int32, sampler.mesh, sampler.rules)
-    aot.submit("rollout", program, sampler.model, policy, ids, ids, jax.eval_shape(lambda: rng),
+    aot.submit("rollout", sampler.program, sampler.model, policy, ids, ids, jax.eval_shape(lambda: rng),
                sampler.eos_array(), np.int32(sampler.pad_token_id), sampling=sampling, static=(0, "sampling"))
 
     rows, mesh, rules = task.micro_batch_size, update.mesh, update.rules
@@ -155,6 +159,9 @@ def submit_first_step(aot: AheadOfTime, update: Any, sampler: Any, program: Any,
     aot.submit("zero_grads", update.zero_grads, params)
     aot.submit("accumulate", update.accumulate, params, params, batch, scalar, scalar)
     aot.submit("apply", update.apply, params, opt_state, params)
+    sampler.program = aot.wrap("rollout", sampler.program)
+    for name in ("zero_grads", "accumulate", "apply", "log_probs"):
+        setattr(update, name, aot.wrap(name, getattr(update, name)))
 
 
 def _rollout_dtype(dtype: Any, model: Any) -> Any:

@@ -135,7 +135,8 @@ class GRPOTrainer(BaseTrainer):
         summary |= {"steps_completed": done, "resumed_from_step": self.start_step,
                     "measured_step_s": _steady_state(step_times), "micro_batch_size": task.micro_batch_size,
                     "remat": self.model_config.remat,
-                    "init_compile_time_s": self.init_compile_s} | self._aot_metrics()
+                    "init_compile_time_s": self.init_compile_s}
+        summary |= self.aot.metrics(self.init_done) if self.aot is not None else {}
         return TrainingResult(success=not interrupted, metrics=summary, wall_time_s=time.perf_counter() - start,
                               samples=(done - self.start_step) * task.rows_per_step, artifacts=artifacts,
                               warnings=_preflight_warnings(summary), status="interrupted" if interrupted else "ok",
@@ -185,20 +186,8 @@ class GRPOTrainer(BaseTrainer):
         """Background compiles of the first step's programs (trainers/aot.py); the step calls their executables.
         params: the ShapeDtypeStructs of the update's params, with their shardings."""
         self.aot = aot.AheadOfTime(workers=2)  # the rollout and the update side by side
-        update = self.update
-        aot.submit_first_step(self.aot, update, self.sampler, self.sampler.program, self.placement, params,
-                              self.config.task, self._sampling(), jax.random.split(self.rng)[1])
-        self.sampler.program = self.aot.wrap("rollout", self.sampler.program)
-        for name in ("zero_grads", "accumulate", "apply", "log_probs"):
-            setattr(update, name, self.aot.wrap(name, getattr(update, name)))
-
-    def _aot_metrics(self) -> dict[str, float]:
-        """Compile seconds in the background, how many of them overlapped init, and what the steps waited."""
-        if self.aot is None:
-            return {}
-        overlap = max(0.0, min(self.init_done, self.aot.finished_at) - self.aot.started)
-        return {"aot_compile_s": self.aot.busy_s, "aot_wall_s": self.aot.wall_s(), "aot_overlap_init_s": overlap,
-                "aot_wait_s": self.aot.waited_s(), "aot_fallbacks": self.aot.fallbacks()}
+        aot.start_first_step(self.aot, self.update, self.sampler, self.placement, params, self.config.task,
+                             self._sampling(), jax.random.split(self.rng)[1])
 
     def cleanup(self) -> None:
         if self.aot is not None:  # no compile thread outlives the run, a failing one included
