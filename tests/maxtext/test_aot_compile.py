@@ -76,6 +76,7 @@ def test_first_step_is_bit_identical_with_and_without_aot_and_compiles_nothing_i
     assert values(rows_aot[0]) == values(rows_jit[0])
     assert files_aot == files_jit  # the manifest: each file's sha256 (params, optimizer state), RNG, data order
     assert summary_aot["aot_fallbacks"] == 0 and "aot_compile_s" not in summary_jit
-    # The step's own compiles (its thread): only tiny eager ops once the programs came from the background.
-    assert rows_aot[0]["compile_time_s"] < 0.1 * summary_aot["aot_compile_s"]
-    assert rows_jit[0]["compile_time_s"] > 10 * rows_aot[0]["compile_time_s"]  # the plain path compiles in the step
+    # The step's own compiles (its thread): with the programs from the background only tiny eager ops (the
+    # learning-rate metric); the plain path compiles every program there, each a large share of the total.
+    assert rows_aot[0]["compile_time_s"] < 0.25 * rows_jit[0]["compile_time_s"]
+    assert rows_aot[0]["compile_time_s"] < 0.25 * summary_aot["aot_compile_s"]
