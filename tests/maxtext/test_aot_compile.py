@@ -49,6 +49,22 @@ def test_a_background_compile_error_surfaces_at_the_call():
     aot.close()
 
 
+def test_wait_all_returns_once_every_compile_has_ended_a_failing_one_included():
+    """The first step calls wait_all before it allocates anything on a device (trainers/aot.py says why)."""
+    @jax.jit
+    def bad(x):
+        raise ValueError("bad program")
+
+    aot = AheadOfTime(workers=1)  # one worker: the second compile waits for the first
+    shape = jax.ShapeDtypeStruct((4,), jnp.float32)
+    aot.submit("bad", bad, shape)
+    aot.submit("scaled_sum", _scaled_sum, shape, shape, scale=3.0, static=("scale",))
+    aot.wait_all()
+    assert all(future.done() for future in aot._futures.values())
+    assert aot.waited_s() == aot.barrier_s >= 0.0
+    aot.close()
+
+
 RUN = ["recipe=grpo_gsm8k_cpu", "grpo.steps=1", "grpo.eval.every=0", "grpo.checkpoint.every=1",
        "grpo.export_hf=false", "progress=false"]
 TIMINGS = ("time_s", "_per_s", "compile", "aot")  # time_s: the logger's wall clock

@@ -6,6 +6,12 @@ starts these compiles as soon as the architecture and the update plan are known:
 load and the optimizer state initialises, and side by side (XLA's compile releases the GIL). A step then
 calls the compiled executables directly (`Precompiled`): nothing is traced or compiled again. A call whose
 arguments do not match the executable (e.g. evaluation's batch size) goes through the plain `jax.jit`.
+
+No device buffer is allocated while XLA autotunes in the background: init starts the compiles after the
+weights, the optimizer state and a resumed checkpoint are on the devices, and the first step waits for all
+of them (`wait_all`) before it touches a device. On an H100 (2026-11-27), weights loaded beside the
+autotuner's scratch buffers fragmented the allocator's pool so that the update's one 52 GiB temporary no
+longer fit: what is left to overlap is the two compiles with each other and with the preflight.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Callable
 
 log = logging.getLogger(__name__)
@@ -33,6 +39,7 @@ class AheadOfTime:
         self.started = time.perf_counter()
         self.busy_s = 0.0  # summed over programs: compile seconds spent in the background
         self.finished_at = self.started
+        self.barrier_s = 0.0  # waited in wait_all
 
     def submit(self, name: str, jitted: Any, *args: Any, static: tuple[int | str, ...] = (), **kwargs: Any) -> None:
         """`static`: the positions and names of jitted's static arguments (the executable takes the others)."""
@@ -56,18 +63,23 @@ class AheadOfTime:
         self.wrapped[name] = Precompiled(name, jitted, future, self._statics[name])
         return self.wrapped[name]
 
+    def wait_all(self) -> None:
+        """Block until every compile has finished or failed (each program's call raises its own error)."""
+        began = time.perf_counter()
+        wait(self._futures.values())
+        self.barrier_s += time.perf_counter() - began
+
     def waited_s(self) -> float:
         """Seconds the steps spent waiting for compiles still running."""
-        return sum(p.waited_s for p in self.wrapped.values())
+        return self.barrier_s + sum(p.waited_s for p in self.wrapped.values())
 
     def fallbacks(self) -> int:
         return sum(p.fallbacks for p in self.wrapped.values())
 
-    def metrics(self, init_done: float) -> dict[str, float]:
-        """Compile seconds in the background, from the first submit to the last compile's end, how much of that
-        ran before init ended (`init_done`, a perf_counter time), what the steps waited, the fallbacks."""
+    def metrics(self) -> dict[str, float]:
+        """Compile seconds in the background, from the first submit to the last compile's end, what the steps
+        waited, the fallbacks."""
         return {"aot_compile_s": self.busy_s, "aot_wall_s": self.finished_at - self.started,
-                "aot_overlap_init_s": max(0.0, min(init_done, self.finished_at) - self.started),
                 "aot_wait_s": self.waited_s(), "aot_fallbacks": self.fallbacks()}
 
     def close(self) -> None:
@@ -114,18 +126,23 @@ class Precompiled:
         return self.jitted(*args, **kwargs)
 
 
-def start_first_step(aot: AheadOfTime, update: Any, sampler: Any, placement: Any, params: Any, task: Any,
-                     sampling: Any, rng: Any) -> None:
-    """Compile the programs of one GRPO step for the shapes the step will give them, and make the sampler and
-    the update call the executables: the rollout's sampling program (statics model and sampling) and the
-    update's programs.
+def start_first_step(update: Any, sampler: Any, placement: Any, shapes: Any, shardings: Any, task: Any,
+                     sampling: Any, rng: Any) -> AheadOfTime:
+    """Compile the programs of one GRPO step for the shapes the step will give them, two at a time (the
+    rollout's and the update's side by side), and make the sampler and the update call the executables: the
+    rollout's sampling program (statics model and sampling) and the update's programs.
 
-    params: ShapeDtypeStructs with the update's shardings. Every other shape follows from the task: prompts
-    are left-padded to exactly max_prompt_tokens, completions to max_new_tokens (trainers/rollout.py).
+    shapes, shardings: the update's params as abstract arrays and their shardings. Every other shape follows
+    from the task: prompts are left-padded to exactly max_prompt_tokens, completions to max_new_tokens
+    (trainers/rollout.py).
     """
     import jax
     import jax.numpy as jnp
     import numpy as np
+
+    aot = AheadOfTime(workers=2)
+    params = jax.tree.map(lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
+                          shapes, shardings)
 
     from framework.backends.maxtext.sharding import DEFAULT_RULES, named_sharding
     from framework.backends.maxtext.trainers.update import BATCH_AXES
@@ -162,6 +179,7 @@ def start_first_step(aot: AheadOfTime, update: Any, sampler: Any, placement: Any
     sampler.program = aot.wrap("rollout", sampler.program)
     for name in ("zero_grads", "accumulate", "apply", "log_probs"):
         setattr(update, name, aot.wrap(name, getattr(update, name)))
+    return aot
 
 
 def _rollout_dtype(dtype: Any, model: Any) -> Any:

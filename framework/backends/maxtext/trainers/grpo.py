@@ -94,9 +94,6 @@ class GRPOTrainer(BaseTrainer):
         self.sampler = Sampler(model, eos_token_ids=self._eos_token_ids(), pad_token_id=self.tokenizer.pad_token_id,
                                prompt_bucket=task.max_prompt_tokens, mesh=self.placement.mesh, rules=self.rules)
         self.rng = jax.random.key(self.config.seed)
-        if self.config.aot_compile:  # compiles while the weights load and the optimizer state initialises
-            self._start_aot(jax.tree.map(lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
-                                         nn.unbox(boxed), shardings))
         self.params = load_hf_params(self.model_dir, self.model_config, self.mesh, self.rules)
         self.ref_params = jax.tree.map(jnp.copy, self.params) if task.beta > 0 else None
         self.opt_state = self.update.init_opt_state(self.params)
@@ -106,8 +103,10 @@ class GRPOTrainer(BaseTrainer):
         self.policy = CheckpointPolicy(every=checkpoint.every, keep=checkpoint.keep, resume=checkpoint.resume)
         self.store = self.run.checkpoints(self.policy)  # the runtime refused a run dir this run may not resume
         self._restore_latest()
+        if self.config.aot_compile:  # after every lasting buffer is allocated (trainers/aot.py says why)
+            self.aot = aot.start_first_step(self.update, self.sampler, self.placement, nn.unbox(boxed), shardings,
+                                            task, self._sampling(), jax.random.split(self.rng)[1])
         self.init_compile_s = self.compile_clock.take()  # step rows then hold only their own compiles
-        self.init_done = time.perf_counter()
 
     def run_train(self) -> TrainingResult:
         task = self.config.task
@@ -136,7 +135,7 @@ class GRPOTrainer(BaseTrainer):
                     "measured_step_s": _steady_state(step_times), "micro_batch_size": task.micro_batch_size,
                     "remat": self.model_config.remat,
                     "init_compile_time_s": self.init_compile_s}
-        summary |= self.aot.metrics(self.init_done) if self.aot is not None else {}
+        summary |= self.aot.metrics() if self.aot is not None else {}
         return TrainingResult(success=not interrupted, metrics=summary, wall_time_s=time.perf_counter() - start,
                               samples=(done - self.start_step) * task.rows_per_step, artifacts=artifacts,
                               warnings=_preflight_warnings(summary), status="interrupted" if interrupted else "ok",
@@ -147,6 +146,8 @@ class GRPOTrainer(BaseTrainer):
     def _train_step(self, step: int) -> dict[str, float]:
         task = self.config.task
         started = time.perf_counter()
+        if self.aot is not None:  # no device work while the background compiles autotune (trainers/aot.py)
+            self.aot.wait_all()
         examples = next(self.batches)
         self.rng, rollout_rng = jax.random.split(self.rng)
         sampling = self._sampling()
@@ -181,13 +182,6 @@ class GRPOTrainer(BaseTrainer):
         task = self.config.task
         return SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,
                               top_k=task.top_k, top_p=task.top_p, num_samples=task.num_generations)
-
-    def _start_aot(self, params: Any) -> None:
-        """Background compiles of the first step's programs (trainers/aot.py); the step calls their executables.
-        params: the ShapeDtypeStructs of the update's params, with their shardings."""
-        self.aot = aot.AheadOfTime(workers=2)  # the rollout and the update side by side
-        aot.start_first_step(self.aot, self.update, self.sampler, self.placement, params, self.config.task,
-                             self._sampling(), jax.random.split(self.rng)[1])
 
     def cleanup(self) -> None:
         if self.aot is not None:  # no compile thread outlives the run, a failing one included
