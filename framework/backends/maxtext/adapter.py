@@ -34,13 +34,17 @@ class MaxTextAdapter(BackendAdapter):
     libraries = ("jax", "jaxlib", "flax", "optax", "safetensors")
     patch_modules = ("framework.backends.maxtext.patches",)
 
-    def __init__(self, logical_axis_rules: dict, cache_dir: str, remat: str, attention: str, decode_attention: str):
+    def __init__(self, logical_axis_rules: dict, cache_dir: str, remat: str, attention: str, decode_attention: str,
+                 aot_compile: bool):
         self.logical_axis_rules = to_plain(logical_axis_rules)
         self.cache_dir = str(cache_dir)
         self.remat = check_choice(remat, (*REMAT_NAMES, "auto"), "backend.adapter.remat")
         self.attention = check_choice(attention, ("auto", *ATTENTION_KERNELS), "backend.adapter.attention")
         self.decode_attention = check_choice(decode_attention, ("auto", *DECODE_KERNELS),
                                              "backend.adapter.decode_attention")
+        if not isinstance(aot_compile, bool):
+            raise ConfigError(f"backend.adapter.aot_compile: {aot_compile!r} is not true or false")
+        self.aot_compile = aot_compile
 
     def prepare_backend(self, cfg: DictConfig) -> None:
         require_modules("maxtext", REQUIRED_MODULES, "jax")
@@ -75,7 +79,8 @@ class MaxTextAdapter(BackendAdapter):
             task=task, data=data, model_name=cfg.model.name, model_source=model_source,
             hardware=to_plain(cfg.hardware), parallel=parallel,
             logical_axis_rules=self.logical_axis_rules, cache_dir=self.cache_dir, seed=int(cfg.seed),
-            remat=self.remat, attention=self.attention, decode_attention=self.decode_attention)
+            remat=self.remat, attention=self.attention, decode_attention=self.decode_attention,
+            aot_compile=self.aot_compile)
 
 
 def gpu_platform() -> str:

@@ -44,3 +44,4 @@ class GRPOConfig:
     remat: str  # auto (the preflight picks; trainers/preflight.py:pick_update_plan) | REMAT_NAMES
     attention: str  # auto | models.config.ATTENTION_KERNELS
     decode_attention: str  # auto | DECODE_KERNELS
+    aot_compile: bool  # compile the first step's programs in background threads during init

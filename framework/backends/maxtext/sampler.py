@@ -90,6 +90,7 @@ class Sampler:
         self.pad_token_id = int(pad_token_id)
         self.prompt_bucket = max(1, int(prompt_bucket))
         self.behaviour_log_probs = behaviour_log_probs  # a static flag: off, the program is the one before it
+        self.program = _generate  # or its ahead-of-time compiled executable (trainers/aot.py)
 
     def generate(self, params: Any, prompts: Sequence[Sequence[int]], rng: Array,
                  sampling: SamplingParams) -> SampleOutput:
@@ -100,8 +101,8 @@ class Sampler:
     def generate_padded(self, params: Any, prompt_ids: np.ndarray | Array, prompt_mask: np.ndarray | Array,
                         rng: Array, sampling: SamplingParams) -> SampleOutput:
         """Sample from prompts already left-padded to a common length ([B, P] ids and 0/1 mask)."""
-        return _generate(*self._program_args(params, prompt_ids, prompt_mask, rng), sampling=sampling,
-                         with_log_probs=self.behaviour_log_probs)
+        return self.program(*self._program_args(params, prompt_ids, prompt_mask, rng), sampling=sampling,
+                            with_log_probs=self.behaviour_log_probs)
 
     def lower(self, params: Any, prompts: Sequence[Sequence[int]], rng: Array,
               sampling: SamplingParams) -> jax.stages.Lowered:
@@ -115,9 +116,9 @@ class Sampler:
             raise DataError("sampler: a prompt is empty; every prompt needs at least one token")
         prompt_ids = put(np.asarray(prompt_ids, np.int32), self.mesh, self.rules, ("activation_batch", None))
         prompt_mask = put(np.asarray(prompt_mask, np.int32), self.mesh, self.rules, ("activation_batch", None))
-        return self.model, params, prompt_ids, prompt_mask, rng, self._eos_array(), np.int32(self.pad_token_id)
+        return self.model, params, prompt_ids, prompt_mask, rng, self.eos_array(), np.int32(self.pad_token_id)
 
-    def _eos_array(self) -> np.ndarray:
+    def eos_array(self) -> np.ndarray:
         """EOS ids padded with -1 (never a token) to a fixed length, so their number costs no recompile."""
         eos = np.full(max(_EOS_SLOTS, len(self.eos_token_ids)), -1, np.int32)
         eos[:len(self.eos_token_ids)] = self.eos_token_ids

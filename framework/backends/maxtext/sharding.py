@@ -226,3 +226,14 @@ def put(array: np.ndarray, mesh: Mesh | None, rules: LogicalRules | None,
     if mesh is None:
         return jax.device_put(array)
     return jax.device_put(array, named_sharding(mesh, rules or DEFAULT_RULES, logical_axes, array.shape))
+
+
+def shardings_record(params: Any, mesh: Mesh, rollout_mesh: Mesh) -> dict:
+    """shardings.json's content: the meshes and the partition spec each parameter actually has."""
+    def spec(array: jax.Array) -> list:
+        axes = [list(axis) if isinstance(axis, tuple) else axis for axis in array.sharding.spec]
+        return axes + [None] * (array.ndim - len(axes))  # XLA drops trailing unsharded dims
+
+    specs = {jax.tree_util.keystr(key, simple=True, separator="/"): spec(array)
+             for key, array in jax.tree_util.tree_leaves_with_path(params)}
+    return {"mesh": dict(mesh.shape), "rollout_mesh": dict(rollout_mesh.shape), "devices": mesh.size, "params": specs}

@@ -33,8 +33,8 @@ from framework.rl.advantages import compute_advantages
 from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params, kernel_platform
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
 from framework.backends.maxtext.sharding import (build_mesh, logical_axis_rules, param_shardings, rollout_parallel,
-                                                tree_bytes)
-from framework.backends.maxtext.trainers import rollout
+                                                shardings_record, tree_bytes)
+from framework.backends.maxtext.trainers import aot, rollout
 from framework.backends.maxtext.trainers.pipeline import OffPolicyRollouts, split_devices
 from framework.backends.maxtext.trainers.checkpointing import (STATE_FILE, host_arrays, key_from_json, key_to_json,
                                                                read_state, write_arrays)
@@ -59,6 +59,7 @@ EXPORT_DIR, SHARDINGS_FILE = "hf_export", "shardings.json"
 class GRPOTrainer(BaseTrainer):
     config: GRPOConfig
     handles_stop_requests = True  # SIGINT/SIGTERM: checkpoint at the step boundary, status interrupted
+    aot: aot.AheadOfTime | None = None  # the first step's programs compiling in the background
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -88,28 +89,31 @@ class GRPOTrainer(BaseTrainer):
                                                       kernel_platform())
         model = Transformer(self.model_config, self.mesh, self.rules)
         self.placement = self._rollout_placement(boxed)  # before any weights load: a bad layout fails fast
-        self.params = load_hf_params(self.model_dir, self.model_config, self.mesh, self.rules)
-        self.ref_params = jax.tree.map(jnp.copy, self.params) if task.beta > 0 else None
         self.schedule = learning_rate_schedule(task.optimizer, task.steps, task.ppo_epochs)
         optimizer = build_optimizer(task.optimizer, self.schedule)
-        self.update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed),
-                                   param_shardings(boxed, self.mesh, self.rules), self.mesh, self.rules)
-        self.opt_state = self.update.init_opt_state(self.params)
-        self.sampler = Sampler(model, eos_token_ids=rollout.eos_token_ids(self.tokenizer, self.model_dir), pad_token_id=self.tokenizer.pad_token_id,
-                               prompt_bucket=task.max_prompt_tokens, mesh=self.placement.mesh, rules=self.rules,
-                               behaviour_log_probs=task.rollout_lag > 0)
+        shardings = param_shardings(boxed, self.mesh, self.rules)
+        self.update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed), shardings, self.mesh, self.rules)
+        self.sampler = Sampler(model, eos_token_ids=rollout.eos_token_ids(self.tokenizer, self.model_dir),
+                               pad_token_id=self.tokenizer.pad_token_id, prompt_bucket=task.max_prompt_tokens,
+                               mesh=self.placement.mesh, rules=self.rules, behaviour_log_probs=task.rollout_lag > 0)
         self.sampling = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,
                                        top_k=task.top_k, top_p=task.top_p, num_samples=task.num_generations)
         # grpo.rollout_lag=1: the rollout one step ahead on its own devices (trainers/pipeline.py)
         self.off_policy = (OffPolicyRollouts(self.sampler, self.encoder, self.placement, self.sampling)
                            if task.rollout_lag else None)
-        self.batches = ShuffledBatches(self.train_set, task.prompts_per_step, seed=self.config.seed)
         self.rng = jax.random.key(self.config.seed)
+        self.params = load_hf_params(self.model_dir, self.model_config, self.mesh, self.rules)
+        self.ref_params = jax.tree.map(jnp.copy, self.params) if task.beta > 0 else None
+        self.opt_state = self.update.init_opt_state(self.params)
+        self.batches = ShuffledBatches(self.train_set, task.prompts_per_step, seed=self.config.seed)
         self.start_step = 0
         checkpoint = task.checkpoint
         self.policy = CheckpointPolicy(every=checkpoint.every, keep=checkpoint.keep, resume=checkpoint.resume)
         self.store = self.run.checkpoints(self.policy)  # the runtime refused a run dir this run may not resume
         self._restore_latest()
+        if self.config.aot_compile:  # after every lasting buffer is allocated (trainers/aot.py says why)
+            self.aot = aot.start_first_step(self.update, self.sampler, self.placement, nn.unbox(boxed), shardings,
+                                            task, self.sampling, jax.random.split(self.rng)[1])
         self.init_compile_s = self.compile_clock.take()  # step rows then hold only their own compiles
 
     def run_train(self) -> TrainingResult:
@@ -141,6 +145,7 @@ class GRPOTrainer(BaseTrainer):
                     "measured_step_s": _steady_state(step_times), "micro_batch_size": task.micro_batch_size,
                     "remat": self.model_config.remat,
                     "init_compile_time_s": self.init_compile_s}
+        summary |= self.aot.metrics() if self.aot is not None else {}
         return TrainingResult(success=not interrupted, metrics=summary, wall_time_s=time.perf_counter() - start,
                               samples=(done - self.start_step) * task.rows_per_step, artifacts=artifacts,
                               warnings=preflight_warnings(summary), status="interrupted" if interrupted else "ok",
@@ -151,6 +156,8 @@ class GRPOTrainer(BaseTrainer):
     def _train_step(self, step: int) -> dict[str, float]:
         task = self.config.task
         started = time.perf_counter()
+        if self.aot is not None:  # no device work while the background compiles autotune (trainers/aot.py)
+            self.aot.wait_all()
         if self.off_policy is None:
             rollouts, truncated_prompts, timing = self._rollout_now()
         else:  # B_step, sampled one policy version ago while the previous update ran
@@ -196,6 +203,10 @@ class GRPOTrainer(BaseTrainer):
         rollouts, truncated = rollout.generate(self.sampler, self.encoder, policy, examples, rollout_rng, self.sampling)
         del policy  # the rollout copy of the weights: free before the update needs the memory
         return rollouts, truncated, {"reshard_time_s": reshard_s, "rollout_time_s": time.perf_counter() - resharded}
+
+    def cleanup(self) -> None:
+        if self.aot is not None:  # no compile thread outlives the run, a failing one included
+            self.aot.close()
 
     def _advantages(self, rewards: np.ndarray) -> np.ndarray:
         task = self.config.task
@@ -315,16 +326,9 @@ class GRPOTrainer(BaseTrainer):
 
     def _write_shardings(self) -> Path:
         """shardings.json: the mesh and the partition spec each trained parameter actually has."""
-        def spec(array: jax.Array) -> list:
-            axes = [list(axis) if isinstance(axis, tuple) else axis for axis in array.sharding.spec]
-            return axes + [None] * (array.ndim - len(axes))  # XLA drops trailing unsharded dims
-
-        specs = {jax.tree_util.keystr(key, simple=True, separator="/"): spec(array)
-                 for key, array in jax.tree_util.tree_leaves_with_path(self.params)}
         path = self.run.path(SHARDINGS_FILE)
         if self.run.is_main:
-            record = {"mesh": dict(self.mesh.shape), "rollout_mesh": dict(self.placement.mesh.shape),
-                      "devices": self.mesh.size, "params": specs}
+            record = shardings_record(self.params, self.mesh, self.placement.mesh)
             write_atomic(path, json.dumps(record, indent=2) + "\n")
         return path
 

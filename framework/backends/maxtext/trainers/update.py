@@ -182,8 +182,8 @@ class PolicyUpdate:
         if ref_params is not None:
             for batch in batches:
                 batch["ref_log_probs"] = self.log_probs(ref_params, batch)
-        num_tokens = jnp.float32(arrays["completion_mask"].sum())
-        weight = jnp.float32(1.0 if self.task.loss_normalization == "token" else 1.0 / len(batches))
+        num_tokens = np.float32(arrays["completion_mask"].sum())  # numpy: no eager op to compile in a step
+        weight = np.float32(1.0 if self.task.loss_normalization == "token" else 1.0 / len(batches))
         metrics, grad_norms = [], []
         for _ in range(self.task.ppo_epochs):
             grads = self.zero_grads(params)

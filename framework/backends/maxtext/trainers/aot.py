@@ -1,0 +1,190 @@
+"""Ahead-of-time compiles of the first step's programs, in background threads, from abstract shapes.
+
+The first step used to trace, lower and compile the rollout's sampling program and the update's programs one
+after the other, after the weights had loaded. Compiling needs only shapes, dtypes and shardings, so init
+starts these compiles as soon as the architecture and the update plan are known: they run while the weights
+load and the optimizer state initialises, and side by side (XLA's compile releases the GIL). A step then
+calls the compiled executables directly (`Precompiled`): nothing is traced or compiled again. A call whose
+arguments do not match the executable (e.g. evaluation's batch size) goes through the plain `jax.jit`.
+
+No device buffer is allocated while XLA autotunes in the background: init starts the compiles after the
+weights, the optimizer state and a resumed checkpoint are on the devices, and the first step waits for all
+of them (`wait_all`) before it touches a device. On an H100 (2026-11-27), weights loaded beside the
+autotuner's scratch buffers fragmented the allocator's pool so that the update's one 52 GiB temporary no
+longer fit: what is left to overlap is the two compiles with each other and with the preflight.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
+
+class AheadOfTime:
+    """`submit(name, jitted, *abstract_args)` compiles in a worker thread; `wrap(name, jitted)` is the callable
+    a step uses. `close()` cancels what has not started and waits for running compiles (they cannot be
+    interrupted), so no thread outlives a failing run."""
+
+    def __init__(self, workers: int):
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="aot-compile")
+        self._futures: dict[str, Future] = {}
+        self._statics: dict[str, _Statics] = {}
+        self.wrapped: dict[str, Precompiled] = {}
+        self._lock = threading.Lock()
+        self.started = time.perf_counter()
+        self.busy_s = 0.0  # summed over programs: compile seconds spent in the background
+        self.finished_at = self.started
+        self.barrier_s = 0.0  # waited in wait_all
+
+    def submit(self, name: str, jitted: Any, *args: Any, static: tuple[int | str, ...] = (), **kwargs: Any) -> None:
+        """`static`: the positions and names of jitted's static arguments (the executable takes the others)."""
+        self._statics[name] = _Statics(static, args, kwargs)
+        self._futures[name] = self._pool.submit(self._compile, name, jitted, args, kwargs)
+
+    def _compile(self, name: str, jitted: Any, args: tuple, kwargs: dict) -> Any:
+        began = time.perf_counter()
+        compiled = jitted.lower(*args, **kwargs).compile()
+        ended = time.perf_counter()
+        with self._lock:
+            self.busy_s += ended - began
+            self.finished_at = max(self.finished_at, ended)
+        log.info("aot: compiled %s in %.2f s", name, ended - began)
+        return compiled
+
+    def wrap(self, name: str, jitted: Any) -> Callable:
+        future = self._futures.get(name)
+        if future is None:
+            return jitted
+        self.wrapped[name] = Precompiled(name, jitted, future, self._statics[name])
+        return self.wrapped[name]
+
+    def wait_all(self) -> None:
+        """Block until every compile has finished or failed (each program's call raises its own error)."""
+        began = time.perf_counter()
+        wait(self._futures.values())
+        self.barrier_s += time.perf_counter() - began
+
+    def waited_s(self) -> float:
+        """Seconds the steps spent waiting for compiles still running."""
+        return self.barrier_s + sum(p.waited_s for p in self.wrapped.values())
+
+    def fallbacks(self) -> int:
+        return sum(p.fallbacks for p in self.wrapped.values())
+
+    def metrics(self) -> dict[str, float]:
+        """Compile seconds in the background, from the first submit to the last compile's end, what the steps
+        waited, the fallbacks."""
+        return {"aot_compile_s": self.busy_s, "aot_wall_s": self.finished_at - self.started,
+                "aot_wait_s": self.waited_s(), "aot_fallbacks": self.fallbacks()}
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _Statics:
+    """Splits a call into its static values (which must equal those compiled for) and the executable's args."""
+
+    def __init__(self, static: tuple[int | str, ...], args: tuple, kwargs: dict):
+        self.static = static
+        self.values = self.split(args, kwargs)[0]
+
+    def split(self, args: tuple, kwargs: dict) -> tuple[tuple, tuple, dict]:
+        values = tuple(args[k] if isinstance(k, int) else kwargs.get(k) for k in self.static)
+        dynamic = tuple(a for i, a in enumerate(args) if i not in self.static)
+        return values, dynamic, {k: v for k, v in kwargs.items() if k not in self.static}
+
+
+class Precompiled:
+    """A jitted function whose executable for the expected arguments was compiled ahead of time."""
+
+    def __init__(self, name: str, jitted: Any, future: Future, statics: _Statics):
+        self.name, self.jitted, self._future, self._statics = name, jitted, future, statics
+        self.fallbacks = 0  # calls the executable did not take: they went through jax.jit
+        self.waited_s = 0.0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        compiled = self._future.result()  # a compile error surfaces here as it would have from jax.jit
+        self.waited_s += time.perf_counter() - began
+        values, dynamic, dynamic_kwargs = self._statics.split(args, kwargs)
+        if values == self._statics.values:
+            try:
+                return compiled(*dynamic, **dynamic_kwargs)
+            except (TypeError, ValueError) as mismatch:  # checked before anything runs or is donated
+                reason = str(mismatch).splitlines()[0][:200]
+        else:
+            reason = "other static arguments"
+        if self.fallbacks == 0:
+            log.info("aot: %s called with arguments its executable does not take (%s); using jax.jit",
+                     self.name, reason)
+        self.fallbacks += 1
+        return self.jitted(*args, **kwargs)
+
+
+def start_first_step(update: Any, sampler: Any, placement: Any, shapes: Any, shardings: Any, task: Any,
+                     sampling: Any, rng: Any) -> AheadOfTime:
+    """Compile the programs of one GRPO step for the shapes the step will give them, two at a time (the
+    rollout's and the update's side by side), and make the sampler and the update call the executables: the
+    rollout's sampling program (statics model and sampling) and the update's programs.
+
+    shapes, shardings: the update's params as abstract arrays and their shardings. Every other shape follows
+    from the task: prompts are left-padded to exactly max_prompt_tokens, completions to max_new_tokens
+    (trainers/rollout.py).
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    aot = AheadOfTime(workers=2)
+    params = jax.tree.map(lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
+                          shapes, shardings)
+
+    from framework.backends.maxtext.sharding import DEFAULT_RULES, named_sharding
+    from framework.backends.maxtext.trainers.update import BATCH_AXES
+
+    def array(shape: tuple, dtype: Any, mesh: Any, rules: Any) -> jax.ShapeDtypeStruct:
+        sharding = named_sharding(mesh, rules or DEFAULT_RULES, BATCH_AXES[:len(shape)], shape)
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+
+    prompt, new = task.max_prompt_tokens, task.max_new_tokens
+    policy = params if placement.same_as_update else jax.tree.map(
+        lambda p, s: jax.ShapeDtypeStruct(p.shape, _rollout_dtype(p.dtype, sampler.model), sharding=s),
+        params, placement.shardings)
+    ids = array((task.prompts_per_step, prompt), jnp.int32, sampler.mesh, sampler.rules)
+    aot.submit("rollout", sampler.program, sampler.model, policy, ids, ids, jax.eval_shape(lambda: rng),
+               sampler.eos_array(), np.int32(sampler.pad_token_id), sampling=sampling,
+               with_log_probs=sampler.behaviour_log_probs, static=(0, "sampling", "with_log_probs"))
+
+    rows, mesh, rules = task.micro_batch_size, update.mesh, update.rules
+    batch = {"input_ids": array((rows, prompt + new), jnp.int32, mesh, rules),
+             "attention_mask": array((rows, prompt + new), jnp.int32, mesh, rules),
+             "completion_mask": array((rows, new), jnp.float32, mesh, rules),
+             "advantages": array((rows,), jnp.float32, mesh, rules)}
+    if task.ppo_epochs > 1 or task.beta > 0:  # old/reference log-probs, taken before the first update
+        aot.submit("log_probs", update.log_probs, params, dict(batch))
+    if task.ppo_epochs > 1:
+        batch["old_log_probs"] = array((rows, new), jnp.float32, mesh, rules)
+    if task.beta > 0:
+        batch["ref_log_probs"] = array((rows, new), jnp.float32, mesh, rules)
+    scalar = jax.ShapeDtypeStruct((), jnp.float32)
+    opt_state = jax.tree.map(lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
+                             jax.eval_shape(update.optimizer.init, params), update.opt_state_shardings)
+    aot.submit("zero_grads", update.zero_grads, params)
+    aot.submit("accumulate", update.accumulate, params, params, batch, scalar, scalar)
+    aot.submit("apply", update.apply, params, opt_state, params)
+    sampler.program = aot.wrap("rollout", sampler.program)
+    for name in ("zero_grads", "accumulate", "apply", "log_probs"):
+        setattr(update, name, aot.wrap(name, getattr(update, name)))
+    return aot
+
+
+def _rollout_dtype(dtype: Any, model: Any) -> Any:
+    """The rollout copy's dtype: floating weights cast to the compute dtype (sharding.resharder)."""
+    import jax.numpy as jnp
+
+    return jnp.dtype(model.config.dtype) if jnp.issubdtype(dtype, jnp.floating) else dtype
