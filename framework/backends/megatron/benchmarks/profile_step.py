@@ -103,13 +103,17 @@ def gpu_summary(kernels: list[tuple[str, int, int, int]], ranges: list[tuple[str
 
 def kineto_split(prof):
     """The GPU kernels and the GPU-side annotation ranges of a finished profile."""
+    from torch.autograd import DeviceType
+
     kernels, ranges = [], []
     for event in prof.profiler.kineto_results.events():
-        kind = event.activity_type()
-        if kind in ("kernel", "gpu_memcpy", "gpu_memset"):
+        if event.device_type() != DeviceType.CUDA:
+            continue
+        if event.activity_type() == "gpu_user_annotation" or event.is_user_annotation():
+            if event.name().startswith("megtp_"):
+                ranges.append((event.name().removeprefix("megtp_"), event.start_ns(), event.end_ns()))
+        else:  # kernel, gpu_memcpy, gpu_memset
             kernels.append((event.name(), event.start_ns(), event.end_ns(), event.device_resource_id()))
-        elif kind == "gpu_user_annotation" and event.name().startswith("megtp_"):
-            ranges.append((event.name().removeprefix("megtp_"), event.start_ns(), event.end_ns()))
     return kernels, ranges
 
 
