@@ -43,6 +43,9 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, argparse.Namespace]:
     parser.add_argument("--spec", default="local_sdpa")
     parser.add_argument("--profile-steps", type=int, default=3)
     parser.add_argument("--top", type=int, default=60, help="kernels and operators listed")
+    parser.add_argument("--host-probe-seq", type=int, default=0,
+                        help="then time the same steps at this short sequence (kernels too short to hide the "
+                             "host's launch work: the step is the host's own time)")
     args, rest = parser.parse_known_args(argv)
     step_args = pretrain_step.parse_args(["--out", "unused"] + (["--tiny"] if args.tiny else []) + rest)
     for name in ("tiny", "tp"):
@@ -171,8 +174,38 @@ def main(argv=None) -> dict:
     (out / f"rank{env.rank}_ops.txt").write_text(table + "\n")
     host = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top, max_name_column_width=90)
     (out / f"rank{env.rank}_ops_host.txt").write_text(host + "\n")  # launch-bound or not
+    if args.host_probe_seq:
+        del step, engine, prof
+        pretrain_step.release(device)
+        summary["host_probe"] = host_probe(step_args, args, shape, layout, device)
+        (out / f"rank{env.rank}_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     shutdown()
     return summary
+
+
+def host_probe(step_args, args, shape, layout, device) -> dict:
+    """Wall times of the same step at --host-probe-seq tokens (unprofiled), and the kernels of one step."""
+    import copy
+
+    from torch.profiler import ProfilerActivity, profile
+
+    probe_args = copy.copy(step_args)
+    probe_args.seq = args.host_probe_seq
+    step, _engine = pretrain_step.megatron_step(probe_args, shape, layout, args.spec, device)
+    walls = []
+    for index in range(step_args.warmup + 5):
+        begin = time.perf_counter()
+        step()
+        pretrain_step.sync(device)
+        walls.append(time.perf_counter() - begin)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        step()
+        pretrain_step.sync(device)
+    gpu = gpu_summary(*kineto_split(prof))
+    gpu["top_kernels"] = gpu.get("top_kernels", [])[:10]
+    return {"seq": args.host_probe_seq, "step_wall_s": walls[step_args.warmup:], "warmup_wall_s": walls[:step_args.warmup],
+            "gpu_one_step": gpu}
 
 
 if __name__ == "__main__":
