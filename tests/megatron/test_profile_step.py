@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from framework.backends.megatron.benchmarks.profile_step import gpu_summary, kernel_kind, union_ns
+from framework.backends.megatron.benchmarks.profile_step import gpu_summary, kernel_kind, kineto_split, union_ns
 from tests.conftest import REPO_ROOT
 
 
@@ -32,6 +32,39 @@ def test_summary_of_a_synthetic_timeline():
     assert summary["top_kernels"][0]["name"] == "sm90_xmma_gemm_bf16" and summary["streams"] == [7, 21]
 
 
+class OldKinetoEvent:
+    """torch 2.11's _KinetoEvent: no activity_type, end_ns or is_user_annotation."""
+
+    def __init__(self, name, start, duration, device="cuda", stream=7):
+        self._name, self._start, self._duration, self._device, self._stream = name, start, duration, device, stream
+
+    def name(self):
+        return self._name
+
+    def start_ns(self):
+        return self._start
+
+    def duration_ns(self):
+        return self._duration
+
+    def device_resource_id(self):
+        return self._stream
+
+    def device_type(self):
+        from torch.autograd import DeviceType
+
+        return DeviceType.CUDA if self._device == "cuda" else DeviceType.CPU
+
+
+def test_kernels_and_ranges_from_an_older_torch_profile():
+    from types import SimpleNamespace
+
+    events = [OldKinetoEvent("megtp_forward", 0, 100), OldKinetoEvent("Optimizer.step#AdamW.step", 100, 50),
+              OldKinetoEvent("nvjet_sm90_tst", 10, 20), OldKinetoEvent("aten::mm", 0, 5, device="cpu")]
+    prof = SimpleNamespace(profiler=SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: events)))
+    assert kineto_split(prof) == ([("nvjet_sm90_tst", 10, 30, 7)], [("forward", 0, 100)])
+
+
 def test_kernel_kinds():
     assert kernel_kind("pytorch_flash::flash_bwd_kernel") == "attention"
     assert kernel_kind("nvjet_tst_128x256") == "gemm"
@@ -42,10 +75,10 @@ def test_kernel_kinds():
 def test_tiny_tp2_profile_writes_every_rank(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m",
                            "framework.backends.megatron.benchmarks.profile_step", "--tiny", "--tp", "2",
-                           "--profile-steps", "2", "--out-dir", str(tmp_path)],
+                           "--profile-steps", "2", "--out-dir", str(tmp_path), "--prefix", "tp2_"],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for rank in (0, 1):
-        summary = json.loads((tmp_path / f"rank{rank}_summary.json").read_text())
+        summary = json.loads((tmp_path / f"tp2_rank{rank}_summary.json").read_text())
         assert summary["layout"]["tp"] == 2 and len(summary["step_wall_s"]) == 2
-        assert "c10d::allreduce_" in (tmp_path / f"rank{rank}_ops_host.txt").read_text()
+        assert "c10d::allreduce_" in (tmp_path / f"tp2_rank{rank}_ops_host.txt").read_text()

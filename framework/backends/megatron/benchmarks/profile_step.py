@@ -5,8 +5,8 @@
     python -m framework.backends.megatron.benchmarks.profile_step --tiny --out-dir DIR       # CPU check
 
 The step is pretrain_step's (same engine, shapes and defaults: Llama-3.2-1B shape, seq 2048, 16
-sequences in micro-batches of 2, local_sdpa, bf16). Every rank writes DIR/rank{R}_summary.json and
-DIR/rank{R}_ops.txt: the steps' wall times, the GPU kernels by total time and by kind (GEMM, NCCL,
+sequences in micro-batches of 2, local_sdpa, bf16). Every rank writes DIR/PREFIXrank{R}_summary.json,
+DIR/PREFIXrank{R}_ops.txt and _ops_host.txt: the steps' wall times, the GPU kernels by total time and by kind (GEMM, NCCL,
 attention, ...), the busy and idle time of the GPU over the profiled steps (the union of kernel
 intervals on all streams against the span), the NCCL time not overlapped by other kernels, the
 kernel time inside the forward / finalize-grads / optimizer ranges, and the operator table by
@@ -39,6 +39,7 @@ def parse_args(argv=None) -> tuple[argparse.Namespace, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="tiny model on a CPU (a check of the script)")
     parser.add_argument("--out-dir", required=True)
+    parser.add_argument("--prefix", default="", help="file names start with it (flat result folders)")
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--spec", default="local_sdpa")
     parser.add_argument("--profile-steps", type=int, default=3)
@@ -105,19 +106,31 @@ def gpu_summary(kernels: list[tuple[str, int, int, int]], ranges: list[tuple[str
 
 
 def kineto_split(prof):
-    """The GPU kernels and the GPU-side annotation ranges of a finished profile."""
+    """The GPU kernels and the GPU-side annotation ranges of a finished profile. Older torch (2.11)
+    lacks _KinetoEvent.activity_type / end_ns: annotations are then told by name."""
     from torch.autograd import DeviceType
 
     kernels, ranges = [], []
     for event in prof.profiler.kineto_results.events():
         if event.device_type() != DeviceType.CUDA:
             continue
-        if event.activity_type() == "gpu_user_annotation" or event.is_user_annotation():
-            if event.name().startswith("megtp_"):
-                ranges.append((event.name().removeprefix("megtp_"), event.start_ns(), event.end_ns()))
+        name, start = event.name(), event.start_ns()
+        end = start + event.duration_ns()
+        if is_annotation(event, name):
+            if name.startswith("megtp_"):
+                ranges.append((name.removeprefix("megtp_"), start, end))
         else:  # kernel, gpu_memcpy, gpu_memset
-            kernels.append((event.name(), event.start_ns(), event.end_ns(), event.device_resource_id()))
+            stream = event.device_resource_id() if hasattr(event, "device_resource_id") else 0
+            kernels.append((name, start, end, stream))
     return kernels, ranges
+
+
+def is_annotation(event, name: str) -> bool:
+    if hasattr(event, "activity_type"):
+        return event.activity_type() == "gpu_user_annotation"
+    if hasattr(event, "is_user_annotation") and event.is_user_annotation():
+        return True
+    return name.startswith(("megtp_", "ProfilerStep", "Optimizer.")) or "#" in name
 
 
 def main(argv=None) -> dict:
@@ -170,15 +183,15 @@ def main(argv=None) -> dict:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary["gpu"]["top_kernels"] = summary["gpu"].get("top_kernels", [])[:args.top]
-    (out / f"rank{env.rank}_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    (out / f"rank{env.rank}_ops.txt").write_text(table + "\n")
+    (out / f"{args.prefix}rank{env.rank}_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (out / f"{args.prefix}rank{env.rank}_ops.txt").write_text(table + "\n")
     host = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top, max_name_column_width=90)
-    (out / f"rank{env.rank}_ops_host.txt").write_text(host + "\n")  # launch-bound or not
+    (out / f"{args.prefix}rank{env.rank}_ops_host.txt").write_text(host + "\n")  # launch-bound or not
     if args.host_probe_seq:
         del step, engine, prof
         pretrain_step.release(device)
         summary["host_probe"] = host_probe(step_args, args, shape, layout, device)
-        (out / f"rank{env.rank}_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        (out / f"{args.prefix}rank{env.rank}_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     shutdown()
     return summary
 
