@@ -79,8 +79,8 @@ def test_host_dispatch_keys_are_checked(with_host_dispatch):
 
 def test_the_shipped_megatron_host_keeps_tp2_from_halving_the_one_gpu_step():
     """megatron-core launches the same kernels per micro-batch at tp=1 and tp=2 (plus the all-reduces):
-    with the measured host pace the 1B tp=2 step on an H200 is no faster than the one-GPU step, as measured
-    (profile run: 0.73 s against 0.71 s; session 11 call F: 0.58-0.65 s against 0.69 s)."""
+    with the measured host pace the 1B tp=2 step on an H200 is hardly faster than the one-GPU step, as measured
+    (session 11 call F: 0.58-0.65 s against 0.69 s), while one GPU's kernels still outlast its host."""
     from sims_helpers import REPO
 
     cfg = yaml.safe_load((REPO / "conf/model/llama3_2_1b.yaml").read_text())["hf_config"]
@@ -90,4 +90,4 @@ def test_the_shipped_megatron_host_keeps_tp2_from_halving_the_one_gpu_step():
     dispatch = stacks_module.stack("megatron_local").host_dispatch
     host_per_micro_batch = 16 * dispatch.layer_us * 1e-6 + 66 * dispatch.collective_us * 1e-6
     assert split.latency_s == pytest.approx(8 * host_per_micro_batch + rows(split)["optimizer_step"])
-    assert split.latency_s >= 0.95 * one.latency_s
+    assert split.latency_s >= 0.95 * one.latency_s and "host_dispatch_wait" not in rows(one)
