@@ -26,6 +26,17 @@ RESIDUAL_MODES = ("with_norm", "own_kernel")
 
 
 @dataclass(frozen=True)
+class HostDispatch:
+    """What the host spends launching one micro-batch's forward and backward in an eager stack, as
+    measured (sims/stacks.yaml `host_dispatch`): per decoder layer without its collectives, and per
+    collective call. A training micro-batch takes at least this long, however fast its kernels."""
+
+    layer_us: float
+    collective_us: float
+    measured: str  # where the numbers come from (run, card, command)
+
+
+@dataclass(frozen=True)
 class Stack:
     name: str
     description: str
@@ -35,6 +46,7 @@ class Stack:
     residual_add: str
     table: str  # the stack whose efficiency table serves this one
     borrowed_ops: tuple[tuple[str, str], ...]  # (op, stack whose table times it)
+    host_dispatch: HostDispatch | None  # None: the host never sets the pace (not measured, or CUDA graphs)
 
 
 @lru_cache(maxsize=1)
@@ -48,12 +60,21 @@ def stacks() -> dict[str, Stack]:
         merge = tuple((new, tuple(parts)) for new, parts in record["merge"].items())
         parsed[name] = Stack(name, record["description"], tuple(record["backends"]), merge,
                              tuple(record["fused_away"]), record["residual_add"], record["table"],
-                             tuple(record["borrowed_ops"].items()))
+                             tuple(record["borrowed_ops"].items()), _host_dispatch(name, record["host_dispatch"]))
     for spec in parsed.values():
         for key, named in (("table", spec.table), *((f"borrowed_ops.{op}", donor) for op, donor in spec.borrowed_ops)):
             if named not in parsed:
                 raise ConfigError(f"{STACKS_FILE}: {spec.name}.{key} is {named!r}; valid: {', '.join(parsed)}")
     return parsed
+
+
+def _host_dispatch(name: str, record: dict | None) -> HostDispatch | None:
+    if record is None:
+        return None
+    fields = set(HostDispatch.__dataclass_fields__)
+    if set(record) != fields:
+        raise ConfigError(f"{STACKS_FILE}: {name}.host_dispatch has {sorted(record)}; valid: {sorted(fields)}")
+    return HostDispatch(float(record["layer_us"]), float(record["collective_us"]), str(record["measured"]))
 
 
 def stack(name: str) -> Stack:

@@ -8,7 +8,8 @@ table has backward measurements (sims/calibration/backward.py), else 2x; collect
 recompute adds a forward of every decoder-layer op (not of the op types the layers keep). Per micro-batch
 also the loss over the vocabulary (forward + backward, on the last stage) and the weight gradients'
 accumulation into fp32 main grads (every stage); per step the dp gradient sync and the optimizer (Adam +
-clipping). Nothing overlaps.
+clipping). Nothing overlaps. An eager stack with a measured host_dispatch (sims/stacks.yaml) makes a
+training micro-batch last at least as long as its host takes to launch it.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from sims.hardware import HardwareSpec
 from sims.ir import ComputationalGraph, OpNode
 from sims.memory import local_params
 from sims.op_columns import columns, work_coefficients
-from sims.partition import expert_data_parallel, stage_split
+from sims.partition import expert_data_parallel, stage_layer_bounds, stage_split
+from sims.stacks import DEFAULT_STACK, stack
 from sims.vector_cost import Costs, costs_for
 from sims.workload import Layout, Workload
 
@@ -132,8 +134,30 @@ def _cost_stages(graph: ComputationalGraph, ctx: Context, costs: Costs) -> Stage
     if w.mode == "train":
         per_stage_rows = _train_rows(graph, ctx, ratios, heads)
         stage_s = [t + sum(row[5] for row in rows) for t, rows in zip(stage_s, per_stage_rows)]
+        waits = host_waits_s(graph, ctx, costs, weights, stage_s)
+        per_stage_rows = [rows + ((("host_dispatch_wait", "idle", 1, 0.0, 0.0, wait, "host"),) if wait else ())
+                          for rows, wait in zip(per_stage_rows, waits)]
+        stage_s = [t + wait for t, wait in zip(stage_s, waits)]
     slowest = max(range(pp), key=stage_s.__getitem__)
     return StageOps(stage_s, slowest, costs, passes, time_multipliers, counts[slowest], per_stage_rows[slowest])
+
+
+def host_waits_s(graph: ComputationalGraph, ctx: Context, costs: Costs, weights: np.ndarray,
+                 stage_s: list[float]) -> list[float]:
+    """Per stage, how long one training micro-batch's GPU work waits for the host beyond its kernels'
+    time: an eager stack's host launches every kernel of the forward and the backward (the stack's
+    measured `host_dispatch`: per decoder layer, and per collective call: the tp all-reduces, twice
+    per micro-batch with the backward's), and a micro-batch takes the longer of the two. Zero for a
+    stack without a measured host_dispatch."""
+    dispatch = stack(graph.meta.get("stack", DEFAULT_STACK)).host_dispatch
+    if dispatch is None:
+        return [0.0] * len(stage_s)
+    bounds = stage_layer_bounds(graph.meta["num_layers"], ctx.layout.pp)
+    collectives = np.array([node.is_comm for node in graph.nodes]) & costs.runs
+    calls = (weights @ collectives.astype(float)).tolist()  # executions with the backward's (and recompute's)
+    host = [(bounds[i + 1] - bounds[i]) * dispatch.layer_us * 1e-6 + calls[i] * dispatch.collective_us * 1e-6
+            for i in range(len(stage_s))]
+    return [max(0.0, h - t) for h, t in zip(host, stage_s)]
 
 
 def backward_ratios(graph: ComputationalGraph, hw: HardwareSpec) -> BackwardRatios | None:

@@ -97,7 +97,7 @@ def predict(cases: list[dict], root: Path) -> list[dict]:
                      "error": (predicted - case["measured_s"]) / case["measured_s"], "stack": case["stack"],
                      "breakdown_s": {r["name"]: r["time_s"] * case["repeats"] for r in result.breakdown_rows()
                                      if r["name"] in ("cross_entropy", "grad_accumulate", "optimizer_step",
-                                                      "attention", "lm_head", "mlp_gate_up_proj")}})
+                                                      "attention", "lm_head", "mlp_gate_up_proj", "host_dispatch_wait")}})
     return rows
 
 

@@ -67,6 +67,16 @@ def pretrain_task(args):
 
 
 def megatron_step_s(args, shape, layout, spec: str, device) -> float:
+    step, _engine = megatron_step(args, shape, layout, spec, device)  # the engine goes with this frame
+    return wall_median_s(step, args.warmup, args.steps, lambda: sync(device))
+
+
+def megatron_step(args, shape, layout, spec: str, device, annotate=None):
+    """One training step of this backend's engine as a callable (and the engine). `annotate(name)`, when
+    given, returns a context manager put around each micro-batch's forward (name "forward") and the
+    optimizer step ("optimizer"), e.g. a profiler range."""
+    import contextlib
+
     import torch
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
@@ -82,10 +92,13 @@ def megatron_step_s(args, shape, layout, spec: str, device) -> float:
              .expand(args.micro_batch, -1), "loss_mask": torch.ones(args.micro_batch, args.seq, device=device)}
     micro_batches = args.global_batch // (args.micro_batch * layout.dp)
 
+    annotate = annotate or (lambda name: contextlib.nullcontext())
+
     def forward(iterator, model):
         item = next(iterator)
-        return model(item["tokens"], item["position_ids"], None, labels=item["labels"]), \
-            lambda output: masked_mean_loss(item["loss_mask"], output)
+        with annotate("forward"):
+            output = model(item["tokens"], item["position_ids"], None, labels=item["labels"])
+        return output, lambda output: masked_mean_loss(item["loss_mask"], output)
 
     def step():
         engine.model.zero_grad_buffer()
@@ -93,9 +106,10 @@ def megatron_step_s(args, shape, layout, spec: str, device) -> float:
         get_forward_backward_func()(forward_step_func=forward, data_iterator=iter([batch] * micro_batches),
                                     model=[engine.model], num_microbatches=micro_batches, seq_length=args.seq,
                                     micro_batch_size=args.micro_batch, forward_only=False)
-        engine.optimizer.step()
+        with annotate("optimizer"):
+            engine.optimizer.step()
 
-    return wall_median_s(step, args.warmup, args.steps, lambda: sync(device))  # the engine goes with this frame
+    return step, engine
 
 
 def transformers_step_s(args, hf_config: dict, device) -> float:
