@@ -136,6 +136,7 @@ def test_a_two_device_run_overlaps_one_step_off_policy(tmp_path):
     assert rows[0]["ratio_mean"] == pytest.approx(1.0, abs=1e-4)  # B_1: sampled by the weights it trains
     summary = json.loads((tmp_path / "summary.json").read_text())["result"]["metrics"]
     assert summary["preflight_overlapped"] and summary["preflight_reshard_s"] > 0
+    assert summary["aot_fallbacks"] == 0  # the executables compiled ahead take the off-policy batch too
     assert summary["preflight_predicted_step_s"] == pytest.approx(summary["preflight_reshard_s"] + max(
         summary["preflight_prefill_s"] + summary["preflight_decode_s"], summary["preflight_train_s"]))
 

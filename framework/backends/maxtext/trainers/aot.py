@@ -165,9 +165,10 @@ def start_first_step(update: Any, sampler: Any, placement: Any, shapes: Any, sha
              "attention_mask": array((rows, prompt + new), jnp.int32, mesh, rules),
              "completion_mask": array((rows, new), jnp.float32, mesh, rules),
              "advantages": array((rows,), jnp.float32, mesh, rules)}
-    if task.ppo_epochs > 1 or task.beta > 0:  # old/reference log-probs, taken before the first update
+    behaviour = task.rollout_lag > 0  # off-policy: old log-probs come from the sampler (trainers/pipeline.py)
+    if (task.ppo_epochs > 1 and not behaviour) or task.beta > 0:  # old/reference log-probs before the update
         aot.submit("log_probs", update.log_probs, params, dict(batch))
-    if task.ppo_epochs > 1:
+    if task.ppo_epochs > 1 or behaviour:
         batch["old_log_probs"] = array((rows, new), jnp.float32, mesh, rules)
     if task.beta > 0:
         batch["ref_log_probs"] = array((rows, new), jnp.float32, mesh, rules)
