@@ -46,6 +46,17 @@ def test_a_background_compile_error_surfaces_at_the_call():
     call = aot.wrap("bad", bad)
     with pytest.raises(ValueError, match="bad program"):
         call(jnp.ones(2))
+    assert call.fallbacks == 1  # raised by jax.jit's own compile, as without the background path
+    aot.close()
+
+
+def test_a_failure_of_the_background_compile_alone_falls_back_to_jax_jit():
+    aot = AheadOfTime(workers=1)
+    shape = jax.ShapeDtypeStruct((4,), jnp.float32)
+    aot.submit("scaled_sum", _scaled_sum, shape, jnp.zeros(3), scale=3.0, static=("scale",))  # a wrong shape
+    call = aot.wrap("scaled_sum", _scaled_sum)
+    assert call(jnp.ones(4), jnp.arange(4.0), scale=3.0).tolist() == [3.0, 4.0, 5.0, 6.0]
+    assert call.fallbacks == 1
     aot.close()
 
 
@@ -79,6 +90,16 @@ def _run(tmp_path, name, aot, cache):
     manifest = json.loads((run_dir / "checkpoints" / "step_1" / "manifest.json").read_text())
     manifest.pop("created", None), manifest.pop("fingerprint", None)  # the config differs (aot_compile)
     return read_metrics(run_dir / "metrics.jsonl"), summary["result"]["metrics"], manifest
+
+
+@pytest.mark.slow
+def test_reference_and_old_log_prob_passes_take_their_executable(tmp_path):
+    """beta > 0 and ppo_epochs 2: the old and the reference passes read one pytree (update.forward_inputs)."""
+    run_dir = tmp_path / "run"
+    proc = run_cli([*RUN, "grpo.beta=0.04", "grpo.ppo_epochs=2", f"hydra.run.dir={run_dir}"],
+                   env={"CRUCIBLE_CACHE": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((run_dir / "summary.json").read_text())["result"]["metrics"]["aot_fallbacks"] == 0
 
 
 @pytest.mark.slow

@@ -41,6 +41,23 @@ def test_lag_and_placement_go_together_with_one_line_errors():
     assert split_devices([0, 1], rollout_layout()) == ([0, 1], [0, 1])
     with pytest.raises(ConfigError, match=r"grpo.rollout_lag"):
         grpo_task("grpo.rollout_lag=2")
+    with pytest.raises(ConfigError, match=r"rollout_lag: 1 needs .*\(parallel.rollout is null\)"):
+        check_off_policy(1, None)  # else the rollout thread would sample with the params the update donates
+    check_off_policy(0, None)
+
+
+def test_a_rollout_lag_1_checkpoint_resumed_on_policy_is_refused_and_a_damaged_one_named(tmp_path):
+    from types import SimpleNamespace
+
+    from framework.backends.maxtext.trainers.pipeline import IN_FLIGHT, OffPolicyRollouts, refuse_lag_change
+    from framework.core.errors import CheckpointError
+
+    refuse_lag_change(SimpleNamespace(state={"rng": []}, path=tmp_path))  # an on-policy checkpoint: fine
+    with pytest.raises(ConfigError, match=r"grpo.rollout_lag: 0, but .* was written by a rollout_lag=1 run"):
+        refuse_lag_change(SimpleNamespace(state={IN_FLIGHT: {}}, path=tmp_path))
+    pipeline = OffPolicyRollouts.__new__(OffPolicyRollouts)
+    with pytest.raises(CheckpointError, match=r"the batch in flight is incomplete"):
+        pipeline.restore(SimpleNamespace(state={IN_FLIGHT: {"references": []}}, path=tmp_path), "state.safetensors")
 
 
 def test_a_bad_combination_is_one_line_before_any_weights_load(tmp_path):

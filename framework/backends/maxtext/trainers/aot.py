@@ -109,10 +109,13 @@ class Precompiled:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         began = time.perf_counter()
-        compiled = self._future.result()  # a compile error surfaces here as it would have from jax.jit
+        failure = self._future.exception()  # waits for the compile
         self.waited_s += time.perf_counter() - began
         values, dynamic, dynamic_kwargs = self._statics.split(args, kwargs)
-        if values == self._statics.values:
+        if failure is not None:  # through jax.jit: a program's own error is raised there as it always was, a
+            reason = f"its background compile failed: {str(failure).splitlines()[0][:200]}"  # background-only one not
+        elif values == self._statics.values:
+            compiled = self._future.result()
             try:
                 return compiled(*dynamic, **dynamic_kwargs)
             except (TypeError, ValueError) as mismatch:  # checked before anything runs or is donated
@@ -120,8 +123,7 @@ class Precompiled:
         else:
             reason = "other static arguments"
         if self.fallbacks == 0:
-            log.info("aot: %s called with arguments its executable does not take (%s); using jax.jit",
-                     self.name, reason)
+            log.info("aot: %s runs through jax.jit (%s)", self.name, reason)
         self.fallbacks += 1
         return self.jitted(*args, **kwargs)
 
@@ -145,7 +147,7 @@ def start_first_step(update: Any, sampler: Any, placement: Any, shapes: Any, sha
                           shapes, shardings)
 
     from framework.backends.maxtext.sharding import DEFAULT_RULES, named_sharding
-    from framework.backends.maxtext.trainers.update import BATCH_AXES
+    from framework.backends.maxtext.trainers.update import BATCH_AXES, forward_inputs
 
     def array(shape: tuple, dtype: Any, mesh: Any, rules: Any) -> jax.ShapeDtypeStruct:
         sharding = named_sharding(mesh, rules or DEFAULT_RULES, BATCH_AXES[:len(shape)], shape)
@@ -167,7 +169,7 @@ def start_first_step(update: Any, sampler: Any, placement: Any, shapes: Any, sha
              "advantages": array((rows,), jnp.float32, mesh, rules)}
     behaviour = task.rollout_lag > 0  # off-policy: old log-probs come from the sampler (trainers/pipeline.py)
     if (task.ppo_epochs > 1 and not behaviour) or task.beta > 0:  # old/reference log-probs before the update
-        aot.submit("log_probs", update.log_probs, params, dict(batch))
+        aot.submit("log_probs", update.log_probs, params, forward_inputs(batch))
     if task.ppo_epochs > 1 or behaviour:
         batch["old_log_probs"] = array((rows, new), jnp.float32, mesh, rules)
     if task.beta > 0:

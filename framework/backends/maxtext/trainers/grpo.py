@@ -35,7 +35,7 @@ from framework.backends.maxtext.sampler import Sampler, SamplingParams
 from framework.backends.maxtext.sharding import (build_mesh, logical_axis_rules, param_shardings, rollout_parallel,
                                                 shardings_record, tree_bytes)
 from framework.backends.maxtext.trainers import aot, rollout
-from framework.backends.maxtext.trainers.pipeline import OffPolicyRollouts, split_devices
+from framework.backends.maxtext.trainers.pipeline import OffPolicyRollouts, refuse_lag_change, split_devices
 from framework.backends.maxtext.trainers.checkpointing import (STATE_FILE, host_arrays, key_from_json, key_to_json,
                                                                read_state, write_arrays)
 from framework.data.math import load_split, system_prompt, train_examples
@@ -205,8 +205,9 @@ class GRPOTrainer(BaseTrainer):
         return rollouts, truncated, {"reshard_time_s": reshard_s, "rollout_time_s": time.perf_counter() - resharded}
 
     def cleanup(self) -> None:
-        if self.aot is not None:  # no compile thread outlives the run, a failing one included
-            self.aot.close()
+        for worker in (self.aot, getattr(self, "off_policy", None)):  # no thread outlives a run, a failing one included
+            if worker is not None:
+                worker.close()
 
     def _advantages(self, rewards: np.ndarray) -> np.ndarray:
         task = self.config.task
@@ -242,6 +243,8 @@ class GRPOTrainer(BaseTrainer):
         self.rng = key_from_json(checkpoint.state["rng"])
         if self.off_policy is not None:  # the batch sampled ahead, as it was when saved
             self.off_policy.restore(checkpoint, STATE_FILE)
+        else:
+            refuse_lag_change(checkpoint)
         self.start_step = checkpoint.step
         self.run.logger.rewind(checkpoint.step)
         log.info("grpo: resumed from %s", checkpoint.path)

@@ -94,6 +94,10 @@ def check_off_policy(rollout_lag: int, rollout: Any) -> None:
     """grpo.rollout_lag and parallel.rollout.placement go together: lag 1 needs devices of its own to overlap
     on, and separate devices only pay when the phases overlap."""
     if rollout is None:
+        if rollout_lag == 1:
+            raise ConfigError("grpo.rollout_lag: 1 needs parallel.rollout.placement=separate and parallel.rollout."
+                              "devices=N (parallel.rollout is null): the rollout overlaps the update on devices of "
+                              "its own; or use rollout_lag=0")
         return
     if rollout.placement not in ("shared", "separate"):
         raise ConfigError(f"parallel.rollout.placement: '{rollout.placement}' is not valid; use shared or separate")
@@ -103,6 +107,14 @@ def check_off_policy(rollout_lag: int, rollout: Any) -> None:
     if rollout_lag == 0 and rollout.placement == "separate":
         raise ConfigError("parallel.rollout.placement: separate needs grpo.rollout_lag=1 (decoding on devices the "
                           "update leaves idle pays only when the phases overlap); or use placement=shared")
+
+
+def refuse_lag_change(checkpoint: Any) -> None:
+    """A rollout_lag=1 checkpoint holds the batch sampled ahead; its data order and RNG are already past it, so
+    resuming it on-policy would skip that batch."""
+    if IN_FLIGHT in checkpoint.state:
+        raise ConfigError(f"grpo.rollout_lag: 0, but {checkpoint.path} was written by a rollout_lag=1 run with a "
+                          f"batch sampled ahead; resume it with grpo.rollout_lag=1 (and its parallel.rollout)")
 
 
 def split_devices(devices: list, rollout: Any) -> tuple[list, list]:
@@ -184,6 +196,8 @@ class OffPolicyRollouts:
         state = checkpoint.state.get(IN_FLIGHT)
         if state is None:
             return
+        if not {"references", "truncated", "policy_version", "rollout_s"} <= set(state):
+            raise CheckpointError(f"{checkpoint.path}: the batch in flight is incomplete ({sorted(state)})")
         prefix = IN_FLIGHT + "/"
         arrays = {name[len(prefix):]: value for name, value in load_file(str(checkpoint.file(state_file))).items()
                   if name.startswith(prefix)}

@@ -68,6 +68,12 @@ def completion_log_probs(model: Transformer, params: Any, input_ids: Array, atte
     return unchunk(log_probs), unchunk(entropy)
 
 
+def forward_inputs(batch: Batch) -> Batch:
+    """What a log-prob pass reads of a micro-batch: the same pytree whatever else the batch carries (old or
+    reference log-probs, advantages), so one compiled program serves every such pass."""
+    return {key: batch[key] for key in ("input_ids", "attention_mask", "completion_mask")}
+
+
 def learning_rate_schedule(cfg: OptimizerConfig, steps: int, updates_per_step: int) -> Callable[[Any], Array]:
     """Learning rate per optimizer update: linear warmup, then constant/cosine/linear decay until `steps`.
 
@@ -178,10 +184,10 @@ class PolicyUpdate:
         # (grpo.rollout_lag=1) the sampler's behaviour log-probs come in the arrays.
         if self.task.ppo_epochs > 1 and "old_log_probs" not in arrays:
             for batch in batches:
-                batch["old_log_probs"] = self.log_probs(params, batch)
+                batch["old_log_probs"] = self.log_probs(params, forward_inputs(batch))
         if ref_params is not None:
             for batch in batches:
-                batch["ref_log_probs"] = self.log_probs(ref_params, batch)
+                batch["ref_log_probs"] = self.log_probs(ref_params, forward_inputs(batch))
         num_tokens = np.float32(arrays["completion_mask"].sum())  # numpy: no eager op to compile in a step
         weight = np.float32(1.0 if self.task.loss_normalization == "token" else 1.0 / len(batches))
         metrics, grad_norms = [], []
