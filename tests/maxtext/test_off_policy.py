@@ -159,6 +159,16 @@ def test_a_two_device_run_overlaps_one_step_off_policy(tmp_path):
 
 
 @pytest.mark.slow
+def test_evaluation_runs_beside_the_off_policy_pipeline(tmp_path):
+    proc = run_cli([*LAG1, "grpo.steps=3", "hardware.devices_per_node=2", "grpo.eval.every=2",
+                    "grpo.eval.num_examples=2", "progress=false", f"hydra.run.dir={tmp_path}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [("eval_accuracy" in row) for row in rows] == [False, True, True]  # with B_3 in flight, and at the end
+    assert all(np.isfinite(row["loss"]) for row in rows)
+
+
+@pytest.mark.slow
 def test_resume_conformance_kill_9_one_step_off_policy(tmp_path):
     """The in-flight batch is in the checkpoint: killed after step 2, the rerun ends byte for byte the same."""
     from tests.conformance import check_kill_resume

@@ -19,7 +19,7 @@ import numpy as np
 from flax import linen as nn
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from framework.core.errors import ConfigError
+from framework.core.errors import BackendError, ConfigError
 from framework.core.parallel import ParallelConfig, RolloutLayout
 
 log = logging.getLogger(__name__)
@@ -237,3 +237,18 @@ def shardings_record(params: Any, mesh: Mesh, rollout_mesh: Mesh) -> dict:
     specs = {jax.tree_util.keystr(key, simple=True, separator="/"): spec(array)
              for key, array in jax.tree_util.tree_leaves_with_path(params)}
     return {"mesh": dict(mesh.shape), "rollout_mesh": dict(rollout_mesh.shape), "devices": mesh.size, "params": specs}
+
+
+def usable_devices(hardware: Mapping[str, Any]) -> list:
+    """jax.devices(): a one-line BackendError when JAX finds none, a warning when they are not the kind the
+    hardware group names (JAX_PLATFORMS=cpu runs a GPU recipe on CPU on purpose)."""
+    try:
+        devices = jax.devices()
+    except RuntimeError as error:
+        raise BackendError(f"hardware={hardware['name']}: JAX finds no usable device "
+                           f"({str(error).splitlines()[0]})") from error
+    expected = {"gpu": "gpu", "tpu": "tpu", "cpu": "cpu"}[hardware["accelerator"]]
+    if devices[0].platform != expected:
+        log.warning("hardware=%s expects %s devices; running on %d %s device(s)",
+                    hardware["name"], expected, len(devices), devices[0].platform)
+    return devices

@@ -33,7 +33,7 @@ from framework.rl.advantages import compute_advantages
 from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params, kernel_platform
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
 from framework.backends.maxtext.sharding import (build_mesh, logical_axis_rules, param_shardings, rollout_parallel,
-                                                shardings_record, tree_bytes)
+                                                shardings_record, tree_bytes, usable_devices)
 from framework.backends.maxtext.trainers import aot, rollout
 from framework.backends.maxtext.trainers.pipeline import OffPolicyRollouts, refuse_lag_change, split_devices
 from framework.backends.maxtext.trainers.checkpointing import (STATE_FILE, host_arrays, key_from_json, key_to_json,
@@ -45,7 +45,7 @@ from framework.backends.maxtext.trainers.preflight import (pick_update_plan, pre
                                                              refuse_out_of_memory, rollout_tp_for)
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
 from framework.core.checkpoint import CheckpointPolicy
-from framework.core.errors import BackendError, ConfigError, CrucibleError
+from framework.core.errors import ConfigError, CrucibleError
 from framework.core.records import write_atomic
 from framework.core.result import TrainingResult
 from framework.core.stopping import check_finite
@@ -217,6 +217,8 @@ class GRPOTrainer(BaseTrainer):
     def _evaluate(self) -> dict[str, float]:
         started = time.perf_counter()
         batch_size = min(len(self.eval_set), self.config.task.rows_per_step)
+        if self.off_policy is not None:  # no sampling beside evaluation's decode on the rollout devices
+            self.off_policy.settle()
         policy, _ = self.placement.policy(self.params)
         metrics = evaluate(self.sampler, self.encoder, policy, self.eval_set,
                            self.config.task.eval.max_new_tokens, batch_size)
@@ -252,16 +254,7 @@ class GRPOTrainer(BaseTrainer):
     # ---- helpers -------------------------------------------------------------------------------
 
     def _build_mesh(self):
-        try:
-            devices = jax.devices()
-        except RuntimeError as error:
-            raise BackendError(f"hardware={self.config.hardware['name']}: JAX finds no usable device "
-                               f"({str(error).splitlines()[0]})") from error
-        expected = {"gpu": "gpu", "tpu": "tpu", "cpu": "cpu"}[self.config.hardware["accelerator"]]
-        if devices[0].platform != expected:
-            log.warning("hardware=%s expects %s devices; running on %d %s device(s)",
-                        self.config.hardware["name"], expected, len(devices), devices[0].platform)
-        self.rollout_devices, devices = split_devices(devices, self.config.parallel.rollout)
+        self.rollout_devices, devices = split_devices(usable_devices(self.config.hardware), self.config.parallel.rollout)
         mesh = build_mesh(self.config.parallel, devices)
         log.info("grpo: mesh %s over %d %s device(s)", dict(mesh.shape), len(devices), devices[0].platform)
         self.devices = devices

@@ -173,6 +173,11 @@ class OffPolicyRollouts:
         self.policy, reshard_s = self.placement.policy(params)
         return {"reshard_time_s": reshard_s}
 
+    def settle(self) -> None:
+        """Wait until the batch in flight is sampled (it stays in flight): evaluation then decodes alone on the
+        rollout devices, without a second KV cache and weight copy beside the sampling's."""
+        self.ahead.in_flight()
+
     def checkpoint_part(self) -> tuple[dict, dict]:
         """(arrays, state) of the batch in flight, finished first: a resume takes it instead of re-sampling
         it with theta_{step-1}, which the checkpoint does not hold."""
