@@ -285,7 +285,7 @@ def refit(base: list[dict], train_records: list[dict], hardware: dict, source: s
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from framework.backends.maxtext.benchmarks.xla_calibrate import environment, hardware_named, model_config
+    from framework.backends.maxtext.benchmarks.xla_calibrate import model_config, timing_session
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for the JSON files")
@@ -299,18 +299,8 @@ def main(argv: list[str] | None = None) -> dict:
     def log(message: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f} s] {message}", flush=True)
 
-    import jax
-
-    from framework.backends.maxtext.benchmarks.xla_kernels import LoopTimer
-
     plan = TINY if args.tiny else FULL
-    cpu = jax.default_backend() == "cpu"
-    env = environment()
-    hardware = hardware_named(args.hardware, env["device"], cpu)
-    log(f"{env['device']} ({env['platform']}), jax {env['jax']}, hardware={hardware['name']}")
-    timer = LoopTimer(cpu, plan["repeats"], plan["target_s"])
-    if not cpu:
-        timer.warm_up()
+    env, hardware, timer = timing_session(args.hardware, plan, log)
     budget = args.budget_s or plan["budget_s"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -324,6 +324,22 @@ def hardware_named(name: str | None, device_kind: str, cpu: bool) -> dict:
     return {**read_hardware_file(REPO_ROOT / f"conf/hardware/{name}.yaml"), "efficiency_table": None}
 
 
+def timing_session(hardware_name: str | None, plan: dict, log) -> tuple[dict, dict, object]:
+    """How every xla timing run starts: the device, its conf/hardware entry, a loop timer (warmed up on a GPU)."""
+    import jax
+
+    from framework.backends.maxtext.benchmarks.xla_kernels import LoopTimer
+
+    cpu = jax.default_backend() == "cpu"
+    env = environment()
+    hardware = hardware_named(hardware_name, env["device"], cpu)
+    log(f"{env['device']} ({env['platform']}), jax {env['jax']}, hardware={hardware['name']}")
+    timer = LoopTimer(cpu, plan["repeats"], plan["target_s"])
+    if not cpu:
+        timer.warm_up()
+    return env, hardware, timer
+
+
 def main(argv: list[str] | None = None) -> dict:
     from sims.benchmarks.torch_fused import markdown, summarise
 
@@ -339,18 +355,8 @@ def main(argv: list[str] | None = None) -> dict:
     def log(message: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f} s] {message}", flush=True)
 
-    import jax
-
-    from framework.backends.maxtext.benchmarks.xla_kernels import LoopTimer
-
     plan = TINY if args.tiny else FULL
-    cpu = jax.default_backend() == "cpu"
-    env = environment()
-    hardware = hardware_named(args.hardware, env["device"], cpu)
-    log(f"{env['device']} ({env['platform']}), jax {env['jax']}, hardware={hardware['name']}")
-    timer = LoopTimer(cpu, plan["repeats"], plan["target_s"])
-    if not cpu:
-        timer.warm_up()
+    env, hardware, timer = timing_session(args.hardware, plan, log)
     budget = args.budget_s or plan["budget_s"]
     measurements = []
     for i, (name, (conf_name, layers)) in enumerate(plan["models"].items(), 1):
