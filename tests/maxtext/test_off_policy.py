@@ -71,7 +71,10 @@ def test_a_bad_combination_is_one_line_before_any_weights_load(tmp_path):
 def test_the_default_stays_synchronous_on_shared_devices():
     cfg = compose_config(["recipe=grpo_arithmetic_cpu"])
     assert cfg.grpo.rollout_lag == 0
-    assert cfg.parallel.rollout.placement == "shared" and cfg.parallel.rollout.devices is None
+    assert cfg.parallel.rollout.placement == "shared" and cfg.parallel.rollout.devices == "auto"
+    from framework.backends.maxtext.trainers.pipeline import split_devices
+
+    assert split_devices([0, 1], rollout_layout()) == ([0, 1], [0, 1])  # auto on shared devices: none taken
 
 
 def test_separate_devices_receive_their_whole_shard_and_the_preflight_overlaps_the_phases():

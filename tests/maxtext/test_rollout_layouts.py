@@ -29,7 +29,7 @@ ROLLOUTS = {"update": None, "dp4": {"dp": -1, "tp": 1}, "dp2_tp2": {"dp": 2, "tp
 
 def rollout_layout(**axes) -> RolloutLayout:
     return RolloutLayout(**{"dp": -1, "fsdp": 1, "tp": None, "pp": 1, "ep": 1, "cp": 1, "placement": "shared",
-                            "devices": None, **axes})
+                            "devices": "auto", **axes})
 
 
 def grpo_task(*overrides: str):
