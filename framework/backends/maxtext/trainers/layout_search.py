@@ -49,7 +49,7 @@ class Candidate:
     def row(self) -> str:
         if self.step_s is None:
             return f"{self.name}: skipped ({self.reason})"
-        return (f"{self.name}: step {self.step_s:.4g} s (rollout {self.rollout_s:.4g} s, update {self.update_s:.4g} s, "
+        return (f"{self.name}: step {self.step_s:.6g} s (rollout {self.rollout_s:.4g} s, update {self.update_s:.4g} s, "
                 f"move {self.prediction['preflight_reshard_s']:.3g} s), {self.memory_gb:.3g} GB/device"
                 f"{'' if self.fits else ' (does not fit)'}")
 
