@@ -61,7 +61,8 @@ class RolloutLayout:
             raise ConfigError(f"{key}.placement: '{self.placement}' is not valid; use one of {', '.join(PLACEMENTS)}")
         if self.placement == "shared":
             if self.devices not in (None, AUTO):
-                raise ConfigError(f"{key}.devices: {self.devices} needs {key}.placement=separate; use auto or null when shared")
+                raise ConfigError(f"{key}.devices: {self.devices} needs {key}.placement=separate; use auto or null "
+                                  "when shared")
             return 0
         if self.devices == AUTO:
             raise ConfigError(f"{key}.devices: auto is resolved by the backend's preflight before the devices split; "

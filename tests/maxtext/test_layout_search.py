@@ -27,7 +27,8 @@ def _setting(*overrides: str):
                           "grpo.prompts_per_step=12", "grpo.micro_batch_size=24", "backend.adapter.remat=minimal",
                           *LAG1_AUTO, *overrides])
     task = build(GRPOTask, cfg.grpo, "grpo")
-    model = ModelConfig.from_hf_config(dict(cfg.model.hf_config), param_dtype=task.param_dtype, dtype=task.compute_dtype)
+    model = ModelConfig.from_hf_config(dict(cfg.model.hf_config), param_dtype=task.param_dtype,
+                                       dtype=task.compute_dtype)
     return model, 0.494e9 * 4, dict(cfg.hardware), build(ParallelConfig, cfg.parallel, "parallel"), task
 
 

@@ -135,8 +135,8 @@ def search(model: Any, weight_bytes: float, hardware: Mapping[str, Any], paralle
 
 def record(chosen: Candidate, candidates: list[Candidate]) -> dict[str, Any]:
     """The summary's scalars: the choice and each candidate's predicted step, memory and fit."""
-    rows: dict[str, Any] = {"layout_search_choice": chosen.name, "layout_search_rollout_devices": chosen.rollout_devices,
-                            "layout_search_rollout_tp": chosen.rollout.tp}
+    rows: dict[str, Any] = {"layout_search_choice": chosen.name, "layout_search_rollout_tp": chosen.rollout.tp,
+                            "layout_search_rollout_devices": chosen.rollout_devices}
     for candidate in candidates:
         rows[f"layout_search_{candidate.name}_step_s"] = candidate.step_s
         rows[f"layout_search_{candidate.name}_memory_gb"] = candidate.memory_gb
