@@ -35,6 +35,7 @@ from framework.backends.maxtext.sampler import Sampler, SamplingParams
 from framework.backends.maxtext.sharding import (build_mesh, logical_axis_rules, param_shardings, rollout_parallel,
                                                 shardings_record, tree_bytes, usable_devices)
 from framework.backends.maxtext.trainers import aot, rollout
+from framework.backends.maxtext.trainers.layout_search import choose_rollout_devices
 from framework.backends.maxtext.trainers.pipeline import OffPolicyRollouts, refuse_lag_change, split_devices
 from framework.backends.maxtext.trainers.checkpointing import (STATE_FILE, host_arrays, key_from_json, key_to_json,
                                                                read_state, write_arrays)
@@ -144,7 +145,7 @@ class GRPOTrainer(BaseTrainer):
         summary |= {"steps_completed": done, "resumed_from_step": self.start_step,
                     "measured_step_s": _steady_state(step_times), "micro_batch_size": task.micro_batch_size,
                     "remat": self.model_config.remat,
-                    "init_compile_time_s": self.init_compile_s}
+                    "init_compile_time_s": self.init_compile_s, **self.layout_search}
         summary |= self.aot.metrics() if self.aot is not None else {}
         return TrainingResult(success=not interrupted, metrics=summary, wall_time_s=time.perf_counter() - start,
                               samples=(done - self.start_step) * task.rows_per_step, artifacts=artifacts,
@@ -254,7 +255,9 @@ class GRPOTrainer(BaseTrainer):
     # ---- helpers -------------------------------------------------------------------------------
 
     def _build_mesh(self):
-        self.rollout_devices, devices = split_devices(usable_devices(self.config.hardware), self.config.parallel.rollout)
+        available = usable_devices(self.config.hardware)  # parallel.rollout.devices auto -> the preflight's split
+        self.config.parallel, self.layout_search = choose_rollout_devices(self.config, len(available))
+        self.rollout_devices, devices = split_devices(available, self.config.parallel.rollout)
         mesh = build_mesh(self.config.parallel, devices)
         log.info("grpo: mesh %s over %d %s device(s)", dict(mesh.shape), len(devices), devices[0].platform)
         self.devices = devices
