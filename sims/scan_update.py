@@ -60,6 +60,8 @@ def fsdp_rows(graph: ComputationalGraph, ctx: Context) -> list[tuple]:
     for stage in range(layout.pp):
         gather_s = scatter_s = gathered = 0.0
         for params, group in zip(local_params(graph, layout, stage), (layout.dp, expert_dp)):
+            if not params:  # a dense model's expert part: no collective
+                continue
             gather_s += 2 * all_gather_s(params * ctx.precision.act_bytes, group, hw, span)
             scatter_s += reduce_scatter_s(params * GRAD_BYTES, group, hw, span)
             gathered += params

@@ -289,9 +289,10 @@ def _training_update_rows(graph: ComputationalGraph, ctx: Context, stage: int) -
     span = layout.tp * layout.dp  # replicas of a weight shard sit tp ranks apart
     sync_s = 0.0
     for params, group in ((dense, layout.dp), (expert, expert_dp)):
-        grads = params * GRAD_BYTES
-        if workload.shard_weights:  # gathered and reduce-scattered every micro-batch (sims/scan_update.py)
+        # none for a dense model's expert part; fsdp's are every micro-batch's (sims/scan_update.py)
+        if not params or workload.shard_weights:
             continue
+        grads = params * GRAD_BYTES
         if workload.zero:  # reduce-scatter grads, all-gather updated weights
             weights = params * ctx.precision.act_bytes
             sync_s += reduce_scatter_s(grads, group, hw, span) + all_gather_s(weights, group, hw, span)
