@@ -1,13 +1,13 @@
 """A training micro-batch's work beyond the graph's kernels where the update runs as JAX runs it (the `xla`
 stack, our maxtext backend), added per micro-batch by sims/step.py:
 
-- the scan over stacked layer weights (`nn.scan`) passes over the parameters once per micro-batch (a jitted
-  call per micro-batch: casts, per-layer weight slices, the stacked gradients), over the whole weights even
-  when fsdp shards them (the scan runs on the gathered stack); without remat it also writes what each layer
-  saves for the backward into stacked buffers and copies it out again (under a remat policy the measured
-  updates show no such copies: the gap they leave at micro-batch 128 is under 20 ms on an H100); bytes at the
-  card's peak memory bandwidth per saved byte and per parameter, measured per stack (sims/stacks.yaml
-  `scanned_update`);
+- the scan over stacked layer weights (`nn.scan`) runs its own kernels every layer and micro-batch (a
+  jitted call per micro-batch: weight slices, stacked-gradient updates, copies: 143 kernels per layer and
+  micro-batch in the H100 profile of docs/benchmarks.md against the graph's ~30), a time per layer that
+  neither tp nor fsdp shrinks; without remat it also writes what each layer saves for the backward into
+  stacked buffers and copies it out again (under a remat policy the measured updates show no such copies:
+  the gap they leave at micro-batch 128 is under 20 ms on an H100), bytes at the card's peak memory
+  bandwidth per saved byte; both measured per stack (sims/stacks.yaml `scanned_update`);
 - weights sharded over the data-parallel axis (fsdp: `workload.shard_weights`) are all-gathered for the
   forward and again for the backward, and their fp32 gradients reduce-scattered, every micro-batch (not once
   per step as a ZeRO-1 optimizer's sync), costed with the collective model (sims/comm.py), not overlapped.
@@ -21,7 +21,7 @@ from sims.calculator import Context, all_gather_s, reduce_scatter_s
 from sims.ir import ComputationalGraph
 from sims.memory import local_params
 from sims.op_columns import columns
-from sims.partition import expert_data_parallel
+from sims.partition import expert_data_parallel, stage_layer_bounds
 from sims.stacks import DEFAULT_STACK, stack
 from sims.train_work import GRAD_BYTES
 
@@ -43,10 +43,11 @@ def scan_rows(graph: ComputationalGraph, ctx: Context, saved_bytes: list[float])
     if scanned is None or ctx.workload.mode != "train":
         return [()] * len(saved_bytes)
     rows = []
+    bounds = stage_layer_bounds(graph.meta["num_layers"], ctx.layout.pp)
     for stage, saved in enumerate(saved_bytes):
-        params = sum(local_params(graph, ctx.layout, stage)) / (ctx.layout.dp if ctx.workload.shard_weights else 1)
-        nbytes = saved * scanned.saved_byte_passes + params * scanned.bytes_per_param
-        rows.append((("scan_copies", "elementwise", 1, 0.0, nbytes, nbytes / ctx.hw.memory_bytes_per_s, "memory"),))
+        nbytes = saved * scanned.saved_byte_passes
+        seconds = nbytes / ctx.hw.memory_bytes_per_s + (bounds[stage + 1] - bounds[stage]) * scanned.layer_us * 1e-6
+        rows.append((("scan_copies", "elementwise", 1, 0.0, nbytes, seconds, "memory"),))
     return rows
 
 

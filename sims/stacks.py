@@ -39,13 +39,13 @@ class HostDispatch:
 @dataclass(frozen=True)
 class ScannedUpdate:
     """What a training micro-batch of a stack that scans its decoder layers over stacked weights (JAX's
-    `nn.scan`) moves beyond its kernels, as measured (sims/stacks.yaml `scanned_update`), in bytes at the
-    card's peak memory bandwidth: per byte a layer saves for the backward (the scan writes it into a
-    stacked buffer and copies it out again), and per parameter the device holds (the update's per-call
-    passes over the weights and gradients: casts, per-layer slices, the stacked gradients)."""
+    `nn.scan`) spends beyond its kernels, as measured (sims/stacks.yaml `scanned_update`): bytes at the card's
+    peak memory bandwidth per byte a layer saves for the backward (the scan writes it into a stacked buffer
+    and copies it out again), and time per decoder layer (the scan's per-iteration kernels: weight slices,
+    stacked-gradient updates, copies, whatever the layer's width or sharding)."""
 
     saved_byte_passes: float
-    bytes_per_param: float
+    layer_us: float
     measured: str
 
 
@@ -98,7 +98,7 @@ def _scanned_update(name: str, record: dict | None) -> ScannedUpdate | None:
     fields = set(ScannedUpdate.__dataclass_fields__)
     if set(record) != fields:
         raise ConfigError(f"{STACKS_FILE}: {name}.scanned_update has {sorted(record)}; valid: {sorted(fields)}")
-    return ScannedUpdate(float(record["saved_byte_passes"]), float(record["bytes_per_param"]), str(record["measured"]))
+    return ScannedUpdate(float(record["saved_byte_passes"]), float(record["layer_us"]), str(record["measured"]))
 
 
 def stack(name: str) -> Stack:
