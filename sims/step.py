@@ -113,7 +113,7 @@ def _stage_ops(graph: ComputationalGraph, ctx: Context) -> StageOps:
     """Every op costed at once per binding (sims/vector_cost.py), then summed per stage: a sweep over
     dp, pp, batch and micro-batches costs each op once per size."""
     costs, w, pp = costs_for(graph, ctx), ctx.workload, ctx.layout.pp
-    key = ("stages", pp, w.recompute, w.recompute_keeps, ctx.layout.dp, w.shard_weights)
+    key = ("stages", pp, w.recompute, w.recompute_keeps, ctx.layout.dp if w.shard_weights else 0)  # fsdp's rows vary with dp
     stages = costs.derived.get(key)
     if stages is None:
         stages = costs.derived[key] = _cost_stages(graph, ctx, costs)
