@@ -66,6 +66,7 @@ def fsdp_rows(graph: ComputationalGraph, ctx: Context) -> list[tuple]:
             gather_s += 2 * all_gather_s(params * ctx.precision.act_bytes, group, hw, span)
             scatter_s += reduce_scatter_s(params * GRAD_BYTES, group, hw, span)
             gathered += params
-        rows.append((("fsdp_weight_gather", "all_gather", 2, 0.0, 2 * gathered * ctx.precision.act_bytes, gather_s, "comm"),
+        gathered_bytes = 2 * gathered * ctx.precision.act_bytes  # forward and backward
+        rows.append((("fsdp_weight_gather", "all_gather", 2, 0.0, gathered_bytes, gather_s, "comm"),
                      ("fsdp_grad_scatter", "reduce_scatter", 1, 0.0, gathered * GRAD_BYTES, scatter_s, "comm")))
     return rows

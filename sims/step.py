@@ -72,7 +72,8 @@ def estimate_step(
         extra.append(_row("pp_send_recv", "send_recv", m, 0.0, 0.0, p2p_s * m, "comm"))
         extra.append(_row("pipeline_bubble", "idle", 0, 0.0, 0.0, pipeline_s - m * stage_s[ops.slowest], "idle"))
     if workload.mode == "train":
-        key = ("update", layout.tp, layout.dp, layout.ep, layout.pp, ops.slowest, workload.zero, workload.shard_weights, workload.dtype)
+        key = ("update", layout.tp, layout.dp, layout.ep, layout.pp, ops.slowest, workload.zero,
+               workload.shard_weights, workload.dtype)
         for row in _STEP_CACHES.of(hw).get(graph, key, lambda: _training_update_rows(graph, ctx, ops.slowest)):
             extra.append(dict(row))
             latency += row["time_s"]
