@@ -37,7 +37,8 @@ def train_workload(task: GRPOTask, micro_batch: int, zero: bool, remat: str) -> 
     positions at a time and over the completion's positions only (trainers/update.py:completion_log_probs)."""
     return {"mode": "train", "batch": task.rows_per_step, "microbatches": task.rows_per_step // micro_batch,
             "seq_len": task.max_prompt_tokens + task.max_new_tokens, "dtype": SHORT[task.compute_dtype],
-            "zero": zero, "logits_chunk": task.logprob_chunk_size, "loss_len": task.max_new_tokens,
+            "zero": zero, "shard_weights": zero,  # fsdp shards the weights too: gathered every micro-batch
+            "logits_chunk": task.logprob_chunk_size, "loss_len": task.max_new_tokens,
             **REMAT_WORKLOADS[remat]}
 
 
