@@ -101,20 +101,25 @@ def _stage_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float
 
 
 def _count_stage_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float, float, float, float]]:
-    apart = layout.pp > 1 and bool(columns(graph).attrs["tied"].any())  # a tied lm_head stored on its own
-    by_kind = _MEMO.get(graph, ("param kinds", layout.tp, apart), lambda: _param_kinds(graph, layout.tp, apart))
-    return [tuple(stage) for stage in (stage_split(graph, layout.pp).matrix @ by_kind).tolist()]
+    cols = columns(graph)
+    apart = layout.pp > 1 and bool(cols.attrs["tied"].any())  # a tied lm_head stored on its own
+    sizes = cols.tp_sizes if layout.tp in cols.tp_sizes else (layout.tp,)
+    by_kind = _MEMO.get(graph, ("param kinds", sizes, apart), lambda: _param_kinds(graph, sizes, apart))
+    return [tuple(stage) for stage in (stage_split(graph, layout.pp).matrix @ by_kind[sizes.index(layout.tp)]).tolist()]
 
 
-def _param_kinds(graph: ComputationalGraph, tp: int, tied_apart: bool) -> np.ndarray:
-    """(node x kind) parameters one device holds per execution: non-expert, non-expert GEMM, other, all
-    experts; shared by every pp but for whether a tied lm_head is stored apart from the embedding."""
+def _param_kinds(graph: ComputationalGraph, tp_sizes: tuple[int, ...], tied_apart: bool) -> np.ndarray:
+    """(tp x node x kind) parameters one device holds per execution for each tp size: non-expert,
+    non-expert GEMM, other, all experts; shared by every pp but for whether a tied lm_head is stored
+    apart from the embedding (elementwise in tp: each tp's slice equals it computed alone)."""
     cols = columns(graph)
     a, experts, gemms = cols.attrs, cols.mask("moe_gemm"), cols.attrs["gemm_weights"] > 0
-    split = np.where(a["tp_split_weights"] > 0, cols.splits(tp), 1.0)
+    splits = np.array([cols.splits(tp) for tp in tp_sizes])
+    split = np.where(a["tp_split_weights"] > 0, splits, 1.0)
     stored = (a["tied"] == 0) | tied_apart
     params = np.where(stored & ~experts, a["weights"] / split, 0.0)
-    return np.stack([params, params * gemms, params * ~gemms, np.where(experts, a["weights"], 0.0)], axis=1)
+    expert_params = np.broadcast_to(np.where(experts, a["weights"], 0.0), params.shape)
+    return np.stack([params, params * gemms, params * ~gemms, expert_params], axis=2)
 
 
 def _weight_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:

@@ -36,6 +36,7 @@ class Columns:
     masks: dict[str, np.ndarray]
     comm: np.ndarray
     attrs: dict[str, np.ndarray]
+    tp_sizes: tuple[int, ...]  # the tp sizes a layout may use (layout_problem): the divisors of the attention heads
     split_memo: dict[int, np.ndarray]
 
     def mask(self, op_type: str) -> np.ndarray:
@@ -61,15 +62,18 @@ class Columns:
     def splits(self, tp: int) -> np.ndarray:
         """partition.tp_split of every node (read-only)."""
         split = self.split_memo.get(tp)
-        if split is None:
-            split = self.split_memo[tp] = self._splits(tp)
+        if split is None:  # every tp size's at once (rows of one array), else this tp's alone
+            sizes = self.tp_sizes if tp in self.tp_sizes else (tp,)
+            self.split_memo.update(zip(sizes, self._splits(np.array(sizes)[:, None])))
+            split = self.split_memo[tp]
         return split
 
-    def _splits(self, tp: int) -> np.ndarray:
+    def _splits(self, tps: np.ndarray) -> np.ndarray:
+        """tp_split per (tp x node) for a column of tp sizes; elementwise, so each row equals its tp alone."""
         a = self.attrs
-        plain = np.minimum(tp, a["max_split"])
+        plain = np.minimum(tps, a["max_split"])
         width, limited = a["width"], a["limited_width"]
-        partly = width / ((width - limited) / tp + limited / np.minimum(tp, a["limited_split"]))
+        partly = width / ((width - limited) / tps + limited / np.minimum(tps, a["limited_split"]))
         return np.where(a["replicated"] > 0, 1.0, np.where(limited > 0, partly, plain))
 
 
@@ -136,45 +140,56 @@ def _build_columns(graph: ComputationalGraph) -> Columns:
     masks = {op_type: op_types == code for code, op_type in enumerate(OP_TYPES)}
     index = {node.name: i for i, node in enumerate(nodes)}
     comm = np.array([n.is_comm for n in nodes])
-    return Columns(features, first_in, other_in, out, index, masks, comm, attrs, {})
+    heads = graph.meta["num_attention_heads"]
+    tp_sizes = tuple(tp for tp in range(1, heads + 1) if heads % tp == 0)
+    return Columns(features, first_in, other_in, out, index, masks, comm, attrs, tp_sizes, {})
 
 
 def work_coefficients(graph: ComputationalGraph, tp: int, ep: int, mode: str) -> tuple[np.ndarray, ...]:
     """(flops, activation elements moved, input elements, output elements) per unit of each feature
-    for every node: shared by the layouts of a sweep with this tp, whether ep > 1, and mode."""
-    key = ("work", tp, ep > 1, mode)
-    return _COLUMNS.get(graph, key, lambda: _work_coefficients(columns(graph), tp, ep > 1, mode))
+    for every node: shared by the layouts of a sweep with this tp, whether ep > 1, and mode. Built
+    for every tp that divides the attention heads at once (a sweep's tp sizes: layout_problem refuses
+    the others; another tp alone), each tp's matrices a slice of one (tp x node x feature) array."""
+    cols, expert_parallel = columns(graph), ep > 1
+    sizes = cols.tp_sizes if tp in cols.tp_sizes else (tp,)
+    every_tp = _COLUMNS.get(graph, ("work", sizes, expert_parallel, mode), lambda: _work_coefficients(
+        cols, np.array(sizes)[:, None], expert_parallel, mode))
+    row = sizes.index(tp)
+    return tuple(m[row] for m in every_tp)
 
 
-def _work_coefficients(cols: Columns, tp: int, expert_parallel: bool, mode: str) -> tuple[np.ndarray, ...]:
+def _work_coefficients(cols: Columns, tps: np.ndarray, expert_parallel: bool, mode: str) -> tuple[np.ndarray, ...]:
+    """The matrices for a column of tp sizes (tp x node x feature): elementwise in tp, so each tp's
+    slice is bit-identical to computing it alone."""
     a = cols.attrs
-    per_split = 1 / cols.splits(tp)
+    per_split = 1 / np.array([cols.splits(tp) for tp in tps[:, 0].tolist()])
     per_in, per_out = np.where(a["in_split"] > 0, per_split, 1.0), np.where(a["out_split"] > 0, per_split, 1.0)
     # MoE token shuffles run on the whole replica's tokens, split over tp only under expert parallelism.
-    per_shuffle = np.where(a["sequence_parallel"] > 0, 1 / tp, per_split) if expert_parallel else per_split
+    per_shuffle = np.where(a["sequence_parallel"] > 0, 1 / tps, per_split) if expert_parallel else per_split
     elementwise = a["elementwise"] * per_shuffle
     flops = _outer(a["linear_flops"] * per_split + a["per_element"] * per_shuffle, cols.out)
     flops += _outer(a["norm"] * per_split, cols.first_in)
-    moved = _outer(a["linear"] * per_in + a["norm_passes"] * per_split + elementwise + a["comm"] + a["all_to_all"] / tp,
+    moved = _outer(a["linear"] * per_in + a["norm_passes"] * per_split + elementwise + a["comm"] + a["all_to_all"] / tps,
                    cols.first_in)
     moved += _outer(elementwise, cols.other_in)
-    moved += _outer(a["linear"] * per_out + elementwise + a["embedding"] * (1 / tp + 1), cols.out)
+    moved += _outer(a["linear"] * per_out + elementwise + a["embedding"] * (1 / tps + 1), cols.out)
     tokens, pairs, queries, keys = (cols.column(f) for f in (TOKENS, PAIRS, QUERIES, KEYS))
-    flops[:, tokens] += a["moe_flops"] / tp
-    moved[:, tokens] += a["moe_elements"] / tp
-    flops[:, pairs] += a["attention_flops"] / tp
-    moved[:, queries] += a["query_elements"] / tp
-    kv_dim = a["kv_dim"] * (a["kv_heads"] / np.minimum(tp, a["kv_heads"]))  # kv heads replicated when tp > kv_heads
-    moved[:, keys] += kv_dim
+    flops[..., tokens] += a["moe_flops"] / tps
+    moved[..., tokens] += a["moe_elements"] / tps
+    flops[..., pairs] += a["attention_flops"] / tps
+    moved[..., queries] += a["query_elements"] / tps
+    kv_dim = a["kv_dim"] * (a["kv_heads"] / np.minimum(tps, a["kv_heads"]))  # kv heads replicated when tp > kv_heads
+    moved[..., keys] += kv_dim
     # Activations (memory.py): attention saves q (+ fp32 log-sum-exp) and, outside decode, k and v.
-    io_in = _outer(a["moe"] / tp + a["plain_io"] * np.where(a["io_in_split"] > 0, per_split, 1.0), cols.first_in)
-    io_out = _outer(a["moe"] / tp + a["plain_io"] * np.where(a["io_out_split"] > 0, per_split, 1.0) + a["embedding"], cols.out)
-    io_in[:, queries] += a["saved_per_query"] / tp
-    io_out[:, queries] += a["out_per_query"] / tp
+    io_in = _outer(a["moe"] / tps + a["plain_io"] * np.where(a["io_in_split"] > 0, per_split, 1.0), cols.first_in)
+    io_out = _outer(a["moe"] / tps + a["plain_io"] * np.where(a["io_out_split"] > 0, per_split, 1.0) + a["embedding"],
+                    cols.out)
+    io_in[..., queries] += a["saved_per_query"] / tps
+    io_out[..., queries] += a["out_per_query"] / tps
     if mode != "decode":
-        io_in[:, keys] += kv_dim
+        io_in[..., keys] += kv_dim
     return flops, moved, io_in, io_out
 
 
 def _outer(per_node: np.ndarray, elements: np.ndarray) -> np.ndarray:
-    return per_node[:, None] * elements
+    return per_node[..., None] * elements
