@@ -161,7 +161,7 @@ def _training_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list[
     """Inputs every op saves for backward, per micro-batch, times the micro-batches a stage holds
     under 1F1B (stage i of pp: min(pp - i, m)). With recompute a layer keeps its input and the outputs
     of its `recompute_keeps` ops (_kept_outputs), and one layer's saved set is live at a time."""
-    layout, workload, pp = ctx.layout, ctx.workload, ctx.layout.pp
+    workload, pp = ctx.workload, ctx.layout.pp
     counts = stage_split(graph, pp).matrix
     costs = costs_for(graph, ctx)
     saved, outputs = costs.inputs, costs.outputs  # by each execution of each op

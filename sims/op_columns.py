@@ -11,12 +11,13 @@ and is added per binding by vector_cost.Plan.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 from sims.cache import GraphCache
-from sims.ir import OP_TYPES, ComputationalGraph, OpNode
+from sims.ir import ComputationalGraph, OpNode
 from sims.partition import split_shape, weight_numel
 
 PAIRS = ("pairs",)
@@ -33,14 +34,18 @@ class Columns:
     other_in: np.ndarray
     out: np.ndarray
     index: dict[str, int]
-    masks: dict[str, np.ndarray]
+    op_types: np.ndarray  # each node's op type (str)
+    masks: dict[str, np.ndarray]  # op type -> nodes of that type, built when first asked
     comm: np.ndarray
     attrs: dict[str, np.ndarray]
     tp_sizes: tuple[int, ...]  # the tp sizes a layout may use (layout_problem): the divisors of the attention heads
     split_memo: dict[int, np.ndarray]
 
     def mask(self, op_type: str) -> np.ndarray:
-        return self.masks[op_type]
+        mask = self.masks.get(op_type)
+        if mask is None:
+            mask = self.masks[op_type] = self.op_types == op_type
+        return mask
 
     def column(self, feature: tuple[str, ...]) -> int:
         return self.features.index(feature)
@@ -127,22 +132,22 @@ def _build_columns(graph: ComputationalGraph) -> Columns:
     monomials = {split_shape(shape)[1] for node in nodes for shape in (*node.inputs, node.outputs[0])}
     features = tuple(dict.fromkeys((*sorted(monomials), TOKENS, QUERIES, KEYS, PAIRS)))
     position = {feature: i for i, feature in enumerate(features)}
-    first_in, other_in, out = (np.zeros((len(nodes), len(features))) for _ in range(3))
+    first_in, other_in, out = ([[0.0] * len(features) for _ in nodes] for _ in range(3))
     for row, node in enumerate(nodes):
         for target, shapes in ((first_in, node.inputs[:1]), (other_in, node.inputs[1:]), (out, node.outputs[:1])):
             for shape in shapes:
                 constant, symbols = split_shape(shape)
-                target[row, position[symbols]] += constant
+                target[row][position[symbols]] += constant
     per_node = [_node_attrs(node, graph.meta["num_layers"]) for node in nodes]
-    table = np.array([list(values.values()) for values in per_node], dtype=float).T
+    values = itertools.chain.from_iterable(attrs.values() for attrs in per_node)
+    table = np.fromiter(values, dtype=float, count=len(nodes) * len(per_node[0])).reshape(len(nodes), -1).T
     attrs = dict(zip(per_node[0], table))
-    op_types = np.array([OP_TYPES.index(node.op_type) for node in nodes])
-    masks = {op_type: op_types == code for code, op_type in enumerate(OP_TYPES)}
     index = {node.name: i for i, node in enumerate(nodes)}
-    comm = np.array([n.is_comm for n in nodes])
+    comm, op_types = np.array([n.is_comm for n in nodes]), np.array([n.op_type for n in nodes])
     heads = graph.meta["num_attention_heads"]
     tp_sizes = tuple(tp for tp in range(1, heads + 1) if heads % tp == 0)
-    return Columns(features, first_in, other_in, out, index, masks, comm, attrs, tp_sizes, {})
+    elements = map(np.array, (first_in, other_in, out))
+    return Columns(features, *elements, index, op_types, {}, comm, attrs, tp_sizes, {})
 
 
 def work_coefficients(graph: ComputationalGraph, tp: int, ep: int, mode: str) -> tuple[np.ndarray, ...]:
