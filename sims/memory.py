@@ -103,7 +103,7 @@ def _stage_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float
 def _count_stage_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float, float, float, float]]:
     cols = columns(graph)
     apart = layout.pp > 1 and bool(cols.attrs["tied"].any())  # a tied lm_head stored on its own
-    sizes = cols.tp_sizes if layout.tp in cols.tp_sizes else (layout.tp,)
+    sizes = cols.sizes_with(layout.tp)
     by_kind = _MEMO.get(graph, ("param kinds", sizes, apart), lambda: _param_kinds(graph, sizes, apart))
     return [tuple(stage) for stage in (stage_split(graph, layout.pp).matrix @ by_kind[sizes.index(layout.tp)]).tolist()]
 

@@ -68,10 +68,14 @@ class Columns:
         """partition.tp_split of every node (read-only)."""
         split = self.split_memo.get(tp)
         if split is None:  # every tp size's at once (rows of one array), else this tp's alone
-            sizes = self.tp_sizes if tp in self.tp_sizes else (tp,)
+            sizes = self.sizes_with(tp)
             self.split_memo.update(zip(sizes, self._splits(np.array(sizes)[:, None])))
             split = self.split_memo[tp]
         return split
+
+    def sizes_with(self, tp: int) -> tuple[int, ...]:
+        """The tp sizes whose values are built together with tp's: all of them, or tp alone outside them."""
+        return self.tp_sizes if tp in self.tp_sizes else (tp,)
 
     def _splits(self, tps: np.ndarray) -> np.ndarray:
         """tp_split per (tp x node) for a column of tp sizes; elementwise, so each row equals its tp alone."""
@@ -155,12 +159,16 @@ def work_coefficients(graph: ComputationalGraph, tp: int, ep: int, mode: str) ->
     for every node: shared by the layouts of a sweep with this tp, whether ep > 1, and mode. Built
     for every tp that divides the attention heads at once (a sweep's tp sizes: layout_problem refuses
     the others; another tp alone), each tp's matrices a slice of one (tp x node x feature) array."""
-    cols, expert_parallel = columns(graph), ep > 1
-    sizes = cols.tp_sizes if tp in cols.tp_sizes else (tp,)
-    every_tp = _COLUMNS.get(graph, ("work", sizes, expert_parallel, mode), lambda: _work_coefficients(
-        cols, np.array(sizes)[:, None], expert_parallel, mode))
-    row = sizes.index(tp)
-    return tuple(m[row] for m in every_tp)
+    sizes = columns(graph).sizes_with(tp)
+    return tuple(m[sizes.index(tp)] for m in every_tp_work(graph, sizes, ep > 1, mode))
+
+
+def every_tp_work(graph: ComputationalGraph, sizes: tuple[int, ...], expert_parallel: bool,
+                  mode: str) -> tuple[np.ndarray, ...]:
+    """work_coefficients of every tp in `sizes` (Columns.sizes_with), as (tp x node x feature) arrays."""
+    key = ("work", sizes, expert_parallel, mode)
+    return _COLUMNS.get(graph, key, lambda: _work_coefficients(columns(graph), np.array(sizes)[:, None],
+                                                               expert_parallel, mode))
 
 
 def _work_coefficients(cols: Columns, tps: np.ndarray, expert_parallel: bool, mode: str) -> tuple[np.ndarray, ...]:

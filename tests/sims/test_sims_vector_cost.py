@@ -14,7 +14,7 @@ from sims.hardware import hardware_spec
 from sims.memory import _param_kinds
 from sims.op_columns import _work_coefficients, columns, work_coefficients
 from sims.partition import tp_split
-from sims.vector_cost import plan_for
+from sims.vector_cost import _every_tp_arrays, plan_for
 from sims.workload import layout_problem, parse_layout, parse_workload
 
 MODELS = ("qwen3_8b", "qwen3_30b_a3b", "deepseek_v3")
@@ -68,8 +68,8 @@ def test_every_op_of_a_plan_costs_what_op_cost_says(model, table):
 
 @pytest.mark.parametrize("model", MODELS)
 def test_every_tp_size_built_at_once_equals_each_tp_alone(model):
-    """Work coefficients, tp splits and parameter kinds are built for every tp size of a graph in one
-    (tp x node) pass; each tp's slice is bit-identical to that tp computed alone (and to tp_split), and a tp
+    """Work coefficients, tp splits, parameter kinds and a plan's arrays are built for every tp size of a graph
+    in one (tp x node) pass; each tp's slice is bit-identical to that tp computed alone (and to tp_split), and a tp
     outside the sizes (no layout_problem check before predict_op) is computed alone."""
     for mode in ("prefill", "decode", "train"):
         graph = build_graph(model_config(model), mode)
@@ -84,6 +84,14 @@ def test_every_tp_size_built_at_once_equals_each_tp_alone(model):
             every_tp = _param_kinds(graph, cols.tp_sizes, apart)
             for row, tp in enumerate(cols.tp_sizes):
                 assert np.array_equal(every_tp[row], _param_kinds(graph, (tp,), apart)[0]), (tp, apart)
+        hw = hardware_spec(hardware("h100", nodes=4))
+        for ep, dtype in itertools.product((1, 2), ("bf16", "fp8")):
+            workload = parse_workload({**next(w for w in WORKLOADS if w["mode"] == mode), "batch": 8, "dtype": dtype})
+            ctx = Context.for_step(graph, hw, parse_layout({"ep": ep}), workload)
+            every_tp = _every_tp_arrays(graph, ctx, cols.tp_sizes)
+            for row, tp in enumerate(cols.tp_sizes):
+                for shared, alone in zip(every_tp, _every_tp_arrays(graph, ctx, (tp,)), strict=True):
+                    assert np.array_equal(shared if shared.ndim == 1 else shared[row], alone if alone.ndim == 1 else alone[0])
 
 
 SWEEP_LAYOUTS = tuple(itertools.product((1, 2, 4, 8), (1, 2), (1, 4), (1, 2)))  # tp, dp, ep, pp
