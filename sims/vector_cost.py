@@ -144,7 +144,8 @@ def _every_tp_arrays(graph: ComputationalGraph, ctx: Context, sizes: tuple[int, 
     weight_bytes = np.where(cols.mask("gemm"), p.gemm_weight_bytes, p.other_weight_bytes)
     split = 1 / np.array([cols.splits(tp) for tp in sizes])
     const_bytes = a["linear"] * a["weights"] * split * weight_bytes + (a["norm"] > 0) * a["weights"] * p.other_weight_bytes
-    expert_bytes = a["expert_weights"] / (np.array(sizes) if ep == 1 else np.full(len(sizes), ep))[:, None] * p.gemm_weight_bytes
+    divisors = np.array(sizes) if ep == 1 else np.full(len(sizes), ep)  # experts split tp ways with ep = 1
+    expert_bytes = a["expert_weights"] / divisors[:, None] * p.gemm_weight_bytes
     peak = np.where(a["gemm_weights"] > 0, p.gemm_peak, p.other_peak) * compute
     work = np.concatenate([flops, moved * p.act_bytes, io_in, io_out], axis=1)
     return work, const_bytes, expert_bytes, peak, ctx.hw.memory_bytes_per_s * memory
