@@ -182,8 +182,8 @@ def _work_coefficients(cols: Columns, tps: np.ndarray, expert_parallel: bool, mo
     elementwise = a["elementwise"] * per_shuffle
     flops = _outer(a["linear_flops"] * per_split + a["per_element"] * per_shuffle, cols.out)
     flops += _outer(a["norm"] * per_split, cols.first_in)
-    moved = _outer(a["linear"] * per_in + a["norm_passes"] * per_split + elementwise + a["comm"] + a["all_to_all"] / tps,
-                   cols.first_in)
+    moved = _outer(
+        a["linear"] * per_in + a["norm_passes"] * per_split + elementwise + a["comm"] + a["all_to_all"] / tps, cols.first_in)
     moved += _outer(elementwise, cols.other_in)
     moved += _outer(a["linear"] * per_out + elementwise + a["embedding"] * (1 / tps + 1), cols.out)
     tokens, pairs, queries, keys = (cols.column(f) for f in (TOKENS, PAIRS, QUERIES, KEYS))
