@@ -5,8 +5,9 @@ products of the bound dims, its "features": the monomials its shapes use (tokens
 batch*seq_len, ...) and attention's causal query-key pairs (batch * pairs per sequence). `Columns`
 holds per graph what the formulas of sims/calculator.py (gemm_work, attention_work, ...) and
 sims/memory.py read from each node; `work_coefficients` turns them into (node x feature) matrices
-for one tp and ep. Grouped expert GEMMs' weight traffic (the experts the tokens hit) is not linear
-and is added per binding by vector_cost.Plan.
+for one tp and ep, built for every tp size of the graph at once (`every_tp_work`: elementwise in tp,
+so each tp's slice equals it built alone). Grouped expert GEMMs' weight traffic (the experts the
+tokens hit) is not linear and is added per binding by vector_cost.Plan.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ predict_op uses) as numpy vectors over the graph's nodes, instead of one Python 
 
 A `Plan` holds, for one (tp, ep, dtype, mode) on one hardware spec, every op's FLOPs and bytes per
 unit of each feature of the bound dims (sims/op_columns.py), the roofline rates, and the collectives'
-link model. Costing a binding is then one matrix-vector product and the roofline on vectors; ops the
+link model; its arrays but the collectives are built for every tp size at once and sliced
+(_every_tp_arrays). Costing a binding is then one matrix-vector product and the roofline on vectors; ops the
 efficiency table has measured curves for are looked up one by one as in op_cost.
 tests/sims/test_sims_vector_cost.py pins plans and op_cost equal.
 """
