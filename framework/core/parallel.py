@@ -67,9 +67,12 @@ class RolloutLayout:
         if self.devices == AUTO:
             raise ConfigError(f"{key}.devices: auto is resolved by the backend's preflight before the devices split; "
                               f"set a number 1 .. {total - 1} where the backend has no such pick")
+        if total < 2:
+            raise ConfigError(f"{key}.devices: placement=separate needs 2 or more devices ({total} here): one decodes "
+                              f"while the others train; use placement=shared on one device")
         if self.devices is None or not 1 <= self.devices < total:
             raise ConfigError(f"{key}.devices: {self.devices} is not valid with placement=separate on {total} "
-                              f"devices; use 1 .. {total - 1} (the rest train)")
+                              f"devices; use auto or 1 .. {total - 1} (the rest train)")
         return self.devices
 
     def with_tp(self, tp: int) -> "ParallelConfig":

@@ -79,6 +79,50 @@ def test_auto_keeps_a_rollout_tp_the_config_sets():
     assert {c.name for c in candidates} == {"r1", "r2_tp2_dp1", "r3"} and chosen.name == "r2_tp2_dp1"
 
 
+def test_auto_that_predicts_no_split_says_so_and_names_each_reason():
+    from framework.backends.maxtext.trainers.layout_search import search
+
+    model, weights, hardware, parallel, task = _setting()
+    parallel = replace(parallel, rollout=replace(parallel.rollout, tp=3))  # divides neither 14 heads nor r=1, 2
+    with pytest.raises(ConfigError) as caught:
+        search(model, weights, hardware, parallel, task, "minimal", 4)
+    message = str(caught.value)
+    assert message.startswith("parallel.rollout.devices: auto cannot predict any split of the 4 devices")
+    assert "fits" not in message.split("(")[0] and "\n" not in message
+    assert "r1: skipped (" in message and "prompts)" not in message.split("r1: skipped (")[1].split(";")[0]
+
+
+def test_auto_counts_the_reference_model_on_the_update_devices():
+    from framework.backends.maxtext.trainers.layout_search import search
+
+    model, weights, hardware, parallel, task = _setting("grpo.beta=0.04")
+    _, candidates = search(model, weights, hardware, parallel, task, "minimal", 4)
+    for c in candidates:
+        if c.step_s is None:
+            continue
+        reference_gb = weights / (c.update.fsdp * c.update.tp) / 1e9
+        assert c.memory_gb == pytest.approx(max(c.prediction["preflight_rollout_memory_gb"],
+                                                c.prediction["preflight_update_memory_gb"] + reference_gb))
+        assert c.memory_gb > c.prediction["preflight_update_memory_gb"]
+
+
+def test_predict_step_stages_the_rollouts_whole_share_with_equal_device_counts():
+    """2 | 2: the update devices lay out the rollout's share (each rollout replica's whole copy) before the
+    device-to-device copy; 1 | 2 would stage only the update's own cast shard."""
+    from framework.backends.maxtext.trainers.preflight import predict_step
+
+    model, _, hardware, _, task = _setting()
+    fsdp = ParallelConfig(dp=1, fsdp=-1, tp=1, pp=1, ep=1, cp=1)
+    replicas = ParallelConfig(dp=2, fsdp=1, tp=1, pp=1, ep=1, cp=1)
+    big = {**hardware, "memory_gb": 10_000.0}
+
+    def update_gb(moved: float) -> float:  # a move so large that the staging copy is the update side's peak
+        return predict_step(model.hf_config, big, fsdp, 2, task, replicas, moved, remat="minimal",
+                            rollout_devices=2)["preflight_update_memory_gb"]
+
+    assert update_gb(400e9) - update_gb(200e9) == pytest.approx(200.0)  # not 100: the update's own half
+
+
 def test_the_weight_moves_copies_are_counted_on_each_side_and_a_layout_they_overflow_is_refused():
     """Lag 1: the rollout devices hold the next weights beside the ones still decoding, the update devices the
     staging copy beside their params and AdamW state; without the copies the same layout fits."""

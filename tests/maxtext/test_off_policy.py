@@ -33,8 +33,10 @@ def test_lag_and_placement_go_together_with_one_line_errors():
         check_off_policy(0, rollout_layout(placement="separate", devices=1))
     with pytest.raises(ConfigError, match=r"placement: 'apart' is not valid; use shared or separate"):
         check_off_policy(1, rollout_layout(placement="apart", devices=1))
-    with pytest.raises(ConfigError, match=r"parallel.rollout.devices: 2 is not valid .* on 2 devices; use 1 .. 1"):
+    with pytest.raises(ConfigError, match=r"rollout.devices: 2 is not valid .* on 2 devices; use auto or 1 .. 1"):
         split_devices([0, 1], rollout_layout(placement="separate", devices=2))
+    with pytest.raises(ConfigError, match=r"rollout.devices: placement=separate needs 2 or more devices \(1 here\)"):
+        split_devices([0], rollout_layout(placement="separate", devices=1))  # not "use 1 .. 0"
     with pytest.raises(ConfigError, match=r"parallel.rollout.devices: 1 needs parallel.rollout.placement=separate"):
         split_devices([0, 1], rollout_layout(devices=1))
     assert split_devices([0, 1, 2], rollout_layout(placement="separate", devices=1)) == ([0], [1, 2])

@@ -62,20 +62,21 @@ class Candidate:
         return sum(self.prediction.get(f"preflight_{name}_s", 0.0) for name in ("train", "forward"))
 
 
-def rollout_layouts(rollout: Any, devices: int, prompts: int, heads: tuple[int, ...]) -> list[ParallelConfig]:
-    """The resolved rollout layouts on `devices` the config allows: its tp, or each tp dividing the devices and
-    every head count (smallest first), the data ranks dividing the prompts."""
+def rollout_layouts(rollout: Any, devices: int, prompts: int,
+                    heads: tuple[int, ...]) -> tuple[list[ParallelConfig], str]:
+    """(the resolved rollout layouts on `devices` the config allows: its tp, or each tp dividing the devices and
+    every head count (smallest first), the data ranks dividing the prompts; why there are none, if none)."""
     from framework.backends.maxtext.sharding import rollout_parallel
 
     tps = [rollout.tp] if rollout.tp is not None else [
         tp for tp in range(1, devices + 1) if devices % tp == 0 and all(count % tp == 0 for count in heads)]
-    layouts = []
+    layouts, reason = [], f"no rollout layout on these devices splits the {prompts} prompts"
     for tp in tps:
         try:
             layouts.append(rollout_parallel(dataclasses.replace(rollout, tp=tp), devices, prompts, lambda free: tp))
-        except ConfigError:  # the config's other axes do not fit this tp on these devices
-            continue
-    return layouts
+        except ConfigError as error:  # the config's other axes do not fit this tp on these devices
+            reason = str(error)
+    return layouts, reason
 
 
 def _mesh(layout: ParallelConfig) -> dict[str, int]:
@@ -91,8 +92,8 @@ def predict(model: Any, weight_bytes: float, hardware: Mapping[str, Any], parall
     except ConfigError as error:
         return Candidate(rollout_devices, rollout, None, reason=str(error))
     try:
+        reference = weight_bytes / (update.fsdp * update.tp) if task.beta > 0 else 0.0  # the simulator omits it
         if task.micro_batch_size == "auto" or remat == "auto":
-            reference = weight_bytes / (update.fsdp * update.tp) if task.beta > 0 else 0.0
             size, remat = pick_update_plan(hf, hardware, parallel, update_devices, task, remat, reference)
             task = dataclasses.replace(task, micro_batch_size=size)
         moved = reshard_bytes_per_device(rollout_weight_bytes(model, weight_bytes), _mesh(update), _mesh(rollout),
@@ -103,7 +104,8 @@ def predict(model: Any, weight_bytes: float, hardware: Mapping[str, Any], parall
         return Candidate(rollout_devices, rollout, update, reason=str(error))
     if not prediction:
         raise ConfigError(f"{KEY}: auto needs the simulator (sims) to predict the phases; set a number")
-    memory = prediction["preflight_memory_per_device_gb"]
+    # the reference model (beta > 0) stays on the update devices beside their peak
+    memory = max(prediction["preflight_rollout_memory_gb"], prediction["preflight_update_memory_gb"] + reference / 1e9)
     fits = bool(prediction["preflight_fits"]) and memory <= MEMORY_HEADROOM * hardware["memory_gb"]
     return Candidate(rollout_devices, rollout, update, prediction["preflight_predicted_step_s"], memory, fits,
                      prediction)
@@ -118,15 +120,18 @@ def search(model: Any, weight_bytes: float, hardware: Mapping[str, Any], paralle
                           f"while the others train; or use grpo.rollout_lag=0 and parallel.rollout.placement=shared")
     candidates = []
     for count in range(1, total):
-        layouts = rollout_layouts(parallel.rollout, count, task.prompts_per_step, (model.num_heads, model.num_kv_heads))
+        layouts, reason = rollout_layouts(parallel.rollout, count, task.prompts_per_step,
+                                          (model.num_heads, model.num_kv_heads))
         if not layouts:
-            candidates.append(Candidate(count, None, None, reason="no rollout layout on these devices splits the "
-                                                                  f"{task.prompts_per_step} prompts"))
+            candidates.append(Candidate(count, None, None, reason=reason))
         candidates += [predict(model, weight_bytes, hardware, parallel, task, remat, count, layout, total)
                        for layout in layouts]
     ranked = sorted((c for c in candidates if c.fits), key=lambda c: (c.step_s, c.rollout_devices, c.rollout.tp))
+    reasons = "; ".join(c.row() for c in candidates)
+    if all(c.step_s is None for c in candidates):
+        raise ConfigError(f"{KEY}: auto cannot predict any split of the {total} devices ({reasons}); set "
+                          f"parallel.rollout.devices to a number")
     if not ranked:
-        reasons = "; ".join(c.row() for c in candidates)
         raise ConfigError(f"{KEY}: auto finds no split of the {total} devices that fits {MEMORY_HEADROOM:.0%} of "
                           f"hardware.memory_gb={hardware['memory_gb']:g} ({reasons}); set parallel.rollout.devices "
                           f"and parallel.rollout.tp, or lower grpo.max_new_tokens / grpo.micro_batch_size")
