@@ -24,3 +24,26 @@ def model_config(name: str) -> dict:
 
 def hardware(name: str, **overrides) -> dict:
     return {**read_hardware_file(REPO / f"conf/hardware/{name}.yaml"), **overrides}
+
+
+# Every op class at exactly its roofline (no efficiency factor, no floor): formula tests read times off it.
+EXACT = {"op_classes": {name: {"compute": 1.0, "memory": 1.0, "floor_us": 0.0}
+                        for name in ("gemm", "attention", "norm", "elementwise", "embedding", "optimizer")}}
+
+
+def stack_override(tmp_path, monkeypatch, stack: str, field: str):
+    """A fixture's body: yields install(value), which replaces `field` of `stack` in sims/stacks.yaml for the
+    test (a copy under tmp_path); restored after it."""
+    import sims.stacks as stacks_module
+
+    def install(value):
+        records = yaml.safe_load(stacks_module.STACKS_FILE.read_text())
+        records[stack][field] = value
+        path = tmp_path / f"stacks_{len(list(tmp_path.iterdir()))}.yaml"
+        path.write_text(yaml.safe_dump(records))
+        monkeypatch.setattr(stacks_module, "STACKS_FILE", path)
+        stacks_module.stacks.cache_clear()
+
+    yield install
+    monkeypatch.undo()
+    stacks_module.stacks.cache_clear()

@@ -5,31 +5,19 @@ import json
 
 import pytest
 import yaml
-from sims_helpers import hardware, model_config
+from sims_helpers import EXACT, hardware, model_config, stack_override
 
 import sims.stacks as stacks_module
 from framework.core.errors import ConfigError
 from sims import simulate
 
 TRAIN = {"mode": "train", "batch": 4, "seq_len": 128, "microbatches": 2}
-EXACT = {"op_classes": {name: {"compute": 1.0, "memory": 1.0, "floor_us": 0.0}
-                        for name in ("gemm", "attention", "norm", "elementwise", "embedding", "optimizer")}}
 
 
 @pytest.fixture
 def with_host_dispatch(tmp_path, monkeypatch):
     """sims/stacks.yaml with megatron_local's host_dispatch replaced (restored after the test)."""
-    def install(value):
-        records = yaml.safe_load(stacks_module.STACKS_FILE.read_text())
-        records["megatron_local"]["host_dispatch"] = value
-        path = tmp_path / f"stacks_{len(list(tmp_path.iterdir()))}.yaml"
-        path.write_text(yaml.safe_dump(records))
-        monkeypatch.setattr(stacks_module, "STACKS_FILE", path)
-        stacks_module.stacks.cache_clear()
-
-    yield install
-    monkeypatch.undo()
-    stacks_module.stacks.cache_clear()
+    yield from stack_override(tmp_path, monkeypatch, "megatron_local", "host_dispatch")
 
 
 def run(tmp_path, layout, name):

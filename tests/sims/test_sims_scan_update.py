@@ -5,18 +5,13 @@ micro-batch (workload.shard_weights), by hand on an exact table."""
 import json
 
 import pytest
-import yaml
-from sims_helpers import hardware, model_config
+from sims_helpers import EXACT, hardware, model_config, stack_override
 
-import sims.stacks as stacks_module
 from framework.core.errors import ConfigError
 from sims import simulate
 from sims.comm import collective_s
 from sims.hardware import hardware_spec
 from sims.train_work import GRAD_ACCUMULATE_BYTES, GRAD_BYTES
-
-EXACT = {"op_classes": {name: {"compute": 1.0, "memory": 1.0, "floor_us": 0.0}
-                        for name in ("gemm", "attention", "norm", "elementwise", "embedding", "optimizer")}}
 
 
 def train(microbatches, **extra):
@@ -26,17 +21,7 @@ def train(microbatches, **extra):
 @pytest.fixture
 def with_scan(tmp_path, monkeypatch):
     """sims/stacks.yaml with the xla stack's scanned_update replaced (restored after the test)."""
-    def install(value):
-        records = yaml.safe_load(stacks_module.STACKS_FILE.read_text())
-        records["xla"]["scanned_update"] = value
-        path = tmp_path / f"stacks_{len(list(tmp_path.iterdir()))}.yaml"
-        path.write_text(yaml.safe_dump(records))
-        monkeypatch.setattr(stacks_module, "STACKS_FILE", path)
-        stacks_module.stacks.cache_clear()
-
-    yield install
-    monkeypatch.undo()
-    stacks_module.stacks.cache_clear()
+    yield from stack_override(tmp_path, monkeypatch, "xla", "scanned_update")
 
 
 def run(tmp_path, layout, workload, name, devices=1):
