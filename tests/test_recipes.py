@@ -6,9 +6,12 @@ path and the shipped GSM8K sample), so the test checks the config, not the netwo
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hydra.utils import instantiate
 
+from framework.core.plain import to_plain
 from tests.conftest import REPO_ROOT, compose_config
 
 RECIPES = sorted(p.stem for p in (REPO_ROOT / "recipes").glob("*.yaml"))
@@ -44,4 +47,6 @@ def test_recipe_passes_convert_config(recipe, offline_hub, monkeypatch, cache_di
         pytest.skip(f"backend={cfg.backend.name} cannot be imported here: {error}")
     assert job.task is not None and job.model_name == cfg.model.name
     if hasattr(job, "parallel"):
-        assert {axis: getattr(job.parallel, axis) for axis in cfg.parallel} == dict(cfg.parallel)
+        resolved = {axis: getattr(job.parallel, axis) for axis in cfg.parallel}
+        plain = {axis: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for axis, v in resolved.items()}
+        assert plain == to_plain(cfg.parallel)
