@@ -7,11 +7,11 @@ load and the optimizer state initialises, and side by side (XLA's compile releas
 calls the compiled executables directly (`Precompiled`): nothing is traced or compiled again. A call whose
 arguments do not match the executable (e.g. evaluation's batch size) goes through the plain `jax.jit`.
 
-No device buffer is allocated while XLA autotunes in the background: init starts the compiles after the
-weights, the optimizer state and a resumed checkpoint are on the devices, and the first step waits for all
-of them (`wait_all`) before it touches a device. On an H100 (2026-11-27), weights loaded beside the
+No device buffer is allocated while XLA autotunes in the background: init starts the compiles before anything
+lasting is on the devices, reads the weights into host memory meanwhile, and places them only once every
+compile has ended (`wait_all`; trainers/startup.py). On an H100 (2026-11-27), weights placed beside the
 autotuner's scratch buffers fragmented the allocator's pool so that the update's one 52 GiB temporary no
-longer fit: what is left to overlap is the two compiles with each other and with the preflight.
+longer fit.
 """
 
 from __future__ import annotations
@@ -129,10 +129,11 @@ class Precompiled:
 
 
 def start_first_step(update: Any, sampler: Any, placement: Any, shapes: Any, shardings: Any, task: Any,
-                     sampling: Any, rng: Any) -> AheadOfTime:
+                     sampling: Any) -> AheadOfTime:
     """Compile the programs of one GRPO step for the shapes the step will give them, two at a time (the
     rollout's and the update's side by side), and make the sampler and the update call the executables: the
-    rollout's sampling program (statics model and sampling) and the update's programs.
+    rollout's sampling program (statics model and sampling), the update's programs and the optimizer state's
+    initialisation (init runs it once the weights are placed).
 
     shapes, shardings: the update's params as abstract arrays and their shardings. Every other shape follows
     from the task: prompts are left-padded to exactly max_prompt_tokens, completions to max_new_tokens
@@ -158,7 +159,8 @@ def start_first_step(update: Any, sampler: Any, placement: Any, shapes: Any, sha
         lambda p, s: jax.ShapeDtypeStruct(p.shape, _rollout_dtype(p.dtype, sampler.model), sharding=s),
         params, placement.shardings)
     ids = array((task.prompts_per_step, prompt), jnp.int32, sampler.mesh, sampler.rules)
-    aot.submit("rollout", sampler.program, sampler.model, policy, ids, ids, jax.eval_shape(lambda: rng),
+    rng = jax.eval_shape(lambda: jax.random.split(jax.random.key(0))[1])  # a key's shape: nothing on a device
+    aot.submit("rollout", sampler.program, sampler.model, policy, ids, ids, rng,
                sampler.eos_array(), np.int32(sampler.pad_token_id), sampling=sampling,
                with_log_probs=sampler.behaviour_log_probs, static=(0, "sampling", "with_log_probs"))
 
@@ -180,8 +182,9 @@ def start_first_step(update: Any, sampler: Any, placement: Any, shapes: Any, sha
     aot.submit("zero_grads", update.zero_grads, params)
     aot.submit("accumulate", update.accumulate, params, params, batch, scalar, scalar)
     aot.submit("apply", update.apply, params, opt_state, params)
+    aot.submit("init_opt_state", update.init_opt_state, params)
     sampler.program = aot.wrap("rollout", sampler.program)
-    for name in ("zero_grads", "accumulate", "apply", "log_probs"):
+    for name in ("zero_grads", "accumulate", "apply", "log_probs", "init_opt_state"):
         setattr(update, name, aot.wrap(name, getattr(update, name)))
     return aot
 

@@ -27,19 +27,18 @@ import numpy as np
 from flax import linen as nn
 
 from framework.backends.maxtext.compile_clock import CompileClock
-from framework.backends.maxtext.checkpoint_io import load_hf_params, resolve_checkpoint_dir, save_hf_checkpoint
+from framework.backends.maxtext.checkpoint_io import save_hf_checkpoint
 from framework.backends.maxtext.config import GRPOConfig
 from framework.rl.advantages import compute_advantages
 from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params, kernel_platform
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
 from framework.backends.maxtext.sharding import (build_mesh, logical_axis_rules, param_shardings, rollout_parallel,
                                                 shardings_record, tree_bytes, usable_devices)
-from framework.backends.maxtext.trainers import aot, rollout
+from framework.backends.maxtext.trainers import aot, rollout, startup
 from framework.backends.maxtext.trainers.pipeline import OffPolicyRollouts, refuse_lag_change, split_devices
 from framework.backends.maxtext.trainers.checkpointing import (STATE_FILE, host_arrays, key_from_json, key_to_json,
                                                                read_state, write_arrays)
 from framework.data.math import load_split, system_prompt, train_examples
-from framework.models.tokenizer import load_tokenizer
 from framework.backends.maxtext.trainers.evaluation import evaluate
 from framework.backends.maxtext.trainers.preflight import (pick_update_plan, predict_step, preflight_warnings,
                                                              refuse_out_of_memory, rollout_tp_for)
@@ -66,6 +65,7 @@ class GRPOTrainer(BaseTrainer):
     def setup(self) -> None:
         """Devices and mesh, data, tokenizer: everything that can fail cheaply, before any weights load."""
         task = self.config.task
+        tokenizer = startup.tokenizer_in_background(self.config.model_source)
         self.mesh = self._build_mesh()
         self.rules = logical_axis_rules(self.config.logical_axis_rules, "backend.adapter.logical_axis_rules")
         self.train_set = train_examples(self.config.data)
@@ -73,8 +73,7 @@ class GRPOTrainer(BaseTrainer):
             raise ConfigError(f"grpo.prompts_per_step: {task.prompts_per_step} is more than the "
                               f"{len(self.train_set)} training problems of data={self.config.data.name}")
         self.eval_set = load_split(self.config.data, "test", task.eval.num_examples) if self._evaluates else []
-        self.model_dir = resolve_checkpoint_dir(self.config.model_source)
-        self.tokenizer = load_tokenizer(self.model_dir)
+        self.model_dir, self.tokenizer = tokenizer.result()  # the model's small files: its weights may still come
         self.encoder = rollout.PromptEncoder(self.tokenizer, system_prompt(self.config.data), task.max_prompt_tokens)
 
     def init(self) -> None:
@@ -101,8 +100,13 @@ class GRPOTrainer(BaseTrainer):
         # grpo.rollout_lag=1: the rollout one step ahead on its own devices (trainers/pipeline.py)
         self.off_policy = (OffPolicyRollouts(self.sampler, self.encoder, self.placement, self.sampling)
                            if task.rollout_lag else None)
+        self.startup = startup.Startup(self.config.model_source)
+        if self.config.aot_compile:  # from shapes, before anything lasting is on a device (trainers/startup.py)
+            self.aot = aot.start_first_step(self.update, self.sampler, self.placement, nn.unbox(boxed), shardings,
+                                            task, self.sampling)
+        host_params = self.startup.read_weights(self.model_config)  # meanwhile: on the host only
+        self.params = self.startup.place_after_compiles(self.aot, host_params, self.model_config, self.mesh, self.rules)
         self.rng = jax.random.key(self.config.seed)
-        self.params = load_hf_params(self.model_dir, self.model_config, self.mesh, self.rules)
         self.ref_params = jax.tree.map(jnp.copy, self.params) if task.beta > 0 else None
         self.opt_state = self.update.init_opt_state(self.params)
         self.batches = ShuffledBatches(self.train_set, task.prompts_per_step, seed=self.config.seed)
@@ -111,9 +115,6 @@ class GRPOTrainer(BaseTrainer):
         self.policy = CheckpointPolicy(every=checkpoint.every, keep=checkpoint.keep, resume=checkpoint.resume)
         self.store = self.run.checkpoints(self.policy)  # the runtime refused a run dir this run may not resume
         self._restore_latest()
-        if self.config.aot_compile:  # after every lasting buffer is allocated (trainers/aot.py says why)
-            self.aot = aot.start_first_step(self.update, self.sampler, self.placement, nn.unbox(boxed), shardings,
-                                            task, self.sampling, jax.random.split(self.rng)[1])
         self.init_compile_s = self.compile_clock.take()  # step rows then hold only their own compiles
 
     def run_train(self) -> TrainingResult:
@@ -145,7 +146,7 @@ class GRPOTrainer(BaseTrainer):
                     "measured_step_s": _steady_state(step_times), "micro_batch_size": task.micro_batch_size,
                     "remat": self.model_config.remat,
                     "init_compile_time_s": self.init_compile_s}
-        summary |= self.aot.metrics() if self.aot is not None else {}
+        summary |= (self.aot.metrics() if self.aot is not None else {}) | self.startup.metrics()
         return TrainingResult(success=not interrupted, metrics=summary, wall_time_s=time.perf_counter() - start,
                               samples=(done - self.start_step) * task.rows_per_step, artifacts=artifacts,
                               warnings=preflight_warnings(summary), status="interrupted" if interrupted else "ok",
@@ -205,7 +206,8 @@ class GRPOTrainer(BaseTrainer):
         return rollouts, truncated, {"reshard_time_s": reshard_s, "rollout_time_s": time.perf_counter() - resharded}
 
     def cleanup(self) -> None:
-        for worker in (self.aot, getattr(self, "off_policy", None)):  # no thread outlives a run, a failing one included
+        # no thread or model build outlives a run, a failing one included
+        for worker in (self.config.model_source, self.aot, getattr(self, "off_policy", None)):
             if worker is not None:
                 worker.close()
 

@@ -1,0 +1,85 @@
+"""The GRPO trainer's start-up: what overlaps with what before the first step (docs/grpo.md "Start-up").
+
+    convert_config: start_model_source -> the model's small files now (or soon), its weights in the background
+    setup:  the tokenizer (its thread, once the small files exist)  ||  JAX's devices and the mesh, the data
+    init:   architecture, update plan, placement, sampler (shapes only)
+            -> the first step's compiles start (trainers/aot.py, background threads)
+            -> wait for the weights (a random-init build or a download), read them into host memory
+            -> wait for every compile (XLA autotunes with the device to itself)
+            -> place the weights; then the optimizer state, a resumed checkpoint, the step
+
+The order of the last two is the constraint: no lasting device buffer exists while XLA autotunes, because
+on an H100 weights placed beside the autotuner's scratch buffers fragmented the memory pool and the
+update's 52 GiB temporary no longer fit (trainers/aot.py). `Startup.metrics()` puts the timeline in the
+summary: the compiles' end before the placement's start is pinned by tests/maxtext/test_startup.py.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from framework.backends.maxtext.checkpoint_io import place_params, read_hf_params
+
+
+def tokenizer_in_background(source: Any) -> Future:
+    """(metadata directory, tokenizer) from a thread: it waits for the small files and imports transformers
+    while the caller initialises JAX's devices."""
+    from framework.models.tokenizer import load_tokenizer
+
+    def load() -> tuple[Path, Any]:
+        directory = source.metadata()
+        return directory, load_tokenizer(directory)
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer")
+    future = pool.submit(load)
+    pool.shutdown(wait=False)  # the thread ends with its one task
+    return future
+
+
+class Startup:
+    """init's weights: read on the host while the compiles run, placed once they have all ended. Times are
+    seconds since init began."""
+
+    def __init__(self, source: Any):
+        self.source = source
+        self.began = time.perf_counter()
+        self.times: dict[str, float] = {}
+
+    def _mark(self, event: str) -> None:
+        self.times[event] = time.perf_counter() - self.began
+
+    def read_weights(self, model_config: Any) -> dict[str, Any]:
+        """Wait for the model's weights, then read them into host arrays (CPU only: no device is touched)."""
+        self._mark("weights_asked")
+        directory = self.source.weights()
+        self._mark("weights_ready")
+        host = read_hf_params(directory, model_config)
+        self._mark("host_read")
+        return host
+
+    def place_after_compiles(self, aot: Any, host: dict[str, Any], model_config: Any, mesh: Any,
+                             rules: Any) -> Any:
+        """Wait for every background compile (none when aot is None), then place the weights on the devices."""
+        if aot is not None:
+            aot.wait_all()
+            self.compiles_ended = aot.finished_at - self.began  # the compile threads' own clock
+        self._mark("compiles_waited")
+        params = jax.block_until_ready(place_params(host, model_config, mesh, rules))
+        self._mark("placed")
+        return params
+
+    def metrics(self) -> dict[str, float]:
+        t = self.times
+        metrics = {"startup_weights_wait_s": t["weights_ready"] - t["weights_asked"],  # the build or download
+                   "startup_host_read_s": t["host_read"] - t["weights_ready"],
+                   "startup_compile_wait_s": t["compiles_waited"] - t["host_read"],  # the placement waiting
+                   "startup_place_s": t["placed"] - t["compiles_waited"],
+                   "startup_place_start_s": t["compiles_waited"]}
+        if hasattr(self, "compiles_ended"):
+            metrics["startup_compiles_end_s"] = self.compiles_ended
+        return metrics | {k: v for k, v in self.source.metrics().items() if v is not None}
