@@ -104,8 +104,8 @@ class GRPOTrainer(BaseTrainer):
         if self.config.aot_compile:  # from shapes, before anything lasting is on a device (trainers/startup.py)
             self.aot = aot.start_first_step(self.update, self.sampler, self.placement, nn.unbox(boxed), shardings,
                                             task, self.sampling)
-        host_params = self.startup.read_weights(self.model_config)  # meanwhile: on the host only
-        self.params = self.startup.place_after_compiles(self.aot, host_params, self.model_config, self.mesh, self.rules)
+        self.prediction = self._preflight() if task.preflight else {}  # meanwhile: host work only
+        self.params = self.startup.load_weights(self.aot, self.model_config, self.mesh, self.rules)
         self.rng = jax.random.key(self.config.seed)
         self.ref_params = jax.tree.map(jnp.copy, self.params) if task.beta > 0 else None
         self.opt_state = self.update.init_opt_state(self.params)
@@ -120,7 +120,7 @@ class GRPOTrainer(BaseTrainer):
     def run_train(self) -> TrainingResult:
         task = self.config.task
         start = time.perf_counter()
-        summary = self._preflight() if task.preflight else {}
+        summary = dict(self.prediction)
         rows, step_times, done = {}, [], self.start_step
         steps = range(self.start_step + 1, task.steps + 1)
         with self.run.progress(steps, total=len(steps), desc="grpo", unit="step") as bar:

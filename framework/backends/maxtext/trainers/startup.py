@@ -54,6 +54,10 @@ class Startup:
     def _mark(self, event: str) -> None:
         self.times[event] = time.perf_counter() - self.began
 
+    def load_weights(self, aot: Any, model_config: Any, mesh: Any, rules: Any) -> Any:
+        """The params on the devices: read on the host while the compiles run, placed once they have ended."""
+        return self.place_after_compiles(aot, self.read_weights(model_config), model_config, mesh, rules)
+
     def read_weights(self, model_config: Any) -> dict[str, Any]:
         """Wait for the model's weights, then read them into host arrays (CPU only: no device is touched)."""
         self._mark("weights_asked")
