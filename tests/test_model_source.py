@@ -77,3 +77,20 @@ def test_the_run_process_never_imports_torch_for_a_random_init_model(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
+
+
+def test_a_cached_hub_model_gives_its_snapshot_and_an_uncached_one_its_offline_line(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    snapshot = tmp_path / "hub" / "models--org--cached" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    for name in ("config.json", "tokenizer.json", "model.safetensors"):
+        (snapshot / name).write_text("{}")
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("abc123")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    source = start_model_source({"name": "cached", "hub_id": "org/cached"}, tmp_path / "cache")
+    assert Path(source.metadata()) == Path(source.weights()) == snapshot
+    with pytest.raises(ConfigError, match=r"^model.hub_id=org/missing: not in the local Hugging Face cache"):
+        start_model_source({"name": "missing", "hub_id": "org/missing"}, tmp_path / "cache")  # before any thread

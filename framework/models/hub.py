@@ -13,15 +13,18 @@ from framework.core.errors import ConfigError
 METADATA_PATTERNS = ["*.json", "*.txt", "*.jinja", "*.model", "*.tiktoken"]
 
 
-def hub_metadata(hub_id: str) -> str:
-    """hub_snapshot of the files a run needs before the weights (METADATA_PATTERNS), the same errors."""
-    return hub_snapshot(hub_id, METADATA_PATTERNS)
-
-
-def hub_snapshot(hub_id: str, allow_patterns: list[str] | None = None) -> str:
+def hub_snapshot(hub_id: str) -> str:
     """The local snapshot directory of `hub_id` (HF_HOME / HF_HUB_CACHE honoured); downloads it when
-    it is not cached and the hub is reachable. Offline and uncached: ConfigError naming the ways out.
-    `allow_patterns`: only the files matching them."""
+    it is not cached and the hub is reachable. Offline and uncached: ConfigError naming the ways out."""
+    return _snapshot(hub_id, None)
+
+
+def hub_metadata(hub_id: str) -> str:
+    """hub_snapshot of the files a run needs before the weights (METADATA_PATTERNS), with the same errors."""
+    return _snapshot(hub_id, METADATA_PATTERNS)
+
+
+def _snapshot(hub_id: str, allow_patterns: list[str] | None) -> str:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 

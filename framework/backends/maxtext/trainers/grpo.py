@@ -65,7 +65,7 @@ class GRPOTrainer(BaseTrainer):
     def setup(self) -> None:
         """Devices and mesh, data, tokenizer: everything that can fail cheaply, before any weights load."""
         task = self.config.task
-        tokenizer = startup.tokenizer_in_background(self.config.model_source)
+        tokenizer = startup.tokenizer_in_background(self.config.model_source)  # and PREIMPORTS
         self.mesh = self._build_mesh()
         self.rules = logical_axis_rules(self.config.logical_axis_rules, "backend.adapter.logical_axis_rules")
         self.train_set = train_examples(self.config.data)
