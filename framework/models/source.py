@@ -125,7 +125,8 @@ class _TinyBuild:
     def __init__(self, name: str, model_cfg: dict, out_dir: Path, has_metadata: bool):
         self.name, self.out_dir = name, out_dir
         self.log = tempfile.TemporaryFile(mode="w+")  # the child's stderr: read back on a crash
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+        path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PYTHONPATH": path}
         self.process = subprocess.Popen(  # its own session: a ^C stops the run, which then stops the build
             [sys.executable, "-m", "framework.models.source", json.dumps(model_cfg), str(out_dir)],
             stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=REPO_ROOT, env=env, start_new_session=True)

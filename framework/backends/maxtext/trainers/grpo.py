@@ -65,7 +65,8 @@ class GRPOTrainer(BaseTrainer):
     def setup(self) -> None:
         """Devices and mesh, data, tokenizer: everything that can fail cheaply, before any weights load."""
         task = self.config.task
-        tokenizer = startup.tokenizer_in_background(self.config.model_source)  # and PREIMPORTS
+        self.startup = startup.Startup(self.config.model_source)
+        self.startup.start_tokenizer()  # in a thread, beside JAX's device initialisation
         self.mesh = self._build_mesh()
         self.rules = logical_axis_rules(self.config.logical_axis_rules, "backend.adapter.logical_axis_rules")
         self.train_set = train_examples(self.config.data)
@@ -73,7 +74,7 @@ class GRPOTrainer(BaseTrainer):
             raise ConfigError(f"grpo.prompts_per_step: {task.prompts_per_step} is more than the "
                               f"{len(self.train_set)} training problems of data={self.config.data.name}")
         self.eval_set = load_split(self.config.data, "test", task.eval.num_examples) if self._evaluates else []
-        self.model_dir, self.tokenizer = tokenizer.result()  # the model's small files: its weights may still come
+        self.model_dir, self.tokenizer = self.startup.tokenizer()  # the model's small files: its weights may still come
         self.encoder = rollout.PromptEncoder(self.tokenizer, system_prompt(self.config.data), task.max_prompt_tokens)
 
     def init(self) -> None:
@@ -100,11 +101,10 @@ class GRPOTrainer(BaseTrainer):
         # grpo.rollout_lag=1: the rollout one step ahead on its own devices (trainers/pipeline.py)
         self.off_policy = (OffPolicyRollouts(self.sampler, self.encoder, self.placement, self.sampling)
                            if task.rollout_lag else None)
-        self.startup = startup.Startup(self.config.model_source)
+        self.prediction = self._preflight() if task.preflight else {}  # a refusal: before anything compiles
         if self.config.aot_compile:  # from shapes, before anything lasting is on a device (trainers/startup.py)
             self.aot = aot.start_first_step(self.update, self.sampler, self.placement, nn.unbox(boxed), shardings,
                                             task, self.sampling)
-        self.prediction = self._preflight() if task.preflight else {}  # meanwhile: host work only
         self.params = self.startup.load_weights(self.aot, self.model_config, self.mesh, self.rules)
         self.rng = jax.random.key(self.config.seed)
         self.ref_params = jax.tree.map(jnp.copy, self.params) if task.beta > 0 else None

@@ -17,6 +17,7 @@ summary: the compiles' end before the placement's start is pinned by tests/maxte
 from __future__ import annotations
 
 import importlib
+import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,6 +27,8 @@ from typing import Any
 import jax
 
 from framework.backends.maxtext.checkpoint_io import place_params, read_hf_params
+
+log = logging.getLogger(__name__)
 
 
 # Imported in the background during setup and init: math-verify (the correctness reward's verifier, about 1 s
@@ -44,35 +47,42 @@ def import_in_background() -> None:
     threading.Thread(target=load, name="preimport", daemon=True).start()
 
 
-def tokenizer_in_background(source: Any) -> Future:
-    """(metadata directory, tokenizer) from a thread: it waits for the small files and imports transformers
-    while the caller initialises JAX's devices. Starts the PREIMPORTS' thread too."""
-    from framework.models.tokenizer import load_tokenizer
-
-    import_in_background()
-
-    def load() -> tuple[Path, Any]:
-        directory = source.metadata()
-        return directory, load_tokenizer(directory)
-
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer")
-    future = pool.submit(load)
-    pool.shutdown(wait=False)  # the thread ends with its one task
-    return future
-
-
 class Startup:
-    """init's weights: read on the host while the compiles run, placed once they have all ended. Times are
-    seconds since init began."""
+    """The trainer's start-up from setup's beginning: the tokenizer from a thread, the weights read on the host
+    while the compiles run and placed once they have all ended. `times`: seconds since setup began."""
 
     def __init__(self, source: Any):
         self.source = source
         self.began = time.perf_counter()
         self.times: dict[str, float] = {}
         self.aot = None
+        self._tokenizer: Future | None = None
 
-    def _mark(self, event: str) -> None:
+    def _mark(self, event: str) -> float:
         self.times[event] = time.perf_counter() - self.began
+        return self.times[event]
+
+    def start_tokenizer(self) -> None:
+        """Load (metadata directory, tokenizer) in a thread: it waits for the small files and imports transformers
+        while the caller initialises JAX's devices. Starts the PREIMPORTS' thread too."""
+        from framework.models.tokenizer import load_tokenizer
+
+        import_in_background()
+
+        def load() -> tuple[Path, Any]:
+            directory = self.source.metadata()
+            return directory, load_tokenizer(directory)
+
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer")
+        self._tokenizer = pool.submit(load)
+        pool.shutdown(wait=False)  # the thread ends with its one task
+
+    def tokenizer(self) -> tuple[Path, Any]:
+        self._mark("tokenizer_asked")
+        directory, tokenizer = self._tokenizer.result()
+        log.info("startup: the model's config and tokenizer after %.2f s (waited %.2f s)",
+                 self._mark("tokenizer_ready"), self.times["tokenizer_ready"] - self.times["tokenizer_asked"])
+        return directory, tokenizer
 
     def load_weights(self, aot: Any, model_config: Any, mesh: Any, rules: Any) -> Any:
         """The params on the devices: read on the host while the compiles run, placed once they have ended."""
@@ -84,7 +94,9 @@ class Startup:
         directory = self.source.weights()
         self._mark("weights_ready")
         host = read_hf_params(directory, model_config)
-        self._mark("host_read")
+        log.info("startup: weights there after %.2f s (waited %.2f s), read into host memory in %.2f s",
+                 self.times["weights_ready"], self.times["weights_ready"] - self.times["weights_asked"],
+                 self._mark("host_read") - self.times["weights_ready"])
         return host
 
     def place_after_compiles(self, aot: Any, host: dict[str, Any], model_config: Any, mesh: Any,
@@ -95,12 +107,15 @@ class Startup:
             aot.wait_all()
         self._mark("compiles_waited")
         params = jax.block_until_ready(place_params(host, model_config, mesh, rules))
-        self._mark("placed")
+        log.info("startup: waited %.2f s for the compiles, placed the weights in %.2f s",
+                 self.times["compiles_waited"] - self.times["host_read"],
+                 self._mark("placed") - self.times["compiles_waited"])
         return params
 
     def metrics(self) -> dict[str, float]:
         t = self.times
-        metrics = {"startup_weights_wait_s": t["weights_ready"] - t["weights_asked"],  # the build or download
+        metrics = {"startup_tokenizer_wait_s": t["tokenizer_ready"] - t["tokenizer_asked"],  # setup blocked on it
+                   "startup_weights_wait_s": t["weights_ready"] - t["weights_asked"],  # the build or download
                    "startup_host_read_s": t["host_read"] - t["weights_ready"],
                    "startup_compile_wait_s": t["compiles_waited"] - t["host_read"],  # the placement waiting
                    "startup_place_s": t["placed"] - t["compiles_waited"],
