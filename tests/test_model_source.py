@@ -2,6 +2,7 @@
 same directory the synchronous build gives; a failed or stopped build publishes nothing and says so in one line."""
 
 import hashlib
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ import yaml
 
 from framework.core.errors import ConfigError, DataError
 from framework.core.paths import CONF_DIR
-from framework.models.source import start_model_source
+from framework.models.source import METADATA_LINE, METADATA_ONLY, start_model_source
 from framework.models.tiny import metadata_dir, resolve_model_dir, tiny_model_dir
 
 
@@ -39,6 +40,14 @@ def test_background_build_gives_the_synchronous_directory_its_metadata_first(tmp
     assert all(digests(built)[name] == digest for name, digest in digests(metadata).items())
     assert source.metrics()["model_ready_s"] > 0
     source.close()
+
+    # the metadata-only child (torch hidden) publishes the same files and nothing else
+    child = subprocess.run([sys.executable, "-m", "framework.models.source", json.dumps(cfg),
+                            str(tiny_model_dir(cfg, tmp_path / "alone")), METADATA_ONLY],
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0 and child.stdout.split() == [METADATA_LINE], child.stderr[-2000:]
+    assert [p.name for p in (tmp_path / "alone").iterdir() if not p.name.startswith(".")] == [metadata.name]
+    assert digests(metadata_dir(tiny_model_dir(cfg, tmp_path / "alone"))) == digests(metadata)
 
     again = start_model_source(cfg, tmp_path / "background")  # published: nothing is built again
     assert again.metadata() == again.weights() == built and again.metrics()["model_ready_s"] == 0.0
@@ -70,7 +79,7 @@ def test_a_killed_build_is_one_line_naming_the_model_and_never_published(tmp_pat
 
 
 def test_the_run_process_never_imports_torch_for_a_random_init_model(tmp_path):
-    code = ("import sys, yaml; from pathlib import Path; from framework.models.source import start_model_source; "
+    code = ("import sys, yaml; from pathlib import Path; from framework.models.source import METADATA_LINE, METADATA_ONLY, start_model_source; "
             f"cfg = yaml.safe_load(Path({str(CONF_DIR / 'model' / 'tiny_qwen2.yaml')!r}).read_text()); "
             f"s = start_model_source(cfg, Path({str(tmp_path)!r})); s.metadata(); s.weights(); "
             "print('torch' in sys.modules)")

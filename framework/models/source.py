@@ -8,7 +8,8 @@ hands out the small files as soon as they exist and keeps getting the weights me
 - model.random_init: framework/models/tiny.py builds the model in a child process (`python -m
   framework.models.source`), so torch is never imported by the run's process and its tracing never contends
   with torch's initialisation for the GIL; the child publishes the metadata directory first
-  (tiny.metadata_dir), then the whole build, each atomically, exactly as the synchronous build does;
+  (tiny.metadata_dir), then the whole build, each atomically, exactly as the synchronous build does; a second
+  child builds only the metadata with torch hidden, which spares it torch's import;
 - model.hub_id: the small files are fetched at once (offline and uncached: the one-line ConfigError of
   framework/models/hub.py), the weights by a background thread.
 
@@ -33,6 +34,7 @@ from framework.core.paths import REPO_ROOT
 from framework.core.plain import to_plain
 
 METADATA_LINE = "metadata"  # the child's stdout once tiny.metadata_dir is published
+METADATA_ONLY = "--metadata-only"  # the child that builds only the metadata, without torch
 
 
 class ModelSource:
@@ -120,23 +122,32 @@ def _hub_source(name: str, hub_id: str) -> ModelSource:
 
 class _TinyBuild:
     """tiny.build_tiny_model in a child process; its stdout says when the metadata is published, its last
-    line (JSON) names a failure."""
+    line (JSON) names a failure. A second child builds only the metadata, with torch hidden from it
+    (transformers' config classes import torch when it is installed: seconds on a fresh machine); should it
+    fail, the metadata comes from the first."""
 
     def __init__(self, name: str, model_cfg: dict, out_dir: Path, has_metadata: bool):
         self.name, self.out_dir = name, out_dir
         self.log = tempfile.TemporaryFile(mode="w+")  # the child's stderr: read back on a crash
-        path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-        env = {**os.environ, "PYTHONPATH": path}
-        self.process = subprocess.Popen(  # its own session: a ^C stops the run, which then stops the build
-            [sys.executable, "-m", "framework.models.source", json.dumps(model_cfg), str(out_dir)],
-            stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=REPO_ROOT, env=env, start_new_session=True)
+        self.process = self._spawn(model_cfg, out_dir, self.log)
+        self.fast = None if has_metadata else self._spawn(model_cfg, out_dir, subprocess.DEVNULL, METADATA_ONLY)
         self.lines: list[str] = []
         self.has_metadata = has_metadata
         self.source = ModelSource(name, self.metadata, self.weights, self.stop)
 
+    @staticmethod
+    def _spawn(model_cfg: dict, out_dir: Path, stderr: Any, *flags: str) -> subprocess.Popen:
+        path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PYTHONPATH": path}
+        return subprocess.Popen(  # its own session: a ^C stops the run, which then stops the build
+            [sys.executable, "-m", "framework.models.source", json.dumps(model_cfg), str(out_dir), *flags],
+            stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=REPO_ROOT, env=env, start_new_session=True)
+
     def metadata(self) -> Path:
         from framework.models.tiny import metadata_dir
 
+        if not self.has_metadata and self.fast is not None:
+            self.has_metadata = METADATA_LINE in self.fast.communicate()[0].splitlines()
         while not self.has_metadata:
             line = self.process.stdout.readline()
             if not line:  # the child ended without publishing the metadata
@@ -167,9 +178,10 @@ class _TinyBuild:
                          f"HF model directory")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+        for process in filter(None, (self.fast, self.process)):
+            if process.poll() is None:
+                process.kill()
+                process.wait()
         self.log.close()
 
 
@@ -177,12 +189,15 @@ _CRUCIBLE_ERRORS = {cls.__name__: cls for cls in vars(errors).values()
                     if isinstance(cls, type) and issubclass(cls, CrucibleError)}
 
 
-def _build(model_cfg: dict, out_dir: Path) -> int:
+def _build(model_cfg: dict, out_dir: Path, metadata_only: bool) -> int:
     """The child: build, say when the metadata is published, report a failure as one JSON line."""
+    if metadata_only:
+        sys.modules["torch"] = None  # transformers then takes torch as not installed (the files are the same)
     from framework.models.tiny import build_tiny_model
 
     try:
-        build_tiny_model(model_cfg, out_dir, on_metadata=lambda _: print(METADATA_LINE, flush=True))
+        build_tiny_model(model_cfg, out_dir, on_metadata=lambda _: print(METADATA_LINE, flush=True),
+                         metadata_only=metadata_only)
     except Exception as error:  # every failure reaches the run as one line
         message = str(error).splitlines()[0] if str(error) else ""
         print(json.dumps({"type": type(error).__name__, "message": message}), flush=True)
@@ -191,4 +206,4 @@ def _build(model_cfg: dict, out_dir: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_build(json.loads(sys.argv[1]), Path(sys.argv[2])))
+    sys.exit(_build(json.loads(sys.argv[1]), Path(sys.argv[2]), METADATA_ONLY in sys.argv[3:]))

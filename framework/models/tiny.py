@@ -82,7 +82,8 @@ BUILD_MARKER = "crucible_build.json"
 
 
 def build_tiny_model(model_cfg: Mapping[str, Any], out_dir: Path, corpus_texts: list[str] | None = None,
-                     seed: int = 0, on_metadata: Callable[[Path], None] | None = None) -> Path:
+                     seed: int = 0, on_metadata: Callable[[Path], None] | None = None,
+                     metadata_only: bool = False) -> Path:
     """Build (or reuse) a random-init HF model directory from `model_cfg["hf_config"]`.
 
     The directory holds config.json, generation_config.json, model.safetensors and a
@@ -91,6 +92,7 @@ def build_tiny_model(model_cfg: Mapping[str, Any], out_dir: Path, corpus_texts: 
     `on_metadata(dir)`: called once a directory with everything but the weights (config.json,
     generation_config.json, the tokenizer: `metadata_dir(out_dir)`, the same files) is published, before
     the weights are built (framework/models/source.py overlaps the weights with a run's compiles).
+    `metadata_only`: stop there (no torch needed: the metadata comes out byte for byte the same without it).
     """
     out_dir = Path(out_dir)
     hf_config = _hf_config_of(model_cfg)
@@ -108,8 +110,12 @@ def build_tiny_model(model_cfg: Mapping[str, Any], out_dir: Path, corpus_texts: 
         tokenizer.save_pretrained(staging)
         config.save_pretrained(staging)
         generation.save_pretrained(staging)
-        if on_metadata is not None:
-            on_metadata(_publish_metadata(staging, metadata_dir(out_dir), fingerprint))
+        if on_metadata is not None or metadata_only:
+            published_metadata = _publish_metadata(staging, metadata_dir(out_dir), fingerprint)
+            if on_metadata is not None:
+                on_metadata(published_metadata)
+            if metadata_only:
+                return published_metadata
         _save_random_model(config, generation, dtype_name, seed, staging)
         (staging / BUILD_MARKER).write_text(json.dumps({"fingerprint": fingerprint}))
         _publish(staging, out_dir, fingerprint)
