@@ -129,11 +129,11 @@ class Precompiled:
 
 
 def start_first_step(update: Any, sampler: Any, placement: Any, shapes: Any, shardings: Any, task: Any,
-                     sampling: Any) -> AheadOfTime:
+                     sampling: Any, scalars: Any) -> AheadOfTime:
     """Compile the programs of one GRPO step for the shapes the step will give them, two at a time (the
     rollout's and the update's side by side), and make the sampler and the update call the executables: the
-    rollout's sampling program (statics model and sampling), the update's programs and the optimizer state's
-    initialisation (init runs it once the weights are placed).
+    rollout's sampling program (statics model and sampling), the update's programs, the optimizer state's
+    initialisation (init runs it once the weights are placed) and the step's scalars (trainers/startup.py).
 
     shapes, shardings: the update's params as abstract arrays and their shardings. Every other shape follows
     from the task: prompts are left-padded to exactly max_prompt_tokens, completions to max_new_tokens
@@ -183,6 +183,10 @@ def start_first_step(update: Any, sampler: Any, placement: Any, shapes: Any, sha
     aot.submit("accumulate", update.accumulate, params, params, batch, scalar, scalar)
     aot.submit("apply", update.apply, params, opt_state, params)
     aot.submit("init_opt_state", update.init_opt_state, params)
+    aot.submit("split_key", scalars.split, jax.eval_shape(lambda: jax.random.key(0)))
+    aot.submit("learning_rate", scalars.learning_rate, jax.ShapeDtypeStruct((), jnp.int32))
+    scalars.split, scalars.learning_rate = aot.wrap("split_key", scalars.split), aot.wrap("learning_rate",
+                                                                                          scalars.learning_rate)
     sampler.program = aot.wrap("rollout", sampler.program)
     for name in ("zero_grads", "accumulate", "apply", "log_probs", "init_opt_state"):
         setattr(update, name, aot.wrap(name, getattr(update, name)))

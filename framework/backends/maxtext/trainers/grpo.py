@@ -65,8 +65,7 @@ class GRPOTrainer(BaseTrainer):
     def setup(self) -> None:
         """Devices and mesh, data, tokenizer: everything that can fail cheaply, before any weights load."""
         task = self.config.task
-        self.startup = startup.Startup(self.config.model_source)
-        self.startup.start_tokenizer()  # in a thread, beside JAX's device initialisation
+        self.startup = startup.Startup(self.config.model_source)  # the tokenizer's thread, beside JAX's devices
         self.mesh = self._build_mesh()
         self.rules = logical_axis_rules(self.config.logical_axis_rules, "backend.adapter.logical_axis_rules")
         self.train_set = train_examples(self.config.data)
@@ -90,6 +89,7 @@ class GRPOTrainer(BaseTrainer):
         model = Transformer(self.model_config, self.mesh, self.rules)
         self.placement = self._rollout_placement(boxed)  # before any weights load: a bad layout fails fast
         self.schedule = learning_rate_schedule(task.optimizer, task.steps, task.ppo_epochs)
+        self.scalars = startup.StepScalars(self.schedule)
         optimizer = build_optimizer(task.optimizer, self.schedule)
         shardings = param_shardings(boxed, self.mesh, self.rules)
         self.update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed), shardings, self.mesh, self.rules)
@@ -104,7 +104,7 @@ class GRPOTrainer(BaseTrainer):
         self.prediction = self._preflight() if task.preflight else {}  # a refusal: before anything compiles
         if self.config.aot_compile:  # from shapes, before anything lasting is on a device (trainers/startup.py)
             self.aot = aot.start_first_step(self.update, self.sampler, self.placement, nn.unbox(boxed), shardings,
-                                            task, self.sampling)
+                                            task, self.sampling, self.scalars)
         self.params = self.startup.load_weights(self.aot, self.model_config, self.mesh, self.rules)
         self.rng = jax.random.key(self.config.seed)
         self.ref_params = jax.tree.map(jnp.copy, self.params) if task.beta > 0 else None
@@ -181,7 +181,7 @@ class GRPOTrainer(BaseTrainer):
         metrics |= {
             "zero_std_group_fraction": rollout.zero_std_group_fraction(rewards, task.num_generations),
             "truncated_prompts": truncated_prompts,
-            "learning_rate": float(self.schedule((step - 1) * task.ppo_epochs)), **timing,
+            "learning_rate": float(self.scalars.learning_rate(np.int32((step - 1) * task.ppo_epochs))), **timing,
             "reward_time_s": scored - rolled_out, "update_time_s": done - scored,
             "step_time_s": time.perf_counter() - started,
             "compile_time_s": self.compile_clock.take(),  # JAX tracing + XLA compile during this step
@@ -193,7 +193,7 @@ class GRPOTrainer(BaseTrainer):
     def _draw(self) -> tuple[Any, jax.Array]:
         """The next step's problems and sampling key (the data order and RNG stream of every mode)."""
         examples = next(self.batches)
-        self.rng, rollout_rng = jax.random.split(self.rng)
+        self.rng, rollout_rng = self.scalars.split(self.rng)
         return examples, rollout_rng
 
     def _rollout_now(self) -> tuple[rollout.Rollouts, int, dict[str, float]]:

@@ -47,22 +47,36 @@ def import_in_background() -> None:
     threading.Thread(target=load, name="preimport", daemon=True).start()
 
 
+class StepScalars:
+    """The step's RNG split and its learning-rate metric as two jitted programs, compiled ahead of time with
+    the others (trainers/aot.py): run eagerly, their ten-odd ops compiled one by one in step 1."""
+
+    def __init__(self, schedule: Any):
+        self.split = jax.jit(_split_in_two)  # (the next key, the step's key), as jax.random.split's two rows
+        self.learning_rate = jax.jit(schedule)  # of an int32 count
+
+
+def _split_in_two(key: Any) -> tuple[Any, Any]:
+    carried, used = jax.random.split(key)
+    return carried, used
+
+
 class Startup:
-    """The trainer's start-up from setup's beginning: the tokenizer from a thread, the weights read on the host
-    while the compiles run and placed once they have all ended. `times`: seconds since setup began."""
+    """The trainer's start-up from setup's beginning: the tokenizer from a thread (started here), the weights read
+    on the host while the compiles run and placed once they have all ended. `times`: seconds since setup began."""
 
     def __init__(self, source: Any):
         self.source = source
         self.began = time.perf_counter()
         self.times: dict[str, float] = {}
         self.aot = None
-        self._tokenizer: Future | None = None
+        self._tokenizer = self._start_tokenizer()
 
     def _mark(self, event: str) -> float:
         self.times[event] = time.perf_counter() - self.began
         return self.times[event]
 
-    def start_tokenizer(self) -> None:
+    def _start_tokenizer(self) -> Future:
         """Load (metadata directory, tokenizer) in a thread: it waits for the small files and imports transformers
         while the caller initialises JAX's devices. Starts the PREIMPORTS' thread too."""
         from framework.models.tokenizer import load_tokenizer
@@ -74,8 +88,9 @@ class Startup:
             return directory, load_tokenizer(directory)
 
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer")
-        self._tokenizer = pool.submit(load)
+        future = pool.submit(load)
         pool.shutdown(wait=False)  # the thread ends with its one task
+        return future
 
     def tokenizer(self) -> tuple[Path, Any]:
         self._mark("tokenizer_asked")
