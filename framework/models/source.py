@@ -193,6 +193,8 @@ def _build(model_cfg: dict, out_dir: Path, metadata_only: bool) -> int:
     """The child: build, say when the metadata is published, report a failure as one JSON line."""
     if metadata_only:
         sys.modules["torch"] = None  # transformers then takes torch as not installed (the files are the same)
+    else:  # the weights are needed last: the run's compiles, on the way to the first step, get the CPU first
+        os.nice(5)
     from framework.models.tiny import build_tiny_model
 
     try:
