@@ -31,7 +31,7 @@ from framework.backends.maxtext.checkpoint_io import place_params, read_hf_param
 log = logging.getLogger(__name__)
 
 
-# Imported in the background during setup and init: math-verify (the correctness reward's verifier, about 1 s
+# Imported in the background while init waits for the compiles: math-verify (the correctness reward's verifier, about 1 s
 # of imports on the dev CPU) was first imported while step 1 scored its completions.
 PREIMPORTS = ("math_verify",)
 
@@ -78,10 +78,8 @@ class Startup:
 
     def _start_tokenizer(self) -> Future:
         """Load (metadata directory, tokenizer) in a thread: it waits for the small files and imports transformers
-        while the caller initialises JAX's devices. Starts the PREIMPORTS' thread too."""
+        while the caller initialises JAX's devices."""
         from framework.models.tokenizer import load_tokenizer
-
-        import_in_background()
 
         def load() -> tuple[Path, Any]:
             directory = self.source.metadata()
@@ -118,6 +116,7 @@ class Startup:
                              rules: Any) -> Any:
         """Wait for every background compile (none when aot is None), then place the weights on the devices."""
         self.aot = aot
+        import_in_background()  # while this thread waits (an import beside the tokenizer's slowed it on the GIL)
         if aot is not None:
             aot.wait_all()
         self._mark("compiles_waited")
