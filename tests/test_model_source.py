@@ -79,7 +79,7 @@ def test_a_killed_build_is_one_line_naming_the_model_and_never_published(tmp_pat
 
 
 def test_the_run_process_never_imports_torch_for_a_random_init_model(tmp_path):
-    code = ("import sys, yaml; from pathlib import Path; from framework.models.source import METADATA_LINE, METADATA_ONLY, start_model_source; "
+    code = ("import sys, yaml; from pathlib import Path; from framework.models.source import start_model_source; "
             f"cfg = yaml.safe_load(Path({str(CONF_DIR / 'model' / 'tiny_qwen2.yaml')!r}).read_text()); "
             f"s = start_model_source(cfg, Path({str(tmp_path)!r})); s.metadata(); s.weights(); "
             "print('torch' in sys.modules)")

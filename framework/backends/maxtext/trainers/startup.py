@@ -2,10 +2,10 @@
 
     convert_config: start_model_source -> the model's small files now (or soon), its weights in the background
     setup:  the tokenizer (its thread, once the small files exist)  ||  JAX's devices and the mesh, the data
-    init:   architecture, update plan, placement, sampler (shapes only)
+    init:   architecture, update plan, placement, sampler (shapes only), the preflight
             -> the first step's compiles start (trainers/aot.py, background threads)
             -> wait for the weights (a random-init build or a download), read them into host memory
-            -> wait for every compile (XLA autotunes with the device to itself)
+            -> wait for every compile (XLA autotunes with the device to itself; math-verify imports meanwhile)
             -> place the weights; then the optimizer state, a resumed checkpoint, the step
 
 The order of the last two is the constraint: no lasting device buffer exists while XLA autotunes, because
@@ -31,8 +31,8 @@ from framework.backends.maxtext.checkpoint_io import place_params, read_hf_param
 log = logging.getLogger(__name__)
 
 
-# Imported in the background while init waits for the compiles: math-verify (the correctness reward's verifier, about 1 s
-# of imports on the dev CPU) was first imported while step 1 scored its completions.
+# Imported in the background while init waits for the compiles: math-verify (the correctness reward's verifier,
+# about 1 s of imports on the dev CPU) was first imported while step 1 scored its completions.
 PREIMPORTS = ("math_verify",)
 
 
