@@ -5,6 +5,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,16 @@ def test_a_cached_hub_model_gives_its_snapshot_and_an_uncached_one_its_offline_l
     assert Path(source.metadata()) == Path(source.weights()) == snapshot
     with pytest.raises(ConfigError, match=r"^model.hub_id=org/missing: not in the local Hugging Face cache"):
         start_model_source({"name": "missing", "hub_id": "org/missing"}, tmp_path / "cache")  # before any thread
+
+
+def test_closing_a_running_build_stops_its_children_and_leaves_no_staging_directory(tmp_path):
+    source = start_model_source(model_cfg(), tmp_path)
+    build = source._weights.__self__
+    deadline = time.monotonic() + 120
+    while not [p for p in tmp_path.iterdir() if p.name.startswith(".")] and time.monotonic() < deadline:
+        time.sleep(0.05)  # until a child builds in its staging directory
+    assert build.process.poll() is None, "the build ended before the test could stop it"
+    source.close()
+    assert build.process.poll() is not None and build.fast.poll() is not None
+    assert not tiny_model_dir(model_cfg(), tmp_path).exists()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # the staging directories removed

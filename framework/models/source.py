@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -178,8 +179,14 @@ class _TinyBuild:
                          f"HF model directory")
 
     def stop(self) -> None:
-        for process in filter(None, (self.fast, self.process)):
-            if process.poll() is None:
+        """SIGTERM: the child removes its staging directory (a SIGKILL after 10 s leaves it, hidden, unused)."""
+        running = [p for p in (self.fast, self.process) if p is not None and p.poll() is None]
+        for process in running:
+            process.terminate()
+        for process in running:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
         self.log.close()
@@ -191,6 +198,7 @@ _CRUCIBLE_ERRORS = {cls.__name__: cls for cls in vars(errors).values()
 
 def _build(model_cfg: dict, out_dir: Path, metadata_only: bool) -> int:
     """The child: build, say when the metadata is published, report a failure as one JSON line."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))  # unwinds: staging is removed
     if metadata_only:
         sys.modules["torch"] = None  # transformers then takes torch as not installed (the files are the same)
     else:  # the weights are needed last: the run's compiles, on the way to the first step, get the CPU first
