@@ -128,12 +128,12 @@ class Precompiled:
         return self.jitted(*args, **kwargs)
 
 
-def start_first_step(update: Any, sampler: Any, placement: Any, shapes: Any, shardings: Any, task: Any,
-                     sampling: Any, scalars: Any) -> AheadOfTime:
-    """Compile the programs of one GRPO step for the shapes the step will give them, two at a time (the
-    rollout's and the update's side by side), and make the sampler and the update call the executables: the
-    rollout's sampling program (statics model and sampling), the update's programs, the optimizer state's
-    initialisation (init runs it once the weights are placed) and the step's scalars (trainers/startup.py).
+def start_first_step(update: Any, shapes: Any, shardings: Any, task: Any) -> AheadOfTime:
+    """Start compiling the programs of one GRPO step for the shapes the step will give them, two at a time:
+    first the update's that need no tokenizer (the gradient accumulation, the largest, first); then, from
+    `finish_first_step` once the tokenizer has set up the sampler, the rollout's sampling program (statics model
+    and sampling; the longest: next in the queue) and the small ones. The sampler and the update then call the
+    executables.
 
     shapes, shardings: the update's params as abstract arrays and their shardings. Every other shape follows
     from the task: prompts are left-padded to exactly max_prompt_tokens, completions to max_new_tokens
@@ -141,46 +141,55 @@ def start_first_step(update: Any, sampler: Any, placement: Any, shapes: Any, sha
     """
     import jax
     import jax.numpy as jnp
-    import numpy as np
+
+    from framework.backends.maxtext.trainers.update import forward_inputs
 
     aot = AheadOfTime(workers=2)
-    params = jax.tree.map(lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
-                          shapes, shardings)
-
-    from framework.backends.maxtext.sharding import DEFAULT_RULES, named_sharding
-    from framework.backends.maxtext.trainers.update import BATCH_AXES, forward_inputs
-
-    def array(shape: tuple, dtype: Any, mesh: Any, rules: Any) -> jax.ShapeDtypeStruct:
-        sharding = named_sharding(mesh, rules or DEFAULT_RULES, BATCH_AXES[:len(shape)], shape)
-        return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
-
+    aot.params = params = jax.tree.map(
+        lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes, shardings)
     prompt, new = task.max_prompt_tokens, task.max_new_tokens
+    rows, mesh, rules = task.micro_batch_size, update.mesh, update.rules
+    batch = {"input_ids": _array((rows, prompt + new), jnp.int32, mesh, rules),
+             "attention_mask": _array((rows, prompt + new), jnp.int32, mesh, rules),
+             "completion_mask": _array((rows, new), jnp.float32, mesh, rules),
+             "advantages": _array((rows,), jnp.float32, mesh, rules)}
+    behaviour = task.rollout_lag > 0  # off-policy: old log-probs come from the sampler (trainers/pipeline.py)
+    log_probs_batch = forward_inputs(batch)
+    if task.ppo_epochs > 1 or behaviour:
+        batch["old_log_probs"] = _array((rows, new), jnp.float32, mesh, rules)
+    if task.beta > 0:
+        batch["ref_log_probs"] = _array((rows, new), jnp.float32, mesh, rules)
+    scalar = jax.ShapeDtypeStruct((), jnp.float32)
+    aot.submit("accumulate", update.accumulate, params, params, batch, scalar, scalar)
+    aot.submit("zero_grads", update.zero_grads, params)
+    if (task.ppo_epochs > 1 and not behaviour) or task.beta > 0:  # old/reference log-probs before the update
+        aot.submit("log_probs", update.log_probs, params, log_probs_batch)
+    return aot
+
+
+def finish_first_step(aot: AheadOfTime | None, update: Any, sampler: Any, placement: Any, task: Any, sampling: Any,
+                      scalars: Any) -> None:
+    """The rest of start_first_step (none without it): the rollout's program, the optimizer step and state
+    initialisation (init runs it once the weights are placed), the step's scalars (trainers/startup.py); then
+    every wrap."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    if aot is None:
+        return
+
+    params = aot.params
     policy = params if placement.same_as_update else jax.tree.map(
         lambda p, s: jax.ShapeDtypeStruct(p.shape, _rollout_dtype(p.dtype, sampler.model), sharding=s),
         params, placement.shardings)
-    ids = array((task.prompts_per_step, prompt), jnp.int32, sampler.mesh, sampler.rules)
+    ids = _array((task.prompts_per_step, task.max_prompt_tokens), jnp.int32, sampler.mesh, sampler.rules)
     rng = jax.eval_shape(lambda: jax.random.split(jax.random.key(0))[1])  # a key's shape: nothing on a device
     aot.submit("rollout", sampler.program, sampler.model, policy, ids, ids, rng,
                sampler.eos_array(), np.int32(sampler.pad_token_id), sampling=sampling,
                with_log_probs=sampler.behaviour_log_probs, static=(0, "sampling", "with_log_probs"))
-
-    rows, mesh, rules = task.micro_batch_size, update.mesh, update.rules
-    batch = {"input_ids": array((rows, prompt + new), jnp.int32, mesh, rules),
-             "attention_mask": array((rows, prompt + new), jnp.int32, mesh, rules),
-             "completion_mask": array((rows, new), jnp.float32, mesh, rules),
-             "advantages": array((rows,), jnp.float32, mesh, rules)}
-    behaviour = task.rollout_lag > 0  # off-policy: old log-probs come from the sampler (trainers/pipeline.py)
-    if (task.ppo_epochs > 1 and not behaviour) or task.beta > 0:  # old/reference log-probs before the update
-        aot.submit("log_probs", update.log_probs, params, forward_inputs(batch))
-    if task.ppo_epochs > 1 or behaviour:
-        batch["old_log_probs"] = array((rows, new), jnp.float32, mesh, rules)
-    if task.beta > 0:
-        batch["ref_log_probs"] = array((rows, new), jnp.float32, mesh, rules)
-    scalar = jax.ShapeDtypeStruct((), jnp.float32)
     opt_state = jax.tree.map(lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
                              jax.eval_shape(update.optimizer.init, params), update.opt_state_shardings)
-    aot.submit("zero_grads", update.zero_grads, params)
-    aot.submit("accumulate", update.accumulate, params, params, batch, scalar, scalar)
     aot.submit("apply", update.apply, params, opt_state, params)
     aot.submit("init_opt_state", update.init_opt_state, params)
     aot.submit("split_key", scalars.split, jax.eval_shape(lambda: jax.random.key(0)))
@@ -190,7 +199,17 @@ def start_first_step(update: Any, sampler: Any, placement: Any, shapes: Any, sha
     sampler.program = aot.wrap("rollout", sampler.program)
     for name in ("zero_grads", "accumulate", "apply", "log_probs", "init_opt_state"):
         setattr(update, name, aot.wrap(name, getattr(update, name)))
-    return aot
+
+
+def _array(shape: tuple, dtype: Any, mesh: Any, rules: Any) -> Any:
+    """A batch array's abstract value, sharded as the step shards it."""
+    import jax
+
+    from framework.backends.maxtext.sharding import DEFAULT_RULES, named_sharding
+    from framework.backends.maxtext.trainers.update import BATCH_AXES
+
+    sharding = named_sharding(mesh, rules or DEFAULT_RULES, BATCH_AXES[:len(shape)], shape)
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
 
 
 def _rollout_dtype(dtype: Any, model: Any) -> Any:

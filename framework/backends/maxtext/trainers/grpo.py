@@ -63,9 +63,9 @@ class GRPOTrainer(BaseTrainer):
     # ---- lifecycle -----------------------------------------------------------------------------
 
     def setup(self) -> None:
-        """Devices and mesh, data, tokenizer: everything that can fail cheaply, before any weights load."""
+        """Devices and mesh, data, the model's config: everything that can fail cheaply, before any weights load."""
         task = self.config.task
-        self.startup = startup.Startup(self.config.model_source)  # the tokenizer's thread, beside JAX's devices
+        self.startup = startup.Startup(self.config.model_source)  # config and tokenizer's thread, beside JAX's devices
         self.mesh = self._build_mesh()
         self.rules = logical_axis_rules(self.config.logical_axis_rules, "backend.adapter.logical_axis_rules")
         self.train_set = train_examples(self.config.data)
@@ -73,8 +73,7 @@ class GRPOTrainer(BaseTrainer):
             raise ConfigError(f"grpo.prompts_per_step: {task.prompts_per_step} is more than the "
                               f"{len(self.train_set)} training problems of data={self.config.data.name}")
         self.eval_set = load_split(self.config.data, "test", task.eval.num_examples) if self._evaluates else []
-        self.model_dir, self.tokenizer = self.startup.tokenizer()  # the model's small files: its weights may still come
-        self.encoder = rollout.PromptEncoder(self.tokenizer, system_prompt(self.config.data), task.max_prompt_tokens)
+        self.model_dir = self.startup.metadata()  # the model's small files: its weights may still come
 
     def init(self) -> None:
         """Model, params, optimizer, sampler, data order and RNG; restore the latest checkpoint when resuming."""
@@ -93,6 +92,11 @@ class GRPOTrainer(BaseTrainer):
         optimizer = build_optimizer(task.optimizer, self.schedule)
         shardings = param_shardings(boxed, self.mesh, self.rules)
         self.update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed), shardings, self.mesh, self.rules)
+        self.prediction = self._preflight() if task.preflight else {}  # a refusal: before anything compiles
+        if self.config.aot_compile:  # from shapes, before anything lasting is on a device (trainers/startup.py)
+            self.aot = aot.start_first_step(self.update, nn.unbox(boxed), shardings, task)
+        self.tokenizer = self.startup.tokenizer()
+        self.encoder = rollout.PromptEncoder(self.tokenizer, system_prompt(self.config.data), task.max_prompt_tokens)
         self.sampler = Sampler(model, eos_token_ids=rollout.eos_token_ids(self.tokenizer, self.model_dir),
                                pad_token_id=self.tokenizer.pad_token_id, prompt_bucket=task.max_prompt_tokens,
                                mesh=self.placement.mesh, rules=self.rules, behaviour_log_probs=task.rollout_lag > 0)
@@ -101,10 +105,7 @@ class GRPOTrainer(BaseTrainer):
         # grpo.rollout_lag=1: the rollout one step ahead on its own devices (trainers/pipeline.py)
         self.off_policy = (OffPolicyRollouts(self.sampler, self.encoder, self.placement, self.sampling)
                            if task.rollout_lag else None)
-        self.prediction = self._preflight() if task.preflight else {}  # a refusal: before anything compiles
-        if self.config.aot_compile:  # from shapes, before anything lasting is on a device (trainers/startup.py)
-            self.aot = aot.start_first_step(self.update, self.sampler, self.placement, nn.unbox(boxed), shardings,
-                                            task, self.sampling, self.scalars)
+        aot.finish_first_step(self.aot, self.update, self.sampler, self.placement, task, self.sampling, self.scalars)
         self.params = self.startup.load_weights(self.aot, self.model_config, self.mesh, self.rules)
         self.rng = jax.random.key(self.config.seed)
         self.ref_params = jax.tree.map(jnp.copy, self.params) if task.beta > 0 else None
@@ -157,8 +158,6 @@ class GRPOTrainer(BaseTrainer):
     def _train_step(self, step: int) -> dict[str, float]:
         task = self.config.task
         started = time.perf_counter()
-        if self.aot is not None:  # no device work while the background compiles autotune (trainers/aot.py)
-            self.aot.wait_all()
         if self.off_policy is None:
             rollouts, truncated_prompts, timing = self._rollout_now()
         else:  # B_step, sampled one policy version ago while the previous update ran

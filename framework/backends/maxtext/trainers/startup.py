@@ -1,9 +1,10 @@
 """The GRPO trainer's start-up: what overlaps with what before the first step (docs/grpo.md "Start-up").
 
     convert_config: start_model_source -> the model's small files now (or soon), its weights in the background
-    setup:  the tokenizer (its thread, once the small files exist)  ||  JAX's devices and the mesh, the data
-    init:   architecture, update plan, placement, sampler (shapes only), the preflight
-            -> the first step's compiles start (trainers/aot.py, background threads)
+    setup:  the small files, then the tokenizer (their thread)  ||  JAX's devices and the mesh, the data
+    init:   architecture, update plan, placement, the preflight (shapes only)
+            -> the update's compiles start (trainers/aot.py, background threads)
+            -> the tokenizer (waited for here), the sampler -> the rollout's and the small programs' compiles
             -> wait for the weights (a random-init build or a download), read them into host memory
             -> wait for every compile (XLA autotunes with the device to itself; math-verify imports meanwhile)
             -> place the weights; then the optimizer state, a resumed checkpoint, the step
@@ -20,7 +21,7 @@ import importlib
 import logging
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -62,40 +63,47 @@ def _split_in_two(key: Any) -> tuple[Any, Any]:
 
 
 class Startup:
-    """The trainer's start-up from setup's beginning: the tokenizer from a thread (started here), the weights read
-    on the host while the compiles run and placed once they have all ended. `times`: seconds since setup began."""
+    """The trainer's start-up from setup's beginning: the model's small files and the tokenizer from a thread
+    (started here), the weights read on the host while the compiles run and placed once they have all ended.
+    `times`: seconds since setup began."""
 
     def __init__(self, source: Any):
         self.source = source
         self.began = time.perf_counter()
         self.times: dict[str, float] = {}
         self.aot = None
-        self._tokenizer = self._start_tokenizer()
+        self._metadata: Future = Future()
+        self._tokenizer: Future = Future()
+        threading.Thread(target=self._load_tokenizer, name="tokenizer", daemon=True).start()
+
+    def _load_tokenizer(self) -> None:
+        """The tokenizer's thread: the model's small files (the main thread's too), then the tokenizer, its
+        transformers import included, while the main thread initialises JAX's devices, plans and compiles."""
+        from framework.models.tokenizer import load_tokenizer
+
+        for future, load in ((self._metadata, self.source.metadata), (self._tokenizer, None)):
+            try:
+                future.set_result(load() if load else load_tokenizer(self._metadata.result()))
+            except BaseException as error:  # raised where the result is asked for
+                future.set_exception(error)
+                if future is self._metadata:
+                    self._tokenizer.set_exception(error)
+                    return
 
     def _mark(self, event: str) -> float:
         self.times[event] = time.perf_counter() - self.began
         return self.times[event]
 
-    def _start_tokenizer(self) -> Future:
-        """Load (metadata directory, tokenizer) in a thread: it waits for the small files and imports transformers
-        while the caller initialises JAX's devices."""
-        from framework.models.tokenizer import load_tokenizer
+    def metadata(self) -> Path:
+        """The directory with config.json, generation_config.json and the tokenizer."""
+        return self._metadata.result()
 
-        def load() -> tuple[Path, Any]:
-            directory = self.source.metadata()
-            return directory, load_tokenizer(directory)
-
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer")
-        future = pool.submit(load)
-        pool.shutdown(wait=False)  # the thread ends with its one task
-        return future
-
-    def tokenizer(self) -> tuple[Path, Any]:
+    def tokenizer(self) -> Any:
         self._mark("tokenizer_asked")
-        directory, tokenizer = self._tokenizer.result()
-        log.info("startup: the model's config and tokenizer after %.2f s (waited %.2f s)",
+        tokenizer = self._tokenizer.result()
+        log.info("startup: the tokenizer after %.2f s (waited %.2f s)",
                  self._mark("tokenizer_ready"), self.times["tokenizer_ready"] - self.times["tokenizer_asked"])
-        return directory, tokenizer
+        return tokenizer
 
     def load_weights(self, aot: Any, model_config: Any, mesh: Any, rules: Any) -> Any:
         """The params on the devices: read on the host while the compiles run, placed once they have ended."""
