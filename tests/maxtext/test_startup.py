@@ -47,3 +47,14 @@ def test_background_build_trains_as_a_prebuilt_model_and_weights_are_placed_afte
         # the last background compile ended before the placement of the weights began
         assert summary["startup_compiles_end_s"] <= summary["startup_place_start_s"]
         assert summary["startup_host_read_s"] > 0 and summary["startup_place_s"] > 0
+
+
+def test_a_failing_background_build_is_one_line_and_a_non_zero_exit_with_nothing_published(tmp_path):
+    proc = run_cli([*RUN, "model.hf_config.vocab_size=100", f"hydra.run.dir={tmp_path / 'run'}"],
+                   env={"CRUCIBLE_CACHE": str(tmp_path / "cache")})
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: model.hf_config.vocab_size: 100 is too small for a byte-level tokenizer (needs >= 259)"]
+    assert "Traceback" not in proc.stderr
+    models = tmp_path / "cache" / "models"
+    assert not [p.name for p in models.iterdir()] if models.exists() else True  # no model, metadata or staging

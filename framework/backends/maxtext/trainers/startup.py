@@ -77,18 +77,22 @@ class Startup:
         threading.Thread(target=self._load_tokenizer, name="tokenizer", daemon=True).start()
 
     def _load_tokenizer(self) -> None:
-        """The tokenizer's thread: the model's small files (the main thread's too), then the tokenizer, its
-        transformers import included, while the main thread initialises JAX's devices, plans and compiles."""
+        """The thread: the model's small files (the main thread's too), then the tokenizer, its transformers
+        import included, while the main thread initialises JAX's devices, plans and compiles. A failure is raised
+        where the result is asked for."""
         from framework.models.tokenizer import load_tokenizer
 
-        for future, load in ((self._metadata, self.source.metadata), (self._tokenizer, None)):
-            try:
-                future.set_result(load() if load else load_tokenizer(self._metadata.result()))
-            except BaseException as error:  # raised where the result is asked for
-                future.set_exception(error)
-                if future is self._metadata:
-                    self._tokenizer.set_exception(error)
-                    return
+        try:
+            directory = self.source.metadata()
+        except BaseException as error:
+            self._metadata.set_exception(error)
+            self._tokenizer.set_exception(error)
+            return
+        self._metadata.set_result(directory)
+        try:
+            self._tokenizer.set_result(load_tokenizer(directory))
+        except BaseException as error:
+            self._tokenizer.set_exception(error)
 
     def _mark(self, event: str) -> float:
         self.times[event] = time.perf_counter() - self.began
@@ -136,7 +140,7 @@ class Startup:
 
     def metrics(self) -> dict[str, float]:
         t = self.times
-        metrics = {"startup_tokenizer_wait_s": t["tokenizer_ready"] - t["tokenizer_asked"],  # setup blocked on it
+        metrics = {"startup_tokenizer_wait_s": t["tokenizer_ready"] - t["tokenizer_asked"],  # init blocked on it
                    "startup_weights_wait_s": t["weights_ready"] - t["weights_asked"],  # the build or download
                    "startup_host_read_s": t["host_read"] - t["weights_ready"],
                    "startup_compile_wait_s": t["compiles_waited"] - t["host_read"],  # the placement waiting
