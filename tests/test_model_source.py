@@ -28,7 +28,7 @@ def digests(directory: Path) -> dict[str, str]:
 
 
 def test_background_build_gives_the_synchronous_directory_its_metadata_first(tmp_path):
-    cfg = model_cfg()
+    cfg = model_cfg() | {"hub_id": "org/not-cached"}  # random_init wins over a hub id, as in resolve_model_dir
     source = start_model_source(cfg, tmp_path / "background")
     metadata = source.metadata()
     assert metadata == metadata_dir(tiny_model_dir(cfg, tmp_path / "background"))

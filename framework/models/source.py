@@ -88,7 +88,7 @@ def start_model_source(model_cfg: Mapping[str, Any], cache_root: Path) -> ModelS
     name = str(model_cfg.get("name") or "model")
     if model_cfg.get("path") or not (model_cfg.get("random_init") or model_cfg.get("hub_id")):
         return ModelSource.ready(name, tiny.resolve_model_dir(model_cfg, cache_root))  # its checks, its errors
-    if model_cfg.get("hub_id"):
+    if not model_cfg.get("random_init"):  # resolve_model_dir's order: path, random_init, hub_id
         return _hub_source(name, str(model_cfg["hub_id"]))
     out_dir = tiny.tiny_model_dir(model_cfg, cache_root)
     complete, has_metadata = tiny.published(model_cfg, out_dir)
