@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -105,10 +106,12 @@ def load_hf_params(model_dir_or_hub_id: str | Path, config: ModelConfig, mesh: M
     return place_params(read_hf_params(model_dir_or_hub_id, config, dtype), config, mesh, rules)
 
 
-def read_hf_params(model_dir_or_hub_id: str | Path, config: ModelConfig, dtype: str | None = None) -> dict[str, Any]:
+def read_hf_params(model_dir_or_hub_id: str | Path, config: ModelConfig, dtype: str | None = None,
+                   threads: int = 1) -> dict[str, Any]:
     """The params as host (numpy) arrays in the Flax layout and `dtype`: the CPU half of load_hf_params (reads,
     casts, transposes, stacks the layers), which touches no device (trainers/startup.py runs it during the
-    compiles)."""
+    compiles). `threads`: parameter kinds read side by side (NumPy's copies and casts release the GIL; the
+    values are the same)."""
     checkpoint_dir = resolve_checkpoint_dir(model_dir_or_hub_id)
     target_dtype = _numpy_dtype(dtype or config.param_dtype)
     reader = _SafetensorsReader(checkpoint_dir)
@@ -131,7 +134,12 @@ def read_hf_params(model_dir_or_hub_id: str | Path, config: ModelConfig, dtype: 
             array[i] = read(path, shape, names, i)
         return array
 
-    return _map_with_path(load, abstract_params(Transformer(config)))
+    boxed = abstract_params(Transformer(config))
+    if threads <= 1:
+        return _map_with_path(load, boxed)
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="read-weights") as pool:
+        futures = _map_with_path(lambda path, box: pool.submit(load, path, box), boxed)
+    return jax.tree.map(lambda future: future.result(), futures)
 
 
 def place_params(host: dict[str, Any], config: ModelConfig, mesh: Mesh | None = None,

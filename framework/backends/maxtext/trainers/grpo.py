@@ -95,6 +95,7 @@ class GRPOTrainer(BaseTrainer):
         self.prediction = self._preflight() if task.preflight else {}  # a refusal: before anything compiles
         if self.config.aot_compile:  # from shapes, before anything lasting is on a device (trainers/startup.py)
             self.aot = aot.start_first_step(self.update, nn.unbox(boxed), shardings, task)
+        self.startup.start_reading_weights(self.model_config)  # on the host, in a thread
         self.tokenizer = self.startup.tokenizer()
         self.encoder = rollout.PromptEncoder(self.tokenizer, system_prompt(self.config.data), task.max_prompt_tokens)
         self.sampler = Sampler(model, eos_token_ids=rollout.eos_token_ids(self.tokenizer, self.model_dir),
