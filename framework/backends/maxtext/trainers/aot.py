@@ -128,12 +128,14 @@ class Precompiled:
         return self.jitted(*args, **kwargs)
 
 
-def start_first_step(update: Any, shapes: Any, shardings: Any, task: Any) -> AheadOfTime:
+def start_first_step(update: Any, model: Any, placement: Any, shapes: Any, shardings: Any, task: Any,
+                     sampling: Any) -> AheadOfTime:
     """Start compiling the programs of one GRPO step for the shapes the step will give them, two at a time:
-    first the update's that need no tokenizer (the gradient accumulation, the largest, first); then, from
-    `finish_first_step` once the tokenizer has set up the sampler, the rollout's sampling program (statics model
-    and sampling; the longest: next in the queue) and the small ones. The sampler and the update then call the
-    executables.
+    the update's gradient accumulation (the largest) and the rollout's sampling program (the longest; statics:
+    the sampler's model, as Sampler clones `model` onto the rollout mesh, and sampling), then the small ones.
+    None needs the tokenizer: the EOS ids (padded to the sampler's EOS slots) and the pad id are arguments, so
+    init waits for the tokenizer after this; `finish_first_step` then submits what needs the step's scalars and
+    makes the sampler and the update call the executables.
 
     shapes, shardings: the update's params as abstract arrays and their shardings. Every other shape follows
     from the task: prompts are left-padded to exactly max_prompt_tokens, completions to max_new_tokens
@@ -161,33 +163,41 @@ def start_first_step(update: Any, shapes: Any, shardings: Any, task: Any) -> Ahe
         batch["ref_log_probs"] = _array((rows, new), jnp.float32, mesh, rules)
     scalar = jax.ShapeDtypeStruct((), jnp.float32)
     aot.submit("accumulate", update.accumulate, params, params, batch, scalar, scalar)
+    _submit_rollout(aot, model.clone(mesh=placement.mesh, rules=update.rules), placement, update.rules, task,
+                    sampling)
     aot.submit("zero_grads", update.zero_grads, params)
     if (task.ppo_epochs > 1 and not behaviour) or task.beta > 0:  # old/reference log-probs before the update
         aot.submit("log_probs", update.log_probs, params, log_probs_batch)
     return aot
 
 
-def finish_first_step(aot: AheadOfTime | None, update: Any, sampler: Any, placement: Any, task: Any, sampling: Any,
-                      scalars: Any) -> None:
-    """The rest of start_first_step (none without it): the rollout's program, the optimizer step and state
-    initialisation (init runs it once the weights are placed), the step's scalars (trainers/startup.py); then
-    every wrap."""
+def _submit_rollout(aot: AheadOfTime, model: Any, placement: Any, rules: Any, task: Any, sampling: Any) -> None:
     import jax
     import jax.numpy as jnp
     import numpy as np
 
-    if aot is None:
-        return
+    from framework.backends.maxtext.sampler import _EOS_SLOTS, _generate
 
     params = aot.params
     policy = params if placement.same_as_update else jax.tree.map(
-        lambda p, s: jax.ShapeDtypeStruct(p.shape, _rollout_dtype(p.dtype, sampler.model), sharding=s),
+        lambda p, s: jax.ShapeDtypeStruct(p.shape, _rollout_dtype(p.dtype, model), sharding=s),
         params, placement.shardings)
-    ids = _array((task.prompts_per_step, task.max_prompt_tokens), jnp.int32, sampler.mesh, sampler.rules)
+    ids = _array((task.prompts_per_step, task.max_prompt_tokens), jnp.int32, placement.mesh, rules)
     rng = jax.eval_shape(lambda: jax.random.split(jax.random.key(0))[1])  # a key's shape: nothing on a device
-    aot.submit("rollout", sampler.program, sampler.model, policy, ids, ids, rng,
-               sampler.eos_array(), np.int32(sampler.pad_token_id), sampling=sampling,
-               with_log_probs=sampler.behaviour_log_probs, static=(0, "sampling", "with_log_probs"))
+    eos = jax.ShapeDtypeStruct((_EOS_SLOTS,), jnp.int32)  # up to _EOS_SLOTS ids (more: through jax.jit)
+    aot.submit("rollout", _generate, model, policy, ids, ids, rng, eos, np.int32(0), sampling=sampling,
+               with_log_probs=task.rollout_lag > 0, static=(0, "sampling", "with_log_probs"))
+
+
+def finish_first_step(aot: AheadOfTime | None, update: Any, sampler: Any, scalars: Any) -> None:
+    """The rest of start_first_step (none without it): the optimizer step and state initialisation (init runs
+    it once the weights are placed), the step's scalars (trainers/startup.py); then every wrap."""
+    import jax
+    import jax.numpy as jnp
+
+    if aot is None:
+        return
+    params = aot.params
     opt_state = jax.tree.map(lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
                              jax.eval_shape(update.optimizer.init, params), update.opt_state_shardings)
     aot.submit("apply", update.apply, params, opt_state, params)

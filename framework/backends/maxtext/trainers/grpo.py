@@ -93,20 +93,20 @@ class GRPOTrainer(BaseTrainer):
         shardings = param_shardings(boxed, self.mesh, self.rules)
         self.update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed), shardings, self.mesh, self.rules)
         self.prediction = self._preflight() if task.preflight else {}  # a refusal: before anything compiles
+        self.sampling = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,
+                                       top_k=task.top_k, top_p=task.top_p, num_samples=task.num_generations)
         if self.config.aot_compile:  # from shapes, before anything lasting is on a device (trainers/startup.py)
-            self.aot = aot.start_first_step(self.update, nn.unbox(boxed), shardings, task)
+            self.aot = aot.start_first_step(self.update, model, self.placement, nn.unbox(boxed), shardings, task,
+                                            self.sampling)
         self.startup.start_reading_weights(self.model_config)  # on the host, in a thread
         self.tokenizer = self.startup.tokenizer()
         self.encoder = rollout.PromptEncoder(self.tokenizer, system_prompt(self.config.data), task.max_prompt_tokens)
         self.sampler = Sampler(model, eos_token_ids=rollout.eos_token_ids(self.tokenizer, self.model_dir),
                                pad_token_id=self.tokenizer.pad_token_id, prompt_bucket=task.max_prompt_tokens,
                                mesh=self.placement.mesh, rules=self.rules, behaviour_log_probs=task.rollout_lag > 0)
-        self.sampling = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,
-                                       top_k=task.top_k, top_p=task.top_p, num_samples=task.num_generations)
-        # grpo.rollout_lag=1: the rollout one step ahead on its own devices (trainers/pipeline.py)
         self.off_policy = (OffPolicyRollouts(self.sampler, self.encoder, self.placement, self.sampling)
-                           if task.rollout_lag else None)
-        aot.finish_first_step(self.aot, self.update, self.sampler, self.placement, task, self.sampling, self.scalars)
+                           if task.rollout_lag else None)  # lag 1: the rollout a step ahead (trainers/pipeline.py)
+        aot.finish_first_step(self.aot, self.update, self.sampler, self.scalars)
         self.params = self.startup.load_weights(self.aot, self.model_config, self.mesh, self.rules)
         self.rng = jax.random.key(self.config.seed)
         self.ref_params = jax.tree.map(jnp.copy, self.params) if task.beta > 0 else None
