@@ -2,8 +2,9 @@
 
 The first step used to trace, lower and compile the rollout's sampling program and the update's programs one
 after the other, after the weights had loaded. Compiling needs only shapes, dtypes and shardings, so init
-starts these compiles as soon as the architecture and the update plan are known: they run while the weights
-load and the optimizer state initialises, and side by side (XLA's compile releases the GIL). A step then
+starts these compiles as soon as the architecture and the update plan are known: they run while the model is
+built or downloaded, the tokenizer loads and the weights are read, and side by side (XLA's compile releases the
+GIL). A step then
 calls the compiled executables directly (`Precompiled`): nothing is traced or compiled again. A call whose
 arguments do not match the executable (e.g. evaluation's batch size) goes through the plain `jax.jit`.
 

@@ -1,12 +1,14 @@
 """The GRPO trainer's start-up: what overlaps with what before the first step (docs/grpo.md "Start-up").
 
     convert_config: start_model_source -> the model's small files now (or soon), its weights in the background
-    setup:  the small files, then the tokenizer (their thread)  ||  JAX's devices and the mesh, the data
+    setup:  JAX's devices and the mesh, the data  ||  a thread: the small files, then the tokenizer
+            -> waits for the small files (config.json)
     init:   architecture, update plan, placement, the preflight (shapes only)
-            -> the update's compiles start (trainers/aot.py, background threads)
-            -> the tokenizer (waited for here), the sampler -> the rollout's and the small programs' compiles
-            -> wait for the weights (a random-init build or a download), read them into host memory
-            -> wait for every compile (XLA autotunes with the device to itself; math-verify imports meanwhile)
+            -> the update's and the rollout's compiles start (trainers/aot.py, background threads)
+            -> a thread waits for the weights (a random-init build or a download), reads them into host memory
+            -> the tokenizer (waited for here), the sampler, the small programs' compiles
+            -> wait for the host read and every compile (XLA autotunes with the device to itself; math-verify
+               imports meanwhile)
             -> place the weights; then the optimizer state, a resumed checkpoint, the step
 
 The order of the last two is the constraint: no lasting device buffer exists while XLA autotunes, because
