@@ -23,11 +23,12 @@ class GraphCache:
         _ALL.add(self)
 
     def get(self, graph: ComputationalGraph, key: Hashable, compute: Callable[[], Any]) -> Any:
-        entry = self._entries.get((id(graph), key))
+        full_key = (id(graph), key)
+        entry = self._entries.get(full_key)
         if entry is not None and entry[0] is graph:
             return entry[1]
         value = compute()
-        self._entries[(id(graph), key)] = (graph, value)
+        self._entries[full_key] = (graph, value)
         if len(self._entries) > self.maxsize:
             self._entries.popitem(last=False)
         return value

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sims.calibration.interpolate import GemmInterpolator, OpInterpolator
+from sims.interpolators import WEIGHT_BYTES, gemm_interpolator, op_interpolator
 from sims.comm import collective_s
 from sims.hardware import HardwareSpec
 from sims.ir import ComputationalGraph, OpNode
@@ -32,7 +33,6 @@ OP_CLASS = {
     "embedding": "embedding",
     "router": "router",
 }
-WEIGHT_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}
 
 
 @dataclass(frozen=True)
@@ -99,8 +99,8 @@ class Context:
             hw,
             layout,
             workload,
-            _interpolator(hw),
-            _op_interpolator(hw),
+            gemm_interpolator(hw),
+            op_interpolator(hw),
         )
 
 
@@ -317,42 +317,3 @@ def comm_cost(node: OpNode, ctx: Context) -> OpCost | None:
         nbytes /= ctx.tp
         time_s = all_to_all_s(nbytes, group, ctx.hw)
     return OpCost(0.0, nbytes, time_s, "comm")
-
-
-_INTERPOLATORS: dict[int, tuple[HardwareSpec, GemmInterpolator]] = {}
-
-
-def _interpolator(hw: HardwareSpec) -> GemmInterpolator | None:
-    """One interpolator (and its cache of interpolated shapes) per parsed hardware spec."""
-    if not hw.efficiency.gemm_measurements:
-        return None
-    key = id(hw)
-    cached = _INTERPOLATORS.get(key)
-    if cached is None or cached[0] is not hw:
-
-        def roofline_s(m: float, n: float, k: float, gemm_dtype: str) -> float:
-            act_bytes = 4 if gemm_dtype == "fp32" else 2
-            nbytes = (m * k + m * n) * act_bytes + k * n * WEIGHT_BYTES[gemm_dtype]
-            return max(2.0 * m * n * k / hw.peak_flops(gemm_dtype), nbytes / hw.memory_bytes_per_s)
-
-        floor_s = hw.efficiency.op_classes["gemm"].floor_us * 1e-6
-        interpolator = GemmInterpolator(hw.efficiency.gemm_measurements, roofline_s, floor_s)
-        cached = _INTERPOLATORS[key] = (hw, interpolator)
-    return cached[1]
-
-
-_OP_INTERPOLATORS: dict[int, tuple[HardwareSpec, OpInterpolator]] = {}
-
-
-def _op_interpolator(hw: HardwareSpec) -> OpInterpolator | None:
-    if not hw.efficiency.op_measurements:
-        return None
-    cached = _OP_INTERPOLATORS.get(id(hw))
-    if cached is None or cached[0] is not hw:
-
-        def roofline_s(op: str, dtype: str, flops: float, nbytes: float) -> tuple[float, str]:
-            compute_s, memory_s = flops / hw.peak_flops(dtype), nbytes / hw.memory_bytes_per_s
-            return max(compute_s, memory_s), "compute" if compute_s >= memory_s else "memory"
-
-        cached = _OP_INTERPOLATORS[id(hw)] = (hw, OpInterpolator(hw.efficiency.op_measurements, roofline_s))
-    return cached[1]

@@ -101,20 +101,25 @@ def _stage_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float
 
 
 def _count_stage_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float, float, float, float]]:
-    apart = layout.pp > 1 and bool(columns(graph).attrs["tied"].any())  # a tied lm_head stored on its own
-    by_kind = _MEMO.get(graph, ("param kinds", layout.tp, apart), lambda: _param_kinds(graph, layout.tp, apart))
-    return [tuple(stage) for stage in (stage_split(graph, layout.pp).matrix @ by_kind).tolist()]
+    cols = columns(graph)
+    apart = layout.pp > 1 and bool(cols.attrs["tied"].any())  # a tied lm_head stored on its own
+    sizes = cols.sizes_with(layout.tp)
+    by_kind = _MEMO.get(graph, ("param kinds", sizes, apart), lambda: _param_kinds(graph, sizes, apart))
+    return [tuple(stage) for stage in (stage_split(graph, layout.pp).matrix @ by_kind[sizes.index(layout.tp)]).tolist()]
 
 
-def _param_kinds(graph: ComputationalGraph, tp: int, tied_apart: bool) -> np.ndarray:
-    """(node x kind) parameters one device holds per execution: non-expert, non-expert GEMM, other, all
-    experts; shared by every pp but for whether a tied lm_head is stored apart from the embedding."""
+def _param_kinds(graph: ComputationalGraph, tp_sizes: tuple[int, ...], tied_apart: bool) -> np.ndarray:
+    """(tp x node x kind) parameters one device holds per execution for each tp size: non-expert,
+    non-expert GEMM, other, all experts; shared by every pp but for whether a tied lm_head is stored
+    apart from the embedding (elementwise in tp: each tp's slice equals it computed alone)."""
     cols = columns(graph)
     a, experts, gemms = cols.attrs, cols.mask("moe_gemm"), cols.attrs["gemm_weights"] > 0
-    split = np.where(a["tp_split_weights"] > 0, cols.splits(tp), 1.0)
+    splits = np.array([cols.splits(tp) for tp in tp_sizes])
+    split = np.where(a["tp_split_weights"] > 0, splits, 1.0)
     stored = (a["tied"] == 0) | tied_apart
     params = np.where(stored & ~experts, a["weights"] / split, 0.0)
-    return np.stack([params, params * gemms, params * ~gemms, np.where(experts, a["weights"], 0.0)], axis=1)
+    expert_params = np.broadcast_to(np.where(experts, a["weights"], 0.0), params.shape)
+    return np.stack([params, params * gemms, params * ~gemms, expert_params], axis=2)
 
 
 def _weight_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
@@ -156,7 +161,7 @@ def _training_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list[
     """Inputs every op saves for backward, per micro-batch, times the micro-batches a stage holds
     under 1F1B (stage i of pp: min(pp - i, m)). With recompute a layer keeps its input and the outputs
     of its `recompute_keeps` ops (_kept_outputs), and one layer's saved set is live at a time."""
-    layout, workload, pp = ctx.layout, ctx.workload, ctx.layout.pp
+    workload, pp = ctx.workload, ctx.layout.pp
     counts = stage_split(graph, pp).matrix
     costs = costs_for(graph, ctx)
     saved, outputs = costs.inputs, costs.outputs  # by each execution of each op

@@ -5,18 +5,20 @@ products of the bound dims, its "features": the monomials its shapes use (tokens
 batch*seq_len, ...) and attention's causal query-key pairs (batch * pairs per sequence). `Columns`
 holds per graph what the formulas of sims/calculator.py (gemm_work, attention_work, ...) and
 sims/memory.py read from each node; `work_coefficients` turns them into (node x feature) matrices
-for one tp and ep. Grouped expert GEMMs' weight traffic (the experts the tokens hit) is not linear
-and is added per binding by vector_cost.Plan.
+for one tp and ep, built for every tp size of the graph at once (`every_tp_work`: elementwise in tp,
+so each tp's slice equals it built alone). Grouped expert GEMMs' weight traffic (the experts the
+tokens hit) is not linear and is added per binding by vector_cost.Plan.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 from sims.cache import GraphCache
-from sims.ir import OP_TYPES, ComputationalGraph, OpNode
+from sims.ir import ComputationalGraph, OpNode
 from sims.partition import split_shape, weight_numel
 
 PAIRS = ("pairs",)
@@ -33,13 +35,18 @@ class Columns:
     other_in: np.ndarray
     out: np.ndarray
     index: dict[str, int]
-    masks: dict[str, np.ndarray]
+    op_types: np.ndarray  # each node's op type (str)
+    masks: dict[str, np.ndarray]  # op type -> nodes of that type, built when first asked
     comm: np.ndarray
     attrs: dict[str, np.ndarray]
+    tp_sizes: tuple[int, ...]  # the tp sizes a layout may use (layout_problem): the divisors of the attention heads
     split_memo: dict[int, np.ndarray]
 
     def mask(self, op_type: str) -> np.ndarray:
-        return self.masks[op_type]
+        mask = self.masks.get(op_type)
+        if mask is None:
+            mask = self.masks[op_type] = self.op_types == op_type
+        return mask
 
     def column(self, feature: tuple[str, ...]) -> int:
         return self.features.index(feature)
@@ -61,15 +68,22 @@ class Columns:
     def splits(self, tp: int) -> np.ndarray:
         """partition.tp_split of every node (read-only)."""
         split = self.split_memo.get(tp)
-        if split is None:
-            split = self.split_memo[tp] = self._splits(tp)
+        if split is None:  # every tp size's at once (rows of one array), else this tp's alone
+            sizes = self.sizes_with(tp)
+            self.split_memo.update(zip(sizes, self._splits(np.array(sizes)[:, None])))
+            split = self.split_memo[tp]
         return split
 
-    def _splits(self, tp: int) -> np.ndarray:
+    def sizes_with(self, tp: int) -> tuple[int, ...]:
+        """The tp sizes whose values are built together with tp's: all of them, or tp alone outside them."""
+        return self.tp_sizes if tp in self.tp_sizes else (tp,)
+
+    def _splits(self, tps: np.ndarray) -> np.ndarray:
+        """tp_split per (tp x node) for a column of tp sizes; elementwise, so each row equals its tp alone."""
         a = self.attrs
-        plain = np.minimum(tp, a["max_split"])
+        plain = np.minimum(tps, a["max_split"])
         width, limited = a["width"], a["limited_width"]
-        partly = width / ((width - limited) / tp + limited / np.minimum(tp, a["limited_split"]))
+        partly = width / ((width - limited) / tps + limited / np.minimum(tps, a["limited_split"]))
         return np.where(a["replicated"] > 0, 1.0, np.where(limited > 0, partly, plain))
 
 
@@ -123,58 +137,73 @@ def _build_columns(graph: ComputationalGraph) -> Columns:
     monomials = {split_shape(shape)[1] for node in nodes for shape in (*node.inputs, node.outputs[0])}
     features = tuple(dict.fromkeys((*sorted(monomials), TOKENS, QUERIES, KEYS, PAIRS)))
     position = {feature: i for i, feature in enumerate(features)}
-    first_in, other_in, out = (np.zeros((len(nodes), len(features))) for _ in range(3))
+    first_in, other_in, out = ([[0.0] * len(features) for _ in nodes] for _ in range(3))
     for row, node in enumerate(nodes):
         for target, shapes in ((first_in, node.inputs[:1]), (other_in, node.inputs[1:]), (out, node.outputs[:1])):
             for shape in shapes:
                 constant, symbols = split_shape(shape)
-                target[row, position[symbols]] += constant
+                target[row][position[symbols]] += constant
     per_node = [_node_attrs(node, graph.meta["num_layers"]) for node in nodes]
-    table = np.array([list(values.values()) for values in per_node], dtype=float).T
+    values = itertools.chain.from_iterable(attrs.values() for attrs in per_node)
+    table = np.fromiter(values, dtype=float, count=len(nodes) * len(per_node[0])).reshape(len(nodes), -1).T
     attrs = dict(zip(per_node[0], table))
-    op_types = np.array([OP_TYPES.index(node.op_type) for node in nodes])
-    masks = {op_type: op_types == code for code, op_type in enumerate(OP_TYPES)}
     index = {node.name: i for i, node in enumerate(nodes)}
-    comm = np.array([n.is_comm for n in nodes])
-    return Columns(features, first_in, other_in, out, index, masks, comm, attrs, {})
+    comm, op_types = np.array([n.is_comm for n in nodes]), np.array([n.op_type for n in nodes])
+    heads = graph.meta["num_attention_heads"]
+    tp_sizes = tuple(tp for tp in range(1, heads + 1) if heads % tp == 0)
+    elements = map(np.array, (first_in, other_in, out))
+    return Columns(features, *elements, index, op_types, {}, comm, attrs, tp_sizes, {})
 
 
 def work_coefficients(graph: ComputationalGraph, tp: int, ep: int, mode: str) -> tuple[np.ndarray, ...]:
     """(flops, activation elements moved, input elements, output elements) per unit of each feature
-    for every node: shared by the layouts of a sweep with this tp, whether ep > 1, and mode."""
-    key = ("work", tp, ep > 1, mode)
-    return _COLUMNS.get(graph, key, lambda: _work_coefficients(columns(graph), tp, ep > 1, mode))
+    for every node: shared by the layouts of a sweep with this tp, whether ep > 1, and mode. Built
+    for every tp that divides the attention heads at once (a sweep's tp sizes: layout_problem refuses
+    the others; another tp alone), each tp's matrices a slice of one (tp x node x feature) array."""
+    sizes = columns(graph).sizes_with(tp)
+    return tuple(m[sizes.index(tp)] for m in every_tp_work(graph, sizes, ep > 1, mode))
 
 
-def _work_coefficients(cols: Columns, tp: int, expert_parallel: bool, mode: str) -> tuple[np.ndarray, ...]:
+def every_tp_work(graph: ComputationalGraph, sizes: tuple[int, ...], expert_parallel: bool,
+                  mode: str) -> tuple[np.ndarray, ...]:
+    """work_coefficients of every tp in `sizes` (Columns.sizes_with), as (tp x node x feature) arrays."""
+    key = ("work", sizes, expert_parallel, mode)
+    return _COLUMNS.get(graph, key, lambda: _work_coefficients(columns(graph), np.array(sizes)[:, None],
+                                                               expert_parallel, mode))
+
+
+def _work_coefficients(cols: Columns, tps: np.ndarray, expert_parallel: bool, mode: str) -> tuple[np.ndarray, ...]:
+    """The matrices for a column of tp sizes (tp x node x feature): elementwise in tp, so each tp's
+    slice is bit-identical to computing it alone."""
     a = cols.attrs
-    per_split = 1 / cols.splits(tp)
+    per_split = 1 / np.array([cols.splits(tp) for tp in tps[:, 0].tolist()])
     per_in, per_out = np.where(a["in_split"] > 0, per_split, 1.0), np.where(a["out_split"] > 0, per_split, 1.0)
     # MoE token shuffles run on the whole replica's tokens, split over tp only under expert parallelism.
-    per_shuffle = np.where(a["sequence_parallel"] > 0, 1 / tp, per_split) if expert_parallel else per_split
+    per_shuffle = np.where(a["sequence_parallel"] > 0, 1 / tps, per_split) if expert_parallel else per_split
     elementwise = a["elementwise"] * per_shuffle
     flops = _outer(a["linear_flops"] * per_split + a["per_element"] * per_shuffle, cols.out)
     flops += _outer(a["norm"] * per_split, cols.first_in)
-    moved = _outer(a["linear"] * per_in + a["norm_passes"] * per_split + elementwise + a["comm"] + a["all_to_all"] / tp,
-                   cols.first_in)
+    moved = _outer(
+        a["linear"] * per_in + a["norm_passes"] * per_split + elementwise + a["comm"] + a["all_to_all"] / tps, cols.first_in)
     moved += _outer(elementwise, cols.other_in)
-    moved += _outer(a["linear"] * per_out + elementwise + a["embedding"] * (1 / tp + 1), cols.out)
+    moved += _outer(a["linear"] * per_out + elementwise + a["embedding"] * (1 / tps + 1), cols.out)
     tokens, pairs, queries, keys = (cols.column(f) for f in (TOKENS, PAIRS, QUERIES, KEYS))
-    flops[:, tokens] += a["moe_flops"] / tp
-    moved[:, tokens] += a["moe_elements"] / tp
-    flops[:, pairs] += a["attention_flops"] / tp
-    moved[:, queries] += a["query_elements"] / tp
-    kv_dim = a["kv_dim"] * (a["kv_heads"] / np.minimum(tp, a["kv_heads"]))  # kv heads replicated when tp > kv_heads
-    moved[:, keys] += kv_dim
+    flops[..., tokens] += a["moe_flops"] / tps
+    moved[..., tokens] += a["moe_elements"] / tps
+    flops[..., pairs] += a["attention_flops"] / tps
+    moved[..., queries] += a["query_elements"] / tps
+    kv_dim = a["kv_dim"] * (a["kv_heads"] / np.minimum(tps, a["kv_heads"]))  # kv heads replicated when tp > kv_heads
+    moved[..., keys] += kv_dim
     # Activations (memory.py): attention saves q (+ fp32 log-sum-exp) and, outside decode, k and v.
-    io_in = _outer(a["moe"] / tp + a["plain_io"] * np.where(a["io_in_split"] > 0, per_split, 1.0), cols.first_in)
-    io_out = _outer(a["moe"] / tp + a["plain_io"] * np.where(a["io_out_split"] > 0, per_split, 1.0) + a["embedding"], cols.out)
-    io_in[:, queries] += a["saved_per_query"] / tp
-    io_out[:, queries] += a["out_per_query"] / tp
+    io_in = _outer(a["moe"] / tps + a["plain_io"] * np.where(a["io_in_split"] > 0, per_split, 1.0), cols.first_in)
+    io_out = _outer(a["moe"] / tps + a["plain_io"] * np.where(a["io_out_split"] > 0, per_split, 1.0) + a["embedding"],
+                    cols.out)
+    io_in[..., queries] += a["saved_per_query"] / tps
+    io_out[..., queries] += a["out_per_query"] / tps
     if mode != "decode":
-        io_in[:, keys] += kv_dim
+        io_in[..., keys] += kv_dim
     return flops, moved, io_in, io_out
 
 
 def _outer(per_node: np.ndarray, elements: np.ndarray) -> np.ndarray:
-    return per_node[:, None] * elements
+    return per_node[..., None] * elements

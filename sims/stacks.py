@@ -37,6 +37,19 @@ class HostDispatch:
 
 
 @dataclass(frozen=True)
+class ScannedUpdate:
+    """What a training micro-batch of a stack that scans its decoder layers over stacked weights (JAX's
+    `nn.scan`) spends beyond its kernels, as measured (sims/stacks.yaml `scanned_update`): bytes at the card's
+    peak memory bandwidth per byte a layer saves for the backward (the scan writes it into a stacked buffer
+    and copies it out again), and time per decoder layer (the scan's per-iteration kernels: weight slices,
+    stacked-gradient updates, copies, whatever the layer's width or sharding)."""
+
+    saved_byte_passes: float
+    layer_us: float
+    measured: str
+
+
+@dataclass(frozen=True)
 class Stack:
     name: str
     description: str
@@ -47,6 +60,7 @@ class Stack:
     table: str  # the stack whose efficiency table serves this one
     borrowed_ops: tuple[tuple[str, str], ...]  # (op, stack whose table times it)
     host_dispatch: HostDispatch | None  # None: the host never sets the pace (not measured, or CUDA graphs)
+    scanned_update: ScannedUpdate | None  # None: layers run unrolled (no stacked buffers to copy through)
 
 
 @lru_cache(maxsize=1)
@@ -60,7 +74,8 @@ def stacks() -> dict[str, Stack]:
         merge = tuple((new, tuple(parts)) for new, parts in record["merge"].items())
         parsed[name] = Stack(name, record["description"], tuple(record["backends"]), merge,
                              tuple(record["fused_away"]), record["residual_add"], record["table"],
-                             tuple(record["borrowed_ops"].items()), _host_dispatch(name, record["host_dispatch"]))
+                             tuple(record["borrowed_ops"].items()), _host_dispatch(name, record["host_dispatch"]),
+                             _scanned_update(name, record["scanned_update"]))
     for spec in parsed.values():
         for key, named in (("table", spec.table), *((f"borrowed_ops.{op}", donor) for op, donor in spec.borrowed_ops)):
             if named not in parsed:
@@ -75,6 +90,15 @@ def _host_dispatch(name: str, record: dict | None) -> HostDispatch | None:
     if set(record) != fields:
         raise ConfigError(f"{STACKS_FILE}: {name}.host_dispatch has {sorted(record)}; valid: {sorted(fields)}")
     return HostDispatch(float(record["layer_us"]), float(record["collective_us"]), str(record["measured"]))
+
+
+def _scanned_update(name: str, record: dict | None) -> ScannedUpdate | None:
+    if record is None:
+        return None
+    fields = set(ScannedUpdate.__dataclass_fields__)
+    if set(record) != fields:
+        raise ConfigError(f"{STACKS_FILE}: {name}.scanned_update has {sorted(record)}; valid: {sorted(fields)}")
+    return ScannedUpdate(float(record["saved_byte_passes"]), float(record["layer_us"]), str(record["measured"]))
 
 
 def stack(name: str) -> Stack:

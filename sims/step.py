@@ -7,7 +7,8 @@ Training: an op's backward = its forward time x its measured backward/forward ra
 table has backward measurements (sims/calibration/backward.py), else 2x; collectives run once more;
 recompute adds a forward of every decoder-layer op (not of the op types the layers keep). Per micro-batch
 also the loss over the vocabulary (forward + backward, on the last stage) and the weight gradients'
-accumulation into fp32 main grads (every stage); per step the dp gradient sync and the optimizer (Adam +
+accumulation into fp32 main grads (every stage), a scanned stack's copies and fsdp's weight gathers and
+gradient scatters (sims/scan_update.py); per step the dp gradient sync and the optimizer (Adam +
 clipping). Nothing overlaps. An eager stack with a measured host_dispatch (sims/stacks.yaml) makes a
 training micro-batch last at least as long as its host takes to launch it.
 """
@@ -36,6 +37,7 @@ from sims.ir import ComputationalGraph, OpNode
 from sims.memory import local_params
 from sims.op_columns import columns, work_coefficients
 from sims.partition import expert_data_parallel, stage_layer_bounds, stage_split
+from sims.scan_update import fsdp_rows, saved_layer_bytes, scan_rows
 from sims.stacks import DEFAULT_STACK, stack
 from sims.vector_cost import Costs, costs_for
 from sims.workload import Layout, Workload
@@ -70,7 +72,8 @@ def estimate_step(
         extra.append(_row("pp_send_recv", "send_recv", m, 0.0, 0.0, p2p_s * m, "comm"))
         extra.append(_row("pipeline_bubble", "idle", 0, 0.0, 0.0, pipeline_s - m * stage_s[ops.slowest], "idle"))
     if workload.mode == "train":
-        key = ("update", layout.tp, layout.dp, layout.ep, layout.pp, ops.slowest, workload.zero, workload.dtype)
+        key = ("update", layout.tp, layout.dp, layout.ep, layout.pp, ops.slowest, workload.zero,
+               workload.shard_weights, workload.dtype)
         for row in _STEP_CACHES.of(hw).get(graph, key, lambda: _training_update_rows(graph, ctx, ops.slowest)):
             extra.append(dict(row))
             latency += row["time_s"]
@@ -111,7 +114,7 @@ def _stage_ops(graph: ComputationalGraph, ctx: Context) -> StageOps:
     """Every op costed at once per binding (sims/vector_cost.py), then summed per stage: a sweep over
     dp, pp, batch and micro-batches costs each op once per size."""
     costs, w, pp = costs_for(graph, ctx), ctx.workload, ctx.layout.pp
-    key = ("stages", pp, w.recompute, w.recompute_keeps)
+    key = ("stages", pp, w.recompute, w.recompute_keeps, ctx.layout.dp if w.shard_weights else 0)  # fsdp's rows vary with dp
     stages = costs.derived.get(key)
     if stages is None:
         stages = costs.derived[key] = _cost_stages(graph, ctx, costs)
@@ -133,6 +136,9 @@ def _cost_stages(graph: ComputationalGraph, ctx: Context, costs: Costs) -> Stage
     per_stage_rows = [()] * pp
     if w.mode == "train":
         per_stage_rows = _train_rows(graph, ctx, ratios, heads)
+        saved = saved_layer_bytes(graph, ctx, costs.inputs, stage_split(graph, pp).matrix)
+        per_stage_rows = [rows + scan + fsdp for rows, scan, fsdp in
+                          zip(per_stage_rows, scan_rows(graph, ctx, saved), fsdp_rows(graph, ctx))]
         stage_s = [t + sum(row[5] for row in rows) for t, rows in zip(stage_s, per_stage_rows)]
         waits = host_waits_s(graph, ctx, costs, weights, stage_s)
         per_stage_rows = [rows + ((("host_dispatch_wait", "idle", 1, 0.0, 0.0, wait, "host"),) if wait else ())
@@ -179,7 +185,8 @@ def _train_rows(
     layout, w, cache = ctx.layout, ctx.workload, _STEP_CACHES.of(ctx.hw)
     logits = ctx.dims["logit_tokens"]
     loss = cache.get(graph, ("loss", logits, layout.tp, w.dtype), lambda: _loss_row(graph, ctx, ratios))
-    accumulate = cache.get(graph, ("accumulate", layout.tp, layout.ep, layout.pp, w.dtype),
+    shards = layout.dp if w.shard_weights else 1  # fsdp accumulates its shard's gradients
+    accumulate = cache.get(graph, ("accumulate", layout.tp, layout.ep, layout.pp, shards, w.dtype),
                            lambda: _accumulate_rows(graph, ctx))
     return [(loss, row) if head else (row,) for head, row in zip(heads, accumulate)]
 
@@ -196,7 +203,7 @@ def _loss_row(graph: ComputationalGraph, ctx: Context, ratios: BackwardRatios | 
 def _accumulate_rows(graph: ComputationalGraph, ctx: Context) -> list[tuple]:
     rows = []
     for stage in range(ctx.layout.pp):
-        params = sum(local_params(graph, ctx.layout, stage))
+        params = sum(local_params(graph, ctx.layout, stage)) / (ctx.layout.dp if ctx.workload.shard_weights else 1)
         accumulate_bytes = params * GRAD_ACCUMULATE_BYTES
         accumulate_s, bound = extra_op_s("grad_accumulate", "elementwise", params, accumulate_bytes, ctx)
         rows.append(("grad_accumulate", "elementwise", 1, params, accumulate_bytes, accumulate_s, bound))
@@ -283,6 +290,9 @@ def _training_update_rows(graph: ComputationalGraph, ctx: Context, stage: int) -
     span = layout.tp * layout.dp  # replicas of a weight shard sit tp ranks apart
     sync_s = 0.0
     for params, group in ((dense, layout.dp), (expert, expert_dp)):
+        # none for a dense model's expert part; fsdp's are every micro-batch's (sims/scan_update.py)
+        if not params or workload.shard_weights:
+            continue
         grads = params * GRAD_BYTES
         if workload.zero:  # reduce-scatter grads, all-gather updated weights
             weights = params * ctx.precision.act_bytes

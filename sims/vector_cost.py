@@ -3,7 +3,8 @@ predict_op uses) as numpy vectors over the graph's nodes, instead of one Python 
 
 A `Plan` holds, for one (tp, ep, dtype, mode) on one hardware spec, every op's FLOPs and bytes per
 unit of each feature of the bound dims (sims/op_columns.py), the roofline rates, and the collectives'
-link model. Costing a binding is then one matrix-vector product and the roofline on vectors; ops the
+link model; its arrays but the collectives are built for every tp size at once and sliced
+(_every_tp_arrays). Costing a binding is then one matrix-vector product and the roofline on vectors; ops the
 efficiency table has measured curves for are looked up one by one as in op_cost.
 tests/sims/test_sims_vector_cost.py pins plans and op_cost equal.
 """
@@ -19,7 +20,7 @@ from sims.cache import PerHardware
 from sims.calculator import OP_CLASS, Context, measured_gemm_s, measured_op_s
 from sims.comm import BUS_FACTOR, link_model
 from sims.ir import ComputationalGraph, OpNode
-from sims.op_columns import Columns, columns, work_coefficients
+from sims.op_columns import Columns, columns, every_tp_work
 
 
 @dataclass
@@ -123,19 +124,32 @@ _CACHES = PerHardware()  # plans and costs, per parsed hardware spec (and so per
 
 
 def _build_plan(graph: ComputationalGraph, ctx: Context) -> Plan:
-    cols, p, tp, ep = columns(graph), ctx.precision, ctx.tp, ctx.ep
-    a = cols.attrs
-    compute, memory, floor_s, measurable = _CACHES.of(ctx.hw).get(graph, "efficiency", lambda: _efficiency(graph, ctx))
-    flops, moved, io_in, io_out = work_coefficients(graph, tp, ep, ctx.workload.mode)
-    weight_bytes = np.where(cols.mask("gemm"), p.gemm_weight_bytes, p.other_weight_bytes)
-    split = 1 / cols.splits(tp)
-    const_bytes = a["linear"] * a["weights"] * split * weight_bytes + (a["norm"] > 0) * a["weights"] * p.other_weight_bytes
-    expert_bytes = a["expert_weights"] / (tp if ep == 1 else ep) * p.gemm_weight_bytes
-    peak = np.where(a["gemm_weights"] > 0, p.gemm_peak, p.other_peak) * compute
+    cols, tp, ep, w = columns(graph), ctx.tp, ctx.ep, ctx.workload
+    sizes, cache = cols.sizes_with(tp), _CACHES.of(ctx.hw)
+    work, const_bytes, expert_bytes, peak, bandwidth = cache.get(
+        graph, ("every tp", sizes, ep, w.dtype, w.mode), lambda: _every_tp_arrays(graph, ctx, sizes))
+    _, _, floor_s, measurable = cache.get(graph, "efficiency", lambda: _efficiency(graph, ctx))
     latency, factor, bus, runs = _collectives(graph, ctx)
-    work = np.concatenate([flops, moved * p.act_bytes, io_in, io_out])
-    return Plan(cols, graph.nodes, work, const_bytes, expert_bytes, a["miss"], 1.0 if ep == 1 else ep / tp, peak,
-                ctx.hw.memory_bytes_per_s * memory, floor_s, runs, latency, factor, bus, measurable)
+    row = sizes.index(tp)
+    return Plan(cols, graph.nodes, work[row], const_bytes[row], expert_bytes[row], cols.attrs["miss"],
+                1.0 if ep == 1 else ep / tp, peak, bandwidth, floor_s, runs, latency, factor, bus, measurable)
+
+
+def _every_tp_arrays(graph: ComputationalGraph, ctx: Context, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """A plan's arrays for every tp in `sizes` at once (elementwise in tp: each row equals its tp alone):
+    (tp x 4 node x feature) work, (tp x node) weight and expert bytes, and the (node) rates."""
+    cols, p, ep = columns(graph), ctx.precision, ctx.ep
+    a = cols.attrs
+    compute, memory, _, _ = _CACHES.of(ctx.hw).get(graph, "efficiency", lambda: _efficiency(graph, ctx))
+    flops, moved, io_in, io_out = every_tp_work(graph, sizes, ep > 1, ctx.workload.mode)
+    weight_bytes = np.where(cols.mask("gemm"), p.gemm_weight_bytes, p.other_weight_bytes)
+    split = 1 / np.array([cols.splits(tp) for tp in sizes])
+    const_bytes = a["linear"] * a["weights"] * split * weight_bytes + (a["norm"] > 0) * a["weights"] * p.other_weight_bytes
+    divisors = np.array(sizes) if ep == 1 else np.full(len(sizes), ep)  # experts split tp ways with ep = 1
+    expert_bytes = a["expert_weights"] / divisors[:, None] * p.gemm_weight_bytes
+    peak = np.where(a["gemm_weights"] > 0, p.gemm_peak, p.other_peak) * compute
+    work = np.concatenate([flops, moved * p.act_bytes, io_in, io_out], axis=1)
+    return work, const_bytes, expert_bytes, peak, ctx.hw.memory_bytes_per_s * memory
 
 
 def _efficiency(graph: ComputationalGraph, ctx: Context) -> tuple:

@@ -32,6 +32,7 @@ WORKLOAD_DEFAULTS = {
     "loss_len": None,
     "dtype": "bf16",
     "zero": False,
+    "shard_weights": False,
 }
 
 
@@ -58,7 +59,9 @@ class Workload:
     outputs (JAX's dots_with_no_batch_dims_saveable). logits_chunk: the loss projects this many
     positions of each sequence onto the vocabulary at a time (a chunked loss; None = every position at
     once). loss_len: the last positions of each sequence the loss takes logits of (train; GRPO: the
-    completion; None = every position). zero: optimizer states sharded over dp (Megatron distributed optimizer / ZeRO-1)."""
+    completion; None = every position). zero: optimizer states sharded over dp (Megatron distributed optimizer / ZeRO-1).
+    shard_weights: the weights too are sharded over dp (fsdp, ZeRO-3): gathered and their gradients
+    reduce-scattered every micro-batch (sims/scan_update.py); needs zero."""
 
     mode: str
     batch: int
@@ -71,6 +74,7 @@ class Workload:
     loss_len: int | None
     dtype: str
     zero: bool
+    shard_weights: bool
 
     @property
     def query_len(self) -> int:
@@ -157,10 +161,12 @@ def _parse_workload(workload: Mapping) -> Workload:
     for key in ("batch", "microbatches", "seq_len", "context_len", "logits_chunk", "loss_len"):
         if w[key] is not None:
             w[key] = _positive_int(f"workload.{key}", w[key])
-    for key in ("recompute", "zero"):
+    for key in ("recompute", "zero", "shard_weights"):
         if not isinstance(w[key], bool):
             raise ConfigError(f"workload.{key} is {w[key]!r}; expected true or false")
     w["recompute_keeps"] = _recompute_keeps(w["recompute_keeps"], w["recompute"])
+    if w["shard_weights"] and not w["zero"]:
+        raise ConfigError("workload.shard_weights needs zero: true (sharded weights shard their optimizer states too)")
     return Workload(**w)
 
 

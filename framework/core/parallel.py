@@ -21,12 +21,14 @@ other axes leave. Only backend=maxtext's GRPO reads it; backends without a rollo
 
 `parallel.rollout.placement`: shared (the rollout decodes on the update's devices, between updates) or
 separate (it decodes on its own `parallel.rollout.devices` devices, the update trains on the rest, both at
-the same time: GRPO one step off-policy, `grpo.rollout_lag: 1`). `devices` is null when shared.
+the same time: GRPO one step off-policy, `grpo.rollout_lag: 1`). `devices: auto` (the default) lets the backend
+pick how many decode when separate and means none when shared; an integer needs placement separate.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from framework.core.errors import ConfigError
 
@@ -35,12 +37,14 @@ AXES = ("dp", "fsdp", "tp", "pp", "ep", "cp")
 # the axes whose product is the number of devices; ep is carved from dp x fsdp x cp
 DEVICE_AXES = ("dp", "fsdp", "tp", "pp", "cp")
 PLACEMENTS = ("shared", "separate")  # parallel.rollout.placement
+AUTO = "auto"  # parallel.rollout.devices: the backend's preflight picks the split (maxtext: trainers/layout_search.py)
 
 
 @dataclass
 class RolloutLayout:
     """`parallel.rollout`: the rollout's layout; tp None = chosen by the backend from its memory estimate;
-    placement shared | separate, devices: how many decode when separate (None when shared)."""
+    placement shared | separate, devices: how many decode when separate (auto: the backend's pick; None or auto
+    when shared)."""
 
     dp: int
     fsdp: int
@@ -49,19 +53,26 @@ class RolloutLayout:
     ep: int
     cp: int
     placement: str
-    devices: int | None
+    devices: int | Literal["auto"] | None
 
     def check_placement(self, total: int, key: str = "parallel.rollout") -> int:
         """The devices the rollout takes away from the update: 0 when shared, else `devices` (1 .. total-1)."""
         if self.placement not in PLACEMENTS:
             raise ConfigError(f"{key}.placement: '{self.placement}' is not valid; use one of {', '.join(PLACEMENTS)}")
         if self.placement == "shared":
-            if self.devices is not None:
-                raise ConfigError(f"{key}.devices: {self.devices} needs {key}.placement=separate; use null when shared")
+            if self.devices not in (None, AUTO):
+                raise ConfigError(f"{key}.devices: {self.devices} needs {key}.placement=separate; use auto or null "
+                                  "when shared")
             return 0
+        if self.devices == AUTO:
+            raise ConfigError(f"{key}.devices: auto is resolved by the backend's preflight before the devices split; "
+                              f"set a number 1 .. {total - 1} where the backend has no such pick")
+        if total < 2:
+            raise ConfigError(f"{key}.devices: placement=separate needs 2 or more devices ({total} here): one decodes "
+                              f"while the others train; use placement=shared on one device")
         if self.devices is None or not 1 <= self.devices < total:
             raise ConfigError(f"{key}.devices: {self.devices} is not valid with placement=separate on {total} "
-                              f"devices; use 1 .. {total - 1} (the rest train)")
+                              f"devices; use auto or 1 .. {total - 1} (the rest train)")
         return self.devices
 
     def with_tp(self, tp: int) -> "ParallelConfig":

@@ -140,6 +140,12 @@ def test_cpu_device_patch_applies_when_the_mesh_needs_more_devices():
     wide = patch_context(["hardware=cpu", "parallel.fsdp=2", "parallel.tp=2"])
     assert mesh_needs_several_devices(wide) and mesh_device_count(wide) == 4
     assert mesh_device_count(patch_context(["hardware=cpu", "parallel.tp=4"])) == 4
+    separate = ["hardware=cpu", "parallel.rollout.placement=separate"]
+    assert mesh_device_count(patch_context([*separate, "parallel.rollout.devices=1"])) == 2
+    # devices auto: the hardware's devices for the preflight to split, at least one per phase
+    assert mesh_device_count(patch_context([*separate, "hardware.devices_per_node=4"])) == 4
+    assert mesh_device_count(patch_context(separate)) == 2
+    assert mesh_device_count(patch_context(["hardware=cpu", "hardware.devices_per_node=4"])) == 1  # shared: auto is none
 
 
 @pytest.mark.slow

@@ -33,8 +33,10 @@ def test_lag_and_placement_go_together_with_one_line_errors():
         check_off_policy(0, rollout_layout(placement="separate", devices=1))
     with pytest.raises(ConfigError, match=r"placement: 'apart' is not valid; use shared or separate"):
         check_off_policy(1, rollout_layout(placement="apart", devices=1))
-    with pytest.raises(ConfigError, match=r"parallel.rollout.devices: 2 is not valid .* on 2 devices; use 1 .. 1"):
+    with pytest.raises(ConfigError, match=r"rollout.devices: 2 is not valid .* on 2 devices; use auto or 1 .. 1"):
         split_devices([0, 1], rollout_layout(placement="separate", devices=2))
+    with pytest.raises(ConfigError, match=r"rollout.devices: placement=separate needs 2 or more devices \(1 here\)"):
+        split_devices([0], rollout_layout(placement="separate", devices=1))  # not "use 1 .. 0"
     with pytest.raises(ConfigError, match=r"parallel.rollout.devices: 1 needs parallel.rollout.placement=separate"):
         split_devices([0, 1], rollout_layout(devices=1))
     assert split_devices([0, 1, 2], rollout_layout(placement="separate", devices=1)) == ([0], [1, 2])
@@ -71,7 +73,10 @@ def test_a_bad_combination_is_one_line_before_any_weights_load(tmp_path):
 def test_the_default_stays_synchronous_on_shared_devices():
     cfg = compose_config(["recipe=grpo_arithmetic_cpu"])
     assert cfg.grpo.rollout_lag == 0
-    assert cfg.parallel.rollout.placement == "shared" and cfg.parallel.rollout.devices is None
+    assert cfg.parallel.rollout.placement == "shared" and cfg.parallel.rollout.devices == "auto"
+    from framework.backends.maxtext.trainers.pipeline import split_devices
+
+    assert split_devices([0, 1], rollout_layout()) == ([0, 1], [0, 1])  # auto on shared devices: none taken
 
 
 def test_separate_devices_receive_their_whole_shard_and_the_preflight_overlaps_the_phases():
@@ -136,8 +141,22 @@ def test_batch_t_is_what_the_policy_two_versions_back_samples(tmp_path):
             assert newer > 100 * max(behaviour, 1e-7), (step, newer)
     assert all(np.isfinite(facts["losses"]))
     assert facts["devices"] == {"rollout": [0], "update": [1]}
-    # 2 | 2: fsdp shards -> replicas or tensor shards on the other devices, cast, by device-to-device copies
-    assert facts["two_to_two"] == {"dp2": [True, True, True], "tp2": [True, True, True]}
+
+
+def test_two_to_two_weight_moves_take_the_staged_device_to_device_path():
+    """2 | 2: fsdp shards -> replicas or tensor shards on the other devices, cast, by a compiled layout on the
+    update's devices then device-to-device copies; the plain device_put (unequal counts) would also give the right
+    values and shardings, so the path is pinned by what jax.device_put received."""
+    from tests.maxtext.forced_devices import facts_on_cpu_devices
+
+    facts = facts_on_cpu_devices(__file__, 4, "--moves", timeout=300)
+    for name, spec in (("dp2", "P()"), ("tp2", "P(None, 'tensor')")):
+        assert facts[name] == {"equal": True, "target_sharding": True, "path": "staged_copy",
+                               "staging_copies_device_to_device": True,
+                               "device_put_received": [[[2, 3], spec]]}, facts[name]
+    one = facts["one"]  # 2 -> 1: the cast fsdp shards themselves go to device_put
+    assert (one["equal"], one["target_sharding"], one["path"]) == (True, True, "device_put")
+    assert one["device_put_received"] == [[[2, 3], "P('fsdp', None)"]], one
 
 
 @pytest.mark.slow
@@ -298,7 +317,7 @@ def _off_policy_checks(model_dir: str) -> dict:
         tokens_equal.append(bool(np.array_equal(again.input_ids, rollouts.input_ids)))
         to_behaviour.append(float(np.abs(log_probs(behaviour, rollouts) - rollouts.behaviour_log_probs).max()))
         to_newer.append(float(np.abs(log_probs(snapshots[step - 1], rollouts) - rollouts.behaviour_log_probs).max()))
-    return {"two_to_two": _two_to_two_moves(), "staleness": stalenesses, "tokens_equal_behaviour_policy": tokens_equal,
+    return {"staleness": stalenesses, "tokens_equal_behaviour_policy": tokens_equal,
             "losses": losses,
             "diff_to_behaviour": to_behaviour, "diff_to_newer": to_newer,
             "devices": {"rollout": [d.id for d in placement.mesh.devices.flat],
@@ -307,7 +326,9 @@ def _off_policy_checks(model_dir: str) -> dict:
 
 def _two_to_two_moves() -> dict:
     """sharding.resharder from fsdp=2 on devices 2, 3 to a rollout mesh on devices 0, 1: (values equal the
-    cast, shardings the target's, an equal staging sharding: jax copies device to device, not via the host)."""
+    cast, shardings the target's, an equal staging sharding: jax copies device to device, not via the host,
+    the staged path ran: its one jax.device_put got arrays already in the target's layout on the update's devices);
+    and from devices 2, 3 to device 0 alone (unequal counts): the plain path, a device_put of the cast fsdp shards."""
     import jax
     from jax._src.array import _sharding_indices_and_eq
     from jax.sharding import NamedSharding, PartitionSpec
@@ -315,21 +336,37 @@ def _two_to_two_moves() -> dict:
     from framework.backends.maxtext.sharding import build_mesh, resharder
     from framework.core.parallel import ParallelConfig
 
-    devices, facts = jax.devices(), {}
+    devices, facts, received = jax.devices(), {}, []
+    plain_device_put = jax.device_put
+
+    def recording_device_put(tree, target=None, **kwargs):  # what each move hands jax.device_put
+        received.append([(sorted(d.id for d in x.sharding.device_set), x.sharding.spec) for x in jax.tree.leaves(tree)])
+        return plain_device_put(tree, target, **kwargs)
+
     source = build_mesh(ParallelConfig(dp=1, fsdp=2, tp=1, pp=1, ep=1, cp=1), devices[2:4])
     weights = np.arange(64 * 8, dtype=np.float32).reshape(64, 8) / 7
-    for name, axes, spec in (("dp2", {"dp": 2, "tp": 1}, PartitionSpec()),
-                             ("tp2", {"dp": 1, "tp": 2}, PartitionSpec(None, "tensor"))):
-        target = NamedSharding(build_mesh(ParallelConfig(fsdp=1, pp=1, ep=1, cp=1, **axes), devices[:2]), spec)
+    staged = jax.jit(lambda x: x, out_shardings=NamedSharding(source, PartitionSpec("fsdp", None)))(weights)
+    for name, axes, spec, targets in (("dp2", {"dp": 2, "tp": 1}, PartitionSpec(), devices[:2]),
+                                      ("tp2", {"dp": 1, "tp": 2}, PartitionSpec(None, "tensor"), devices[:2]),
+                                      ("one", {"dp": 1, "tp": 1}, PartitionSpec(), devices[:1])):
+        target = NamedSharding(build_mesh(ParallelConfig(fsdp=1, pp=1, ep=1, cp=1, **axes), targets), spec)
         move = resharder(source, {"w": target}, "bfloat16")
-        staged = jax.jit(lambda x: x, out_shardings=NamedSharding(source, PartitionSpec("fsdp", None)))(weights)
-        moved = move({"w": staged})["w"]
-        staging = NamedSharding(jax.sharding.Mesh(source.devices.reshape(target.mesh.devices.shape),
-                                                  target.mesh.axis_names), spec)
-        facts[name] = [bool(np.array_equal(np.asarray(moved), weights.astype(moved.dtype))),
-                       moved.sharding == target, bool(_sharding_indices_and_eq(staging, target, 2))]
+        received.clear()
+        jax.device_put = recording_device_put
+        try:
+            moved = move({"w": staged})["w"]
+        finally:
+            jax.device_put = plain_device_put
+        equal_counts = len(targets) == source.size
+        staging = equal_counts and NamedSharding(jax.sharding.Mesh(source.devices.reshape(target.mesh.devices.shape),
+                                                                   target.mesh.axis_names), spec)
+        facts[name] = {"equal": bool(np.array_equal(np.asarray(moved), weights.astype(moved.dtype))),
+                       "target_sharding": moved.sharding == target, "path": move.path,
+                       "staging_copies_device_to_device": equal_counts and bool(_sharding_indices_and_eq(staging,
+                                                                                                         target, 2)),
+                       "device_put_received": [[ids, str(got)] for call in received for ids, got in call]}
     return facts
 
 
 if __name__ == "__main__":
-    print(json.dumps(_off_policy_checks(sys.argv[1])))
+    print(json.dumps(_two_to_two_moves() if sys.argv[1] == "--moves" else _off_policy_checks(sys.argv[1])))

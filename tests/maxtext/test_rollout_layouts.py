@@ -29,7 +29,7 @@ ROLLOUTS = {"update": None, "dp4": {"dp": -1, "tp": 1}, "dp2_tp2": {"dp": 2, "tp
 
 def rollout_layout(**axes) -> RolloutLayout:
     return RolloutLayout(**{"dp": -1, "fsdp": 1, "tp": None, "pp": 1, "ep": 1, "cp": 1, "placement": "shared",
-                            "devices": None, **axes})
+                            "devices": "auto", **axes})
 
 
 def grpo_task(*overrides: str):
@@ -285,7 +285,7 @@ def _layout_checks(model_dir: str) -> dict:
         layout = rollout_parallel(rollout_layout(dp=2, tp=2), mesh.size, task.prompts_per_step, lambda: 1)
         placement = rollout.RolloutPlacement(layout, rollout_devices, mesh, boxed, rules, "bfloat16")
         policy, _ = placement.policy(params)
-        return {"compiled": hasattr(placement._move, "lower"), "cast": all(
+        return {"compiled": placement._move.path == "same_devices", "cast": all(
             a.dtype == jnp.bfloat16 and a.sharding == sharding and np.array_equal(
                 np.asarray(a), np.asarray(b.astype(jnp.bfloat16))) for a, b, sharding in
             zip(jax.tree.leaves(policy), jax.tree.leaves(params), jax.tree.leaves(placement.shardings)))}

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from framework.backends.maxtext.benchmarks import xla_calibrate
+from framework.backends.maxtext.benchmarks import xla_calibrate, xla_whole_steps
 from sims.builders import build_graph
 from sims.calculator import OP_CLASS
 from sims.calibration.fit import fit_table
@@ -80,7 +80,7 @@ def test_unrolled_prefill_computes_the_scanned_prefill():
     params = nn.unbox(model.init(jax.random.key(0), ids, ids, jnp.ones((1, 1), bool))["params"])
     tokens = jax.random.randint(jax.random.key(1), (2, 24), 0, config.vocab_size)
     mask = jnp.ones(tokens.shape, bool)
-    scanned, unrolled = xla_calibrate.prefill_programs(model, config)
+    scanned, unrolled = xla_whole_steps.prefill_programs(model, config)
     expected = jax.jit(scanned)(tokens, mask, params)
     assert expected.shape == (2, 1, config.vocab_size)
     assert jnp.allclose(jax.jit(unrolled)(tokens, mask, unstack_layers(params)), expected, atol=1e-5)

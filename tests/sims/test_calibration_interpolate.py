@@ -8,7 +8,7 @@ from sims_helpers import hardware, model_config
 from sims import predict_op
 from sims.calibration.interpolate import GemmInterpolator, OpInterpolator
 from sims.calibration.table import GemmMeasurement, OpMeasurement, load_table
-from sims.calculator import _interpolator
+from sims.interpolators import gemm_interpolator
 from sims.hardware import hardware_spec
 
 
@@ -46,7 +46,7 @@ def test_gemm_time_never_falls_as_m_grows_even_with_noisy_measurements():
 @pytest.mark.parametrize("table", ["h100", "h200"])
 def test_shipped_tables_give_gemm_times_monotone_in_m(table):
     hw = hardware_spec(hardware(table))
-    interpolator = _interpolator(hw)
+    interpolator = gemm_interpolator(hw)
     for n, k in ((4096, 4096), (6144, 4096), (2048, 768), (151936, 4096), (1024, 5120), (4096, 12288)):
         times = [interpolator.time_s(m, n, k, "bf16") for m in sorted({int(1.25**i) for i in range(60)})]
         assert all(b >= a for a, b in zip(times, times[1:])), (n, k)

@@ -13,7 +13,7 @@ from sims.calibration.interpolate import AttentionSurface, OpInterpolator
 from sims.calibration.refit import read_measurements
 from sims.calibration.table import EfficiencyTable, OpMeasurement, load_table, save_table
 from framework.core.errors import ConfigError
-from sims.calculator import _op_interpolator
+from sims.interpolators import op_interpolator
 from sims.hardware import hardware_spec
 
 WIDTH = 20480  # q, output and K/V bytes per prompt token (32 heads x 128 and 8 kv heads, bf16)
@@ -104,7 +104,7 @@ def test_fit_keeps_prefill_points_only_on_a_grid_and_the_calculator_reads_the_su
     assert exact == pytest.approx(true_time_s(4, 768))
     between = predict_op(cfg, calibrated, {"mode": "prefill", "batch": 8, "seq_len": 512}, "attention")
     assert true_time_s(4, 256) < between["time_s"] < true_time_s(16, 768)
-    interpolator = _op_interpolator(hardware_spec(calibrated))
+    interpolator = op_interpolator(hardware_spec(calibrated))
     args = ("attention", "bf16", between["flops"], between["bytes"], table.for_op("attention", "attention").floor_us * 1e-6)
     assert between["time_s"] == interpolator.time_s(*args, 8, seq_len=512)  # the surface, not the curve:
     assert abs(between["time_s"] / interpolator._interpolate(*args) - 1) > 0.01
@@ -119,7 +119,7 @@ def test_a_table_without_a_prefill_grid_predicts_prefill_from_its_curve_as_befor
     assert not any(m.seq_len for m in table.op_measurements)
     save_table(table, tmp_path / "s9.json")
     calibrated = hardware("h100", efficiency_table=str(tmp_path / "s9.json"))
-    interpolator = _op_interpolator(hardware_spec(calibrated))
+    interpolator = op_interpolator(hardware_spec(calibrated))
     floor_s = table.for_op("attention", "attention").floor_us * 1e-6
     for b, s in ((8, 512), (1, 4096), (2, 3072), (16, 256)):
         got = predict_op(model_config("qwen3_8b"), calibrated, {"mode": "prefill", "batch": b, "seq_len": s}, "attention")

@@ -11,8 +11,10 @@ from sims import build_graph, simulate
 from sims.cache import clear_caches
 from sims.calculator import Context, op_cost
 from sims.hardware import hardware_spec
-from sims.op_columns import columns, work_coefficients
-from sims.vector_cost import plan_for
+from sims.memory import _param_kinds
+from sims.op_columns import _work_coefficients, columns, work_coefficients
+from sims.partition import tp_split
+from sims.vector_cost import _every_tp_arrays, plan_for
 from sims.workload import layout_problem, parse_layout, parse_workload
 
 MODELS = ("qwen3_8b", "qwen3_30b_a3b", "deepseek_v3")
@@ -62,6 +64,36 @@ def test_every_op_of_a_plan_costs_what_op_cost_says(model, table):
                 assert costs.bounds[i] == reference.bound, (node.name, layout)
                 checked += 1
     assert checked > 1000
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_tp_size_built_at_once_equals_each_tp_alone(model):
+    """Work coefficients, tp splits, parameter kinds and a plan's arrays are built for every tp size of a graph
+    in one (tp x node) pass; each tp's slice is bit-identical to that tp computed alone (and to tp_split), and a tp
+    outside the sizes (no layout_problem check before predict_op) is computed alone."""
+    for mode in ("prefill", "decode", "train"):
+        graph = build_graph(model_config(model), mode)
+        cols = columns(graph)
+        assert len(cols.tp_sizes) >= 5 and 3 not in cols.tp_sizes
+        for tp, ep in itertools.product((*cols.tp_sizes, 3), (1, 2)):
+            alone = _work_coefficients(cols, np.array([[tp]]), ep > 1, mode)
+            for shared, single in zip(work_coefficients(graph, tp, ep, mode), alone, strict=True):
+                assert np.array_equal(shared, single[0]), (mode, tp, ep)
+            assert cols.splits(tp).tolist() == [float(tp_split(node, tp)) for node in graph.nodes]
+        for apart in (False, True):
+            every_tp = _param_kinds(graph, cols.tp_sizes, apart)
+            for row, tp in enumerate(cols.tp_sizes):
+                assert np.array_equal(every_tp[row], _param_kinds(graph, (tp,), apart)[0]), (tp, apart)
+        hw = hardware_spec(hardware("h100", nodes=4))
+        for ep, dtype in itertools.product((1, 2), ("bf16", "fp8")):
+            workload = parse_workload({**next(w for w in WORKLOADS if w["mode"] == mode), "batch": 8, "dtype": dtype})
+            ctx = Context.for_step(graph, hw, parse_layout({"ep": ep}), workload)
+            every_tp = _every_tp_arrays(graph, ctx, cols.tp_sizes)
+            for row, tp in enumerate(cols.tp_sizes):
+                for shared, alone in zip(every_tp, _every_tp_arrays(graph, ctx, (tp,)), strict=True):
+                    if shared.ndim > 1:  # per tp; the rates are the same for every tp
+                        shared, alone = shared[row], alone[0]
+                    assert np.array_equal(shared, alone), (mode, tp, ep, dtype)
 
 
 SWEEP_LAYOUTS = tuple(itertools.product((1, 2, 4, 8), (1, 2), (1, 4), (1, 2)))  # tp, dp, ep, pp

@@ -136,20 +136,30 @@ def resharder(source: Mesh, shardings: Any, dtype: str) -> Callable[[Any], Any]:
     program lays the cast weights out on the source devices as the target mesh's shape and specs say (a
     collective among the update's devices), then each shard is copied device to device to its target
     (jax.device_put of an equal sharding); a device_put between unequal shardings went through the host.
+
+    The returned function's `path` says which of the three it is: "same_devices", "staged_copy" or "device_put".
     """
     def cast(tree: Any) -> Any:
         return cast_floating(tree, dtype)
 
     target = jax.tree.leaves(shardings, is_leaf=lambda x: isinstance(x, NamedSharding))[0].mesh
     if list(source.devices.flat) == list(target.devices.flat):
-        return jax.jit(cast, out_shardings=shardings)
+        return _with_path(jax.jit(cast, out_shardings=shardings), "same_devices")
     if source.devices.size == target.devices.size and not set(source.devices.flat) & set(target.devices.flat):
         staging = Mesh(source.devices.reshape(target.devices.shape), target.axis_names, axis_types=target.axis_types)
         staged = jax.tree.map(lambda sharding: NamedSharding(staging, sharding.spec), shardings,
                               is_leaf=lambda x: isinstance(x, NamedSharding))
         stage = jax.jit(cast, out_shardings=staged)
-        return lambda tree: jax.device_put(stage(tree), shardings)
-    return lambda tree: jax.device_put(cast(tree), shardings)
+        return _with_path(lambda tree: jax.device_put(stage(tree), shardings), "staged_copy")
+    return _with_path(lambda tree: jax.device_put(cast(tree), shardings), "device_put")
+
+
+def _with_path(move: Callable[[Any], Any], path: str) -> Callable[[Any], Any]:
+    def labelled(tree: Any) -> Any:
+        return move(tree)
+
+    labelled.path = path  # type: ignore[attr-defined]
+    return labelled
 
 
 def logical_axis_rules(overrides: Mapping[str, Any] | Iterable[Sequence[Any]] | None = None,

@@ -31,12 +31,18 @@ def add_xla_flags(flags: tuple[str, ...]) -> list[str]:
 
 def mesh_device_count(ctx: PatchContext) -> int:
     """Devices the `parallel` layout asks for at least: the product of its fixed (not -1) device axes, plus
-    the rollout's own devices with parallel.rollout.placement=separate."""
-    from framework.core.parallel import DEVICE_AXES
+    the rollout's own devices with parallel.rollout.placement=separate; with devices auto, the hardware's
+    devices (the preflight then splits them; at least one for each phase)."""
+    from framework.core.parallel import AUTO, DEVICE_AXES
 
     rollout = ctx.config.parallel.get("rollout") or {}
-    separate = rollout.get("devices") or 0 if rollout.get("placement") == "separate" else 0
-    return math.prod(size for axis in DEVICE_AXES if (size := ctx.config.parallel[axis]) != -1) + separate
+    fixed = math.prod(size for axis in DEVICE_AXES if (size := ctx.config.parallel[axis]) != -1)
+    if rollout.get("placement") != "separate":
+        return fixed
+    if rollout.get("devices") == AUTO:
+        hardware = ctx.config.hardware
+        return max(fixed + 1, int(hardware.devices_per_node) * int(hardware.nodes))
+    return fixed + (rollout.get("devices") or 0)
 
 
 def mesh_needs_several_devices(ctx: PatchContext) -> bool:

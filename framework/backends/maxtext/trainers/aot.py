@@ -129,16 +129,16 @@ class Precompiled:
         return self.jitted(*args, **kwargs)
 
 
-def start_first_step(update: Any, model: Any, placement: Any, shapes: Any, shardings: Any, task: Any,
+def start_first_step(update: Any, placement: Any, boxed: Any, shardings: Any, task: Any,
                      sampling: Any) -> AheadOfTime:
     """Start compiling the programs of one GRPO step for the shapes the step will give them, two at a time:
     the update's gradient accumulation (the largest) and the rollout's sampling program (the longest; statics:
-    the sampler's model, as Sampler clones `model` onto the rollout mesh, and sampling), then the small ones.
+    the sampler's model, as Sampler clones the update's onto the rollout mesh, and sampling), then the small ones.
     None needs the tokenizer: the EOS ids (padded to the sampler's EOS slots) and the pad id are arguments, so
     init waits for the tokenizer after this; `finish_first_step` then submits what needs the step's scalars and
     makes the sampler and the update call the executables.
 
-    shapes, shardings: the update's params as abstract arrays and their shardings. Every other shape follows
+    boxed, shardings: the update's params as abstract (boxed) arrays and their shardings. Every other shape follows
     from the task: prompts are left-padded to exactly max_prompt_tokens, completions to max_new_tokens
     (trainers/rollout.py).
     """
@@ -148,8 +148,10 @@ def start_first_step(update: Any, model: Any, placement: Any, shapes: Any, shard
     from framework.backends.maxtext.trainers.update import forward_inputs
 
     aot = AheadOfTime(workers=2)
+    from flax import linen as nn
+
     aot.params = params = jax.tree.map(
-        lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes, shardings)
+        lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), nn.unbox(boxed), shardings)
     prompt, new = task.max_prompt_tokens, task.max_new_tokens
     rows, mesh, rules = task.micro_batch_size, update.mesh, update.rules
     batch = {"input_ids": _array((rows, prompt + new), jnp.int32, mesh, rules),
@@ -164,7 +166,7 @@ def start_first_step(update: Any, model: Any, placement: Any, shapes: Any, shard
         batch["ref_log_probs"] = _array((rows, new), jnp.float32, mesh, rules)
     scalar = jax.ShapeDtypeStruct((), jnp.float32)
     aot.submit("accumulate", update.accumulate, params, params, batch, scalar, scalar)
-    _submit_rollout(aot, model.clone(mesh=placement.mesh, rules=update.rules), placement, update.rules, task,
+    _submit_rollout(aot, update.model.clone(mesh=placement.mesh, rules=update.rules), placement, update.rules, task,
                     sampling)
     aot.submit("zero_grads", update.zero_grads, params)
     if (task.ppo_epochs > 1 and not behaviour) or task.beta > 0:  # old/reference log-probs before the update

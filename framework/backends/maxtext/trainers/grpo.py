@@ -35,6 +35,7 @@ from framework.backends.maxtext.sampler import Sampler, SamplingParams
 from framework.backends.maxtext.sharding import (build_mesh, logical_axis_rules, param_shardings, rollout_parallel,
                                                 shardings_record, tree_bytes, usable_devices)
 from framework.backends.maxtext.trainers import aot, rollout, startup
+from framework.backends.maxtext.trainers.layout_search import choose_rollout_devices
 from framework.backends.maxtext.trainers.pipeline import OffPolicyRollouts, refuse_lag_change, split_devices
 from framework.backends.maxtext.trainers.checkpointing import (STATE_FILE, host_arrays, key_from_json, key_to_json,
                                                                read_state, write_arrays)
@@ -43,7 +44,6 @@ from framework.backends.maxtext.trainers.evaluation import evaluate
 from framework.backends.maxtext.trainers.preflight import (pick_update_plan, predict_step, preflight_warnings,
                                                              refuse_out_of_memory, rollout_tp_for)
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
-from framework.core.checkpoint import CheckpointPolicy
 from framework.core.errors import ConfigError, CrucibleError
 from framework.core.records import write_atomic
 from framework.core.result import TrainingResult
@@ -96,8 +96,7 @@ class GRPOTrainer(BaseTrainer):
         self.sampling = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,
                                        top_k=task.top_k, top_p=task.top_p, num_samples=task.num_generations)
         if self.config.aot_compile:  # from shapes, before anything lasting is on a device (trainers/startup.py)
-            self.aot = aot.start_first_step(self.update, model, self.placement, nn.unbox(boxed), shardings, task,
-                                            self.sampling)
+            self.aot = aot.start_first_step(self.update, self.placement, boxed, shardings, task, self.sampling)
         self.startup.start_reading_weights(self.model_config)  # on the host, in a thread
         self.tokenizer = self.startup.tokenizer()
         self.encoder = rollout.PromptEncoder(self.tokenizer, system_prompt(self.config.data), task.max_prompt_tokens)
@@ -113,8 +112,7 @@ class GRPOTrainer(BaseTrainer):
         self.opt_state = self.update.init_opt_state(self.params)
         self.batches = ShuffledBatches(self.train_set, task.prompts_per_step, seed=self.config.seed)
         self.start_step = 0
-        checkpoint = task.checkpoint
-        self.policy = CheckpointPolicy(every=checkpoint.every, keep=checkpoint.keep, resume=checkpoint.resume)
+        self.policy = dataclasses.replace(task.checkpoint)  # a CheckpointPolicy of its own
         self.store = self.run.checkpoints(self.policy)  # the runtime refused a run dir this run may not resume
         self._restore_latest()
         self.init_compile_s = self.compile_clock.take()  # step rows then hold only their own compiles
@@ -147,7 +145,7 @@ class GRPOTrainer(BaseTrainer):
         summary |= {"steps_completed": done, "resumed_from_step": self.start_step,
                     "measured_step_s": _steady_state(step_times), "micro_batch_size": task.micro_batch_size,
                     "remat": self.model_config.remat,
-                    "init_compile_time_s": self.init_compile_s}
+                    "init_compile_time_s": self.init_compile_s, **self.layout_search}
         summary |= (self.aot.metrics() if self.aot is not None else {}) | self.startup.metrics()
         return TrainingResult(success=not interrupted, metrics=summary, wall_time_s=time.perf_counter() - start,
                               samples=(done - self.start_step) * task.rows_per_step, artifacts=artifacts,
@@ -205,8 +203,7 @@ class GRPOTrainer(BaseTrainer):
         del policy  # the rollout copy of the weights: free before the update needs the memory
         return rollouts, truncated, {"reshard_time_s": reshard_s, "rollout_time_s": time.perf_counter() - resharded}
 
-    def cleanup(self) -> None:
-        # no thread or model build outlives a run, a failing one included
+    def cleanup(self) -> None:  # no thread or model build outlives a run, a failing one included
         for worker in (self.config.model_source, self.aot, getattr(self, "off_policy", None)):
             if worker is not None:
                 worker.close()
@@ -256,7 +253,9 @@ class GRPOTrainer(BaseTrainer):
     # ---- helpers -------------------------------------------------------------------------------
 
     def _build_mesh(self):
-        self.rollout_devices, devices = split_devices(usable_devices(self.config.hardware), self.config.parallel.rollout)
+        available = usable_devices(self.config.hardware)  # parallel.rollout.devices auto -> the preflight's split
+        self.config.parallel, self.layout_search = choose_rollout_devices(self.config, len(available))
+        self.rollout_devices, devices = split_devices(available, self.config.parallel.rollout)
         mesh = build_mesh(self.config.parallel, devices)
         log.info("grpo: mesh %s over %d %s device(s)", dict(mesh.shape), len(devices), devices[0].platform)
         self.devices = devices

@@ -95,15 +95,15 @@ def check_off_policy(rollout_lag: int, rollout: Any) -> None:
     on, and separate devices only pay when the phases overlap."""
     if rollout is None:
         if rollout_lag == 1:
-            raise ConfigError("grpo.rollout_lag: 1 needs parallel.rollout.placement=separate and parallel.rollout."
-                              "devices=N (parallel.rollout is null): the rollout overlaps the update on devices of "
-                              "its own; or use rollout_lag=0")
+            raise ConfigError("grpo.rollout_lag: 1 needs parallel.rollout.placement=separate (parallel.rollout is "
+                              "null): the rollout overlaps the update on devices of its own; or use rollout_lag=0")
         return
     if rollout.placement not in ("shared", "separate"):
         raise ConfigError(f"parallel.rollout.placement: '{rollout.placement}' is not valid; use shared or separate")
     if rollout_lag == 1 and rollout.placement != "separate":
-        raise ConfigError("grpo.rollout_lag: 1 needs parallel.rollout.placement=separate (and parallel.rollout.devices"
-                          "=N): the rollout overlaps the update on devices of its own; or use rollout_lag=0")
+        raise ConfigError("grpo.rollout_lag: 1 needs parallel.rollout.placement=separate (parallel.rollout.devices: "
+                          "auto, the default, or N): the rollout overlaps the update on devices of its own; or use "
+                          "rollout_lag=0")
     if rollout_lag == 0 and rollout.placement == "separate":
         raise ConfigError("parallel.rollout.placement: separate needs grpo.rollout_lag=1 (decoding on devices the "
                           "update leaves idle pays only when the phases overlap); or use placement=shared")

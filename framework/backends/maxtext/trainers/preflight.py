@@ -37,7 +37,8 @@ def train_workload(task: GRPOTask, micro_batch: int, zero: bool, remat: str) -> 
     positions at a time and over the completion's positions only (trainers/update.py:completion_log_probs)."""
     return {"mode": "train", "batch": task.rows_per_step, "microbatches": task.rows_per_step // micro_batch,
             "seq_len": task.max_prompt_tokens + task.max_new_tokens, "dtype": SHORT[task.compute_dtype],
-            "zero": zero, "logits_chunk": task.logprob_chunk_size, "loss_len": task.max_new_tokens,
+            "zero": zero, "shard_weights": zero,  # fsdp shards the weights too: gathered every micro-batch
+            "logits_chunk": task.logprob_chunk_size, "loss_len": task.max_new_tokens,
             **REMAT_WORKLOADS[remat]}
 
 
@@ -83,7 +84,7 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
     reshard_s = reshard_seconds(reshard_bytes, hardware)
     prediction: dict[str, Any] = {"preflight_reshard_s": reshard_s}
     phase_sums = {"rollout": 0.0, "update": 0.0}
-    memory, fits = 0.0, True
+    memory, fits, breakdowns = 0.0, True, {}
     for name, workload, repeats in grpo_phases(task, zero, remat):
         phase_layout = rollout_layout if name in ROLLOUT_PHASES else layout
         summary = simulate(hf_config, hardware, phase_layout, workload, stack=stack_for_backend("maxtext")).summary()
@@ -94,10 +95,15 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
         phase_sums["rollout" if name in ROLLOUT_PHASES else "update"] += seconds
         memory = max(memory, summary["memory_per_device_gb"])
         fits = fits and bool(summary["fits"])
+        breakdowns[name] = summary["memory_breakdown_gb"]
     overlapped = rollout_devices > 0
     phases = max(phase_sums.values()) if overlapped else sum(phase_sums.values())
     prediction |= {"preflight_predicted_step_s": phases + reshard_s, "preflight_overlapped": overlapped,
                    "preflight_memory_per_device_gb": memory, "preflight_fits": fits}
+    if overlapped:  # each side's peak, with the copies the weight move adds
+        staging = staging_bytes_per_device(reshard_bytes, parallel.resolve(devices), rollout or parallel,
+                                           rollout_devices == devices)
+        prediction |= off_policy_memory(breakdowns, reshard_bytes, staging, hardware["memory_gb"])
     return prediction
 
 
@@ -201,10 +207,12 @@ def rollout_tp_for(model: Any, weight_bytes: float, update_mesh: Mapping[str, in
     """pick_rollout_tp for a model (a ModelConfig: heads, layers, KV heads, head_dim, dtypes) whose weights take
     `weight_bytes`, trained on `update_mesh`: its shards of the params, AdamW moments and reference stay
     (not with `separate`: parallel.rollout.placement=separate decodes on devices that hold no training state).
-    `devices`: what the rollout's fixed axes leave for tp (default: every device of the update)."""
+    `devices`: what the rollout's fixed axes leave for tp (default: every device of the update); with `separate`
+    the rollout's weights count twice (two copies there while the next ones move in)."""
     shards = update_mesh["fsdp"] * update_mesh["expert"] * update_mesh["tensor"]
     resident = 0.0 if separate else weight_bytes * (3 + int(task.beta > 0)) / shards
-    rollout_weights = rollout_weight_bytes(model, weight_bytes)
+    # separate: the next weights arrive while the old copy still decodes (off_policy_memory)
+    rollout_weights = rollout_weight_bytes(model, weight_bytes) * (2 if separate else 1)
     kv_per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim * BYTES[model.dtype]
     devices = devices or update_mesh["data"] * shards
     slots = cache_slots(task.max_prompt_tokens, task.max_new_tokens, model.decode_kernel)
@@ -217,6 +225,14 @@ def refuse_out_of_memory(prediction: Mapping[str, Any], hardware: Mapping[str, A
     out-of-memory error comes only after minutes of compiling and names no setting."""
     if prediction.get("preflight_fits") is not False:
         return
+    if "preflight_rollout_memory_gb" in prediction:  # one step off-policy: say which side and the layout keys
+        raise ConfigError(
+            f"parallel.rollout: the preflight predicts {prediction['preflight_rollout_memory_gb']:.3g} GB per rollout "
+            f"device (two weight copies while they move) and {prediction['preflight_update_memory_gb']:.3g} GB per "
+            f"update device (with the move's staging copy); hardware={hardware['name']} holds "
+            f"{hardware['memory_gb']:g} GB; raise parallel.rollout.tp, change parallel.rollout.devices (or use auto), "
+            f"lower grpo.max_new_tokens ({task.max_new_tokens}) or grpo.micro_batch_size ({task.micro_batch_size}), "
+            f"or set grpo.preflight=false to try anyway")
     raise ConfigError(
         f"grpo: the preflight predicts {prediction['preflight_memory_per_device_gb']:.3g} GB per device and "
         f"hardware={hardware['name']} holds {hardware['memory_gb']:g} GB; lower grpo.max_prompt_tokens "
@@ -231,3 +247,29 @@ def preflight_warnings(summary: dict) -> list[str]:
         return []
     return [f"the simulator predicts {summary['preflight_memory_per_device_gb']:.3g} GB per device, more than the "
             f"device holds (preflight_fits=false)"]
+
+
+def staging_bytes_per_device(reshard_bytes: float, update: ParallelConfig, rollout: ParallelConfig,
+                             equal_counts: bool) -> float:
+    """What the move to separate rollout devices lays out on each update device first (sharding.resharder):
+    with as many rollout as update devices the rollout's whole layout (its 1/r share, what each rollout device
+    receives); otherwise the cast copy in the update's own layout (1/u)."""
+    if equal_counts:
+        return reshard_bytes
+    rollout_shards, update_shards = rollout.fsdp * rollout.tp, update.fsdp * update.tp
+    return reshard_bytes * rollout_shards / update_shards
+
+
+def off_policy_memory(breakdowns: Mapping[str, Mapping[str, float]], incoming_bytes: float, staging_bytes: float,
+                      capacity_gb: float) -> dict[str, Any]:
+    """Peak GB per device of each side under grpo.rollout_lag=1, from the simulator's per-phase breakdowns.
+    Rollout devices: the prefill/decode peak (weights, KV cache, activations) plus the incoming copy, as the next
+    weights arrive while the old ones still decode. Update devices: the training peak, or, when the move starts
+    after the update (activations and gradients freed), its weights and optimizer state plus the staging copy."""
+    rollout_gb = max(sum(breakdowns[name].values()) for name in ROLLOUT_PHASES) + incoming_bytes / 1e9
+    train = breakdowns["train"]
+    update_peak = max(sum(parts.values()) for name, parts in breakdowns.items() if name not in ROLLOUT_PHASES)
+    update_gb = max(update_peak, train["weights"] + train["optimizer"] + staging_bytes / 1e9)
+    return {"preflight_rollout_memory_gb": rollout_gb, "preflight_update_memory_gb": update_gb,
+            "preflight_memory_per_device_gb": max(rollout_gb, update_gb),
+            "preflight_fits": rollout_gb <= capacity_gb and update_gb <= capacity_gb}

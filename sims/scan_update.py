@@ -1,0 +1,72 @@
+"""A training micro-batch's work beyond the graph's kernels where the update runs as JAX runs it (the `xla`
+stack, our maxtext backend), added per micro-batch by sims/step.py:
+
+- the scan over stacked layer weights (`nn.scan`) runs its own kernels every layer and micro-batch (a
+  jitted call per micro-batch: weight slices, stacked-gradient updates, copies: 143 kernels per layer and
+  micro-batch in the H100 profile of docs/benchmarks.md against the graph's ~30), a time per layer that
+  neither tp nor fsdp shrinks; without remat it also writes what each layer saves for the backward into
+  stacked buffers and copies it out again (under a remat policy the measured updates show no such copies:
+  the gap they leave at micro-batch 128 is under 20 ms on an H100), bytes at the card's peak memory
+  bandwidth per saved byte; both measured per stack (sims/stacks.yaml `scanned_update`);
+- weights sharded over the data-parallel axis (fsdp: `workload.shard_weights`) are all-gathered for the
+  forward and again for the backward, and their fp32 gradients reduce-scattered, every micro-batch (not once
+  per step as a ZeRO-1 optimizer's sync), costed with the collective model (sims/comm.py), not overlapped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sims.calculator import Context, all_gather_s, reduce_scatter_s
+from sims.ir import ComputationalGraph
+from sims.memory import local_params
+from sims.op_columns import columns
+from sims.partition import expert_data_parallel, stage_layer_bounds
+from sims.stacks import DEFAULT_STACK, stack
+from sims.train_work import GRAD_BYTES
+
+
+def saved_layer_bytes(graph: ComputationalGraph, ctx: Context, inputs: np.ndarray, counts: np.ndarray) -> list[float]:
+    """Per stage, the bytes one micro-batch's decoder layers save for the backward without recompute (every
+    layer op's inputs, as sims/memory.py counts them; `counts`: executions per stage and node); 0 under
+    recompute."""
+    if ctx.workload.recompute:
+        return [0.0] * ctx.layout.pp
+    in_layer = columns(graph).attrs["in_layer"] > 0
+    return [e * ctx.precision.act_bytes for e in (counts @ (inputs * in_layer)).tolist()]
+
+
+def scan_rows(graph: ComputationalGraph, ctx: Context, saved_bytes: list[float]) -> list[tuple]:
+    """Per stage, the scanned update's copies of one micro-batch (a row each), or () for a stack without
+    `scanned_update`."""
+    scanned = stack(graph.meta.get("stack", DEFAULT_STACK)).scanned_update
+    if scanned is None or ctx.workload.mode != "train":
+        return [()] * len(saved_bytes)
+    rows = []
+    bounds = stage_layer_bounds(graph.meta["num_layers"], ctx.layout.pp)
+    for stage, saved in enumerate(saved_bytes):
+        nbytes = saved * scanned.saved_byte_passes
+        seconds = nbytes / ctx.hw.memory_bytes_per_s + (bounds[stage + 1] - bounds[stage]) * scanned.layer_us * 1e-6
+        rows.append((("scan_copies", "elementwise", 1, 0.0, nbytes, seconds, "memory"),))
+    return rows
+
+
+def fsdp_rows(graph: ComputationalGraph, ctx: Context) -> list[tuple]:
+    """Per stage, one micro-batch's weight all-gathers (forward, backward) and gradient reduce-scatter when
+    the weights are sharded over dp (workload.shard_weights); () otherwise."""
+    layout, w, hw = ctx.layout, ctx.workload, ctx.hw
+    if not w.shard_weights or w.mode != "train":
+        return [()] * layout.pp
+    span, expert_dp, rows = layout.tp * layout.dp, expert_data_parallel(layout), []
+    for stage in range(layout.pp):
+        gather_s = scatter_s = gathered = 0.0
+        for params, group in zip(local_params(graph, layout, stage), (layout.dp, expert_dp)):
+            if not params:  # a dense model's expert part: no collective
+                continue
+            gather_s += 2 * all_gather_s(params * ctx.precision.act_bytes, group, hw, span)
+            scatter_s += reduce_scatter_s(params * GRAD_BYTES, group, hw, span)
+            gathered += params
+        gathered_bytes = 2 * gathered * ctx.precision.act_bytes  # forward and backward
+        rows.append((("fsdp_weight_gather", "all_gather", 2, 0.0, gathered_bytes, gather_s, "comm"),
+                     ("fsdp_grad_scatter", "reduce_scatter", 1, 0.0, gathered * GRAD_BYTES, scatter_s, "comm")))
+    return rows
