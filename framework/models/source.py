@@ -50,6 +50,7 @@ class ModelSource:
         self.started = time.perf_counter()
         self.ready_s: float | None = None  # from the start to the weights being there
         self.waited_s = 0.0  # what metadata() and weights() blocked
+        self._locks = {metadata: threading.Lock(), weights: threading.Lock()}  # callers in several threads
 
     @classmethod
     def ready(cls, name: str, directory: str | Path) -> "ModelSource":
@@ -69,7 +70,8 @@ class ModelSource:
     def _timed(self, get: Callable[[], Path]) -> Path:
         began = time.perf_counter()
         try:
-            return get()
+            with self._locks[get]:
+                return get()
         finally:
             self.waited_s += time.perf_counter() - began
 
