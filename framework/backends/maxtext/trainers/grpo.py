@@ -74,6 +74,7 @@ class GRPOTrainer(BaseTrainer):
                               f"{len(self.train_set)} training problems of data={self.config.data.name}")
         self.eval_set = load_split(self.config.data, "test", task.eval.num_examples) if self._evaluates else []
         self.model_dir = self.startup.metadata()  # the model's small files: its weights may still come
+        self.tokenizer = self.startup.tokenizer()  # in setup: beside init's threads it starved on the GIL (H100 run 2)
 
     def init(self) -> None:
         """Model, params, optimizer, sampler, data order and RNG; restore the latest checkpoint when resuming."""
@@ -98,7 +99,6 @@ class GRPOTrainer(BaseTrainer):
         if self.config.aot_compile:  # from shapes, before anything lasting is on a device (trainers/startup.py)
             self.aot = aot.start_first_step(self.update, self.placement, boxed, shardings, task, self.sampling)
         self.startup.start_reading_weights(self.model_config)  # on the host, in a thread
-        self.tokenizer = self.startup.tokenizer()
         self.encoder = rollout.PromptEncoder(self.tokenizer, system_prompt(self.config.data), task.max_prompt_tokens)
         self.sampler = Sampler(model, eos_token_ids=rollout.eos_token_ids(self.tokenizer, self.model_dir),
                                pad_token_id=self.tokenizer.pad_token_id, prompt_bucket=task.max_prompt_tokens,
