@@ -2,11 +2,12 @@
 
     convert_config: start_model_source -> the model's small files now (or soon), its weights in the background
     setup:  JAX's devices and the mesh, the data  ||  a thread: the small files, then the tokenizer
-            -> waits for the small files (config.json)
+            -> waits for the small files (config.json), then the tokenizer (beside init's threads it starved
+               on the GIL)
     init:   architecture, update plan, placement, the preflight (shapes only)
             -> the update's and the rollout's compiles start (trainers/aot.py, background threads)
             -> a thread waits for the weights (a random-init build or a download), reads them into host memory
-            -> the tokenizer (waited for here), the sampler, the small programs' compiles
+            -> the sampler, the small programs' compiles
             -> wait for the host read and every compile (XLA autotunes with the device to itself; math-verify
                imports meanwhile)
             -> place the weights; then the optimizer state, a resumed checkpoint, the step
