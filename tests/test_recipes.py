@@ -27,6 +27,7 @@ def offline_hub(monkeypatch, tmp_path):
         return str(tmp_path / hub_id.replace("/", "--"))
 
     monkeypatch.setattr(hub, "hub_snapshot", snapshot)
+    monkeypatch.setattr(hub, "hub_metadata", snapshot)  # maxtext's model source: the small files first
     monkeypatch.setattr(gsm8k, "load_from_hub", lambda dataset_id, split, limit=None, cache_dir=None:
                         gsm8k.load_gsm8k("sample", split, limit))
 

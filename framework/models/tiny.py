@@ -16,7 +16,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from framework.core.errors import ConfigError, DataError
 from framework.core.plain import to_plain
@@ -81,13 +81,18 @@ QWEN2_PRETOKENIZE_REGEX = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p
 BUILD_MARKER = "crucible_build.json"
 
 
-def build_tiny_model(model_cfg: Mapping[str, Any], out_dir: Path,
-                     corpus_texts: list[str] | None = None, seed: int = 0) -> Path:
+def build_tiny_model(model_cfg: Mapping[str, Any], out_dir: Path, corpus_texts: list[str] | None = None,
+                     seed: int = 0, on_metadata: Callable[[Path], None] | None = None,
+                     metadata_only: bool = False) -> Path:
     """Build (or reuse) a random-init HF model directory from `model_cfg["hf_config"]`.
 
     The directory holds config.json, generation_config.json, model.safetensors and a
     `PreTrainedTokenizerFast` (vocab size = hf_config.vocab_size, special tokens
     <|endoftext|> (pad), <|im_start|>, <|im_end|> (eos), ChatML chat template).
+    `on_metadata(dir)`: called once a directory with everything but the weights (config.json,
+    generation_config.json, the tokenizer: `metadata_dir(out_dir)`, the same files) is published, before
+    the weights are built (framework/models/source.py overlaps the weights with a run's compiles).
+    `metadata_only`: stop there (no torch needed: the metadata comes out byte for byte the same without it).
     """
     out_dir = Path(out_dir)
     hf_config = _hf_config_of(model_cfg)
@@ -101,13 +106,41 @@ def build_tiny_model(model_cfg: Mapping[str, Any], out_dir: Path,
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
     try:
         tokenizer = _train_tokenizer(texts, int(hf_config["vocab_size"]))
+        config, generation = _model_configs(hf_config, tokenizer, dtype_name)
         tokenizer.save_pretrained(staging)
-        _save_random_model(hf_config, tokenizer, dtype_name, seed, staging)
+        config.save_pretrained(staging)
+        generation.save_pretrained(staging)
+        if on_metadata is not None or metadata_only:
+            published_metadata = _publish_metadata(staging, metadata_dir(out_dir), fingerprint)
+            if on_metadata is not None:
+                on_metadata(published_metadata)
+            if metadata_only:
+                return published_metadata
+        _save_random_model(config, generation, dtype_name, seed, staging)
         (staging / BUILD_MARKER).write_text(json.dumps({"fingerprint": fingerprint}))
         _publish(staging, out_dir, fingerprint)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out_dir
+
+
+def tiny_model_dir(model_cfg: Mapping[str, Any], cache_root: Path) -> Path:
+    """Where a random-init build of `model_cfg` lives: one directory per architecture and dtype, so editing
+    a config never reuses a stale build."""
+    name = model_cfg.get("name") or "model"
+    blob = json.dumps([_hf_config_of(model_cfg), _torch_dtype_name(model_cfg)], sort_keys=True)
+    return Path(cache_root) / f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+
+
+def metadata_dir(out_dir: Path) -> Path:
+    """The build's files without the weights, published before them."""
+    return Path(out_dir).parent / f"{Path(out_dir).name}.metadata"
+
+
+def published(model_cfg: Mapping[str, Any], out_dir: Path, seed: int = 0) -> tuple[bool, bool]:
+    """(the whole build of `model_cfg` is in out_dir, its metadata directory is)."""
+    fingerprint = _fingerprint(_hf_config_of(model_cfg), list(GSM8K_SAMPLE), _torch_dtype_name(model_cfg), seed)
+    return _is_complete_build(Path(out_dir), fingerprint), _is_complete_build(metadata_dir(out_dir), fingerprint)
 
 
 def resolve_model_dir(model_cfg: Mapping[str, Any], cache_root: Path) -> str:
@@ -121,11 +154,7 @@ def resolve_model_dir(model_cfg: Mapping[str, Any], cache_root: Path) -> str:
                             f"directory, or null to use model.hub_id)")
         return str(path)
     if model_cfg.get("random_init"):
-        # One directory per architecture and dtype, so editing a config never reuses a stale build.
-        name = model_cfg.get("name") or "model"
-        blob = json.dumps([_hf_config_of(model_cfg), _torch_dtype_name(model_cfg)], sort_keys=True)
-        digest = hashlib.sha256(blob.encode()).hexdigest()[:12]
-        return str(build_tiny_model(model_cfg, Path(cache_root) / f"{name}-{digest}"))
+        return str(build_tiny_model(model_cfg, tiny_model_dir(model_cfg, cache_root)))
     hub_id = model_cfg.get("hub_id")
     if not hub_id:
         raise ConfigError(f"model {model_cfg.get('name')!r}: set one of model.path, model.hub_id or "
@@ -177,6 +206,19 @@ def _publish(staging: Path, out_dir: Path, fingerprint: str) -> None:
             raise
 
 
+def _publish_metadata(staging: Path, target: Path, fingerprint: str) -> Path:
+    """Copy the build's files so far (no weights) into `target`, published as atomically as the build."""
+    if not _is_complete_build(target, fingerprint):
+        copy = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        try:
+            shutil.copytree(staging, copy, dirs_exist_ok=True)
+            (copy / BUILD_MARKER).write_text(json.dumps({"fingerprint": fingerprint}))
+            _publish(copy, target, fingerprint)
+        finally:
+            shutil.rmtree(copy, ignore_errors=True)
+    return target
+
+
 def _train_tokenizer(texts: list[str], vocab_size: int):
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -202,11 +244,10 @@ def _train_tokenizer(texts: list[str], vocab_size: int):
     return fast
 
 
-def _save_random_model(hf_config: dict, tokenizer, dtype_name: str, seed: int, out_dir: Path) -> None:
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from framework.core.dtypes import torch_dtype
+def _model_configs(hf_config: dict, tokenizer, dtype_name: str) -> tuple[Any, Any]:
+    """The model's transformers config and generation config, as `save_pretrained` of the model writes them."""
+    from transformers import AutoConfig, GenerationConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     eos_id = tokenizer.convert_tokens_to_ids(IM_END)
     pad_id = tokenizer.convert_tokens_to_ids(ENDOFTEXT)
@@ -217,11 +258,24 @@ def _save_random_model(hf_config: dict, tokenizer, dtype_name: str, seed: int, o
     except (ValueError, KeyError) as error:
         raise ConfigError(f"model.hf_config: transformers cannot build model_type "
                           f"{hf_config['model_type']!r}: {error}") from error
+    config.architectures = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(config.model_type, "")]
+    config.dtype = dtype_name
+    generation = GenerationConfig.from_model_config(config)
+    generation.eos_token_id = [eos_id, pad_id]
+    generation.pad_token_id = pad_id
+    generation.bos_token_id = pad_id
+    return config, generation
+
+
+def _save_random_model(config, generation, dtype_name: str, seed: int, out_dir: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from framework.core.dtypes import torch_dtype
+
     torch.manual_seed(seed)
     # Initialised in float32, then cast: torch's CPU normal_ in bfloat16 ran at ~20M values/s on a 16-core
     # GPU host (24.6 s of a 41 s Qwen2.5-0.5B build there; docs/benchmarks.md, issue 15, session 11).
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(torch_dtype(dtype_name))
-    model.generation_config.eos_token_id = [eos_id, pad_id]
-    model.generation_config.pad_token_id = pad_id
-    model.generation_config.bos_token_id = pad_id
+    model.generation_config = generation
     model.save_pretrained(out_dir)

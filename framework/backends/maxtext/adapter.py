@@ -62,7 +62,7 @@ class MaxTextAdapter(BackendAdapter):
         from framework.backends.maxtext.sharding import check_supported
         from framework.backends.maxtext.trainers.pipeline import check_off_policy
         from framework.data import check_data, data_spec
-        from framework.models.tiny import resolve_model_dir
+        from framework.models.source import start_model_source
 
         task = build(GRPOTask, cfg.grpo, "grpo")
         check_grpo_values(task)
@@ -72,9 +72,15 @@ class MaxTextAdapter(BackendAdapter):
         data = data_spec(cfg.data, "grpo")
         if data.source != "hub":
             check_data(data)  # files: before any model is built or downloaded
-        model_source = resolve_model_dir(to_plain(cfg.model), Path(self.cache_dir) / "models")
+        # the model's small files now (a hub download's; a random-init build's come while setup runs), its
+        # weights in the background: the trainer compiles meanwhile (trainers/startup.py)
+        model_source = start_model_source(to_plain(cfg.model), Path(self.cache_dir) / "models")
         if data.source == "hub":
-            check_data(data)  # after the model: offline, the model's one line names every way out first
+            try:
+                check_data(data)  # after the model: offline, the model's one line names every way out first
+            except BaseException:
+                model_source.close()
+                raise
         return GRPOConfig(
             task=task, data=data, model_name=cfg.model.name, model_source=model_source,
             hardware=to_plain(cfg.hardware), parallel=parallel,

@@ -5,8 +5,8 @@ are scanned, so each layer parameter is stacked on a leading "layers" axis) is
 `model.layers.<i>.self_attn.q_proj.weight`; kernels are the transposed HF weights, with the head
 dimensions split out (q_proj: [hidden, heads, head_dim], o_proj: [heads, head_dim, hidden]).
 Loading reads one parameter kind at a time (a layer parameter: that kind of every layer, stacked in
-one host array) and places it straight onto its shards, so the full model never sits on one device
-(nor in host memory at once).
+one host array) into host memory (read_hf_params: no device is touched), then places each array onto its
+shards (place_params), so the full model never sits on one device.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -102,10 +103,17 @@ def load_hf_params(model_dir_or_hub_id: str | Path, config: ModelConfig, mesh: M
     `dtype` (float32/bfloat16) defaults to config.param_dtype. Without a mesh, tensors go to the
     default device. Raises CheckpointError when a tensor is missing or has the wrong shape.
     """
+    return place_params(read_hf_params(model_dir_or_hub_id, config, dtype), config, mesh, rules)
+
+
+def read_hf_params(model_dir_or_hub_id: str | Path, config: ModelConfig, dtype: str | None = None,
+                   threads: int = 1) -> dict[str, Any]:
+    """The params as host (numpy) arrays in the Flax layout and `dtype`: the CPU half of load_hf_params (reads,
+    casts, transposes, stacks the layers), which touches no device (trainers/startup.py runs it during the
+    compiles). `threads`: parameter kinds read side by side (NumPy's copies and casts release the GIL; the
+    values are the same)."""
     checkpoint_dir = resolve_checkpoint_dir(model_dir_or_hub_id)
     target_dtype = _numpy_dtype(dtype or config.param_dtype)
-    rules = rules or DEFAULT_RULES
-    boxed = abstract_params(Transformer(config))
     reader = _SafetensorsReader(checkpoint_dir)
 
     def read(path: tuple[str, ...], shape: tuple[int, ...], names: tuple, layer: int | None) -> np.ndarray:
@@ -117,19 +125,37 @@ def load_hf_params(model_dir_or_hub_id: str | Path, config: ModelConfig, mesh: M
                                   f"the model config needs {expected}")
         return hf_to_flax(tensor, path, shape).astype(target_dtype, copy=False)
 
-    def load(path: tuple[str, ...], box: nn.LogicallyPartitioned) -> jax.Array:
+    def load(path: tuple[str, ...], box: nn.LogicallyPartitioned) -> np.ndarray:
         layers, shape, names = per_layer(path, box)
         if layers is None:
-            array = np.ascontiguousarray(read(path, shape, names, None))
-        else:  # one parameter kind of every layer at a time, filled in place (one copy on the host)
-            array = np.empty((layers, *shape), target_dtype)
-            for i in range(layers):
-                array[i] = read(path, shape, names, i)
+            return np.ascontiguousarray(read(path, shape, names, None))
+        array = np.empty((layers, *shape), target_dtype)  # one parameter kind of every layer, filled in place
+        for i in range(layers):
+            array[i] = read(path, shape, names, i)
+        return array
+
+    boxed = abstract_params(Transformer(config))
+    if threads <= 1:
+        return _map_with_path(load, boxed)
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="read-weights") as pool:
+        futures = _map_with_path(lambda path, box: pool.submit(load, path, box), boxed)
+    return jax.tree.map(lambda future: future.result(), futures)
+
+
+def place_params(host: dict[str, Any], config: ModelConfig, mesh: Mesh | None = None,
+                 rules: LogicalRules | None = None) -> dict[str, Any]:
+    """Host params onto the devices, each by the partition rules (without a mesh: the default device). Each host
+    array is dropped from `host` once placed, so the host holds at most the model once."""
+    rules = rules or DEFAULT_RULES
+
+    def place(path: tuple[str, ...], box: nn.LogicallyPartitioned) -> jax.Array:
+        parent = _get_path(host, path[:-1])
+        array = parent.pop(path[-1])
         if mesh is None:
             return jax.device_put(array)
         return jax.device_put(array, named_sharding(mesh, rules, box.names, array.shape))
 
-    return _map_with_path(load, boxed)
+    return _map_with_path(place, abstract_params(Transformer(config)))
 
 
 def save_hf_checkpoint(params: dict[str, Any], config: ModelConfig, tokenizer_dir_or_obj: Any,

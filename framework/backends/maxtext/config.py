@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from framework.core.errors import ConfigError
 from framework.core.parallel import ParallelConfig
@@ -35,7 +36,7 @@ class GRPOConfig:
     task: GRPOTask
     data: MathSpec
     model_name: str
-    model_source: str  # a local HF directory
+    model_source: Any  # framework.models.source.ModelSource: the small files first, the weights in the background
     hardware: dict  # the hardware group (name, accelerator, peak rates, ...)
     parallel: ParallelConfig  # the run's layout (unresolved: -1 kept); sharding.mesh_shape maps it to the mesh
     logical_axis_rules: dict  # overrides of sharding.DEFAULT_RULES

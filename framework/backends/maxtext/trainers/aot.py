@@ -2,16 +2,17 @@
 
 The first step used to trace, lower and compile the rollout's sampling program and the update's programs one
 after the other, after the weights had loaded. Compiling needs only shapes, dtypes and shardings, so init
-starts these compiles as soon as the architecture and the update plan are known: they run while the weights
-load and the optimizer state initialises, and side by side (XLA's compile releases the GIL). A step then
+starts these compiles as soon as the architecture and the update plan are known: they run while the model is
+built or downloaded, the tokenizer loads and the weights are read, and side by side (XLA's compile releases the
+GIL). A step then
 calls the compiled executables directly (`Precompiled`): nothing is traced or compiled again. A call whose
 arguments do not match the executable (e.g. evaluation's batch size) goes through the plain `jax.jit`.
 
-No device buffer is allocated while XLA autotunes in the background: init starts the compiles after the
-weights, the optimizer state and a resumed checkpoint are on the devices, and the first step waits for all
-of them (`wait_all`) before it touches a device. On an H100 (2026-11-27), weights loaded beside the
+No device buffer is allocated while XLA autotunes in the background: init starts the compiles before anything
+lasting is on the devices, reads the weights into host memory meanwhile, and places them only once every
+compile has ended (`wait_all`; trainers/startup.py). On an H100 (2026-11-27), weights placed beside the
 autotuner's scratch buffers fragmented the allocator's pool so that the update's one 52 GiB temporary no
-longer fit: what is left to overlap is the two compiles with each other and with the preflight.
+longer fit.
 """
 
 from __future__ import annotations
@@ -128,62 +129,100 @@ class Precompiled:
         return self.jitted(*args, **kwargs)
 
 
-def start_first_step(update: Any, sampler: Any, placement: Any, shapes: Any, shardings: Any, task: Any,
-                     sampling: Any, rng: Any) -> AheadOfTime:
-    """Compile the programs of one GRPO step for the shapes the step will give them, two at a time (the
-    rollout's and the update's side by side), and make the sampler and the update call the executables: the
-    rollout's sampling program (statics model and sampling) and the update's programs.
+def start_first_step(update: Any, placement: Any, boxed: Any, shardings: Any, task: Any,
+                     sampling: Any) -> AheadOfTime:
+    """Start compiling the programs of one GRPO step for the shapes the step will give them, two at a time:
+    the update's gradient accumulation (the largest) and the rollout's sampling program (the longest; statics:
+    the sampler's model, as Sampler clones the update's onto the rollout mesh, and sampling), then the small ones.
+    None needs the tokenizer: the EOS ids (padded to the sampler's EOS slots) and the pad id are arguments, so
+    init waits for the tokenizer after this; `finish_first_step` then submits what needs the step's scalars and
+    makes the sampler and the update call the executables.
 
-    shapes, shardings: the update's params as abstract arrays and their shardings. Every other shape follows
+    boxed, shardings: the update's params as abstract (boxed) arrays and their shardings. Every other shape follows
     from the task: prompts are left-padded to exactly max_prompt_tokens, completions to max_new_tokens
     (trainers/rollout.py).
     """
     import jax
     import jax.numpy as jnp
-    import numpy as np
+
+    from framework.backends.maxtext.trainers.update import forward_inputs
 
     aot = AheadOfTime(workers=2)
-    params = jax.tree.map(lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
-                          shapes, shardings)
+    from flax import linen as nn
 
-    from framework.backends.maxtext.sharding import DEFAULT_RULES, named_sharding
-    from framework.backends.maxtext.trainers.update import BATCH_AXES, forward_inputs
-
-    def array(shape: tuple, dtype: Any, mesh: Any, rules: Any) -> jax.ShapeDtypeStruct:
-        sharding = named_sharding(mesh, rules or DEFAULT_RULES, BATCH_AXES[:len(shape)], shape)
-        return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
-
+    aot.params = params = jax.tree.map(
+        lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), nn.unbox(boxed), shardings)
     prompt, new = task.max_prompt_tokens, task.max_new_tokens
-    policy = params if placement.same_as_update else jax.tree.map(
-        lambda p, s: jax.ShapeDtypeStruct(p.shape, _rollout_dtype(p.dtype, sampler.model), sharding=s),
-        params, placement.shardings)
-    ids = array((task.prompts_per_step, prompt), jnp.int32, sampler.mesh, sampler.rules)
-    aot.submit("rollout", sampler.program, sampler.model, policy, ids, ids, jax.eval_shape(lambda: rng),
-               sampler.eos_array(), np.int32(sampler.pad_token_id), sampling=sampling,
-               with_log_probs=sampler.behaviour_log_probs, static=(0, "sampling", "with_log_probs"))
-
     rows, mesh, rules = task.micro_batch_size, update.mesh, update.rules
-    batch = {"input_ids": array((rows, prompt + new), jnp.int32, mesh, rules),
-             "attention_mask": array((rows, prompt + new), jnp.int32, mesh, rules),
-             "completion_mask": array((rows, new), jnp.float32, mesh, rules),
-             "advantages": array((rows,), jnp.float32, mesh, rules)}
+    batch = {"input_ids": _array((rows, prompt + new), jnp.int32, mesh, rules),
+             "attention_mask": _array((rows, prompt + new), jnp.int32, mesh, rules),
+             "completion_mask": _array((rows, new), jnp.float32, mesh, rules),
+             "advantages": _array((rows,), jnp.float32, mesh, rules)}
     behaviour = task.rollout_lag > 0  # off-policy: old log-probs come from the sampler (trainers/pipeline.py)
-    if (task.ppo_epochs > 1 and not behaviour) or task.beta > 0:  # old/reference log-probs before the update
-        aot.submit("log_probs", update.log_probs, params, forward_inputs(batch))
+    log_probs_batch = forward_inputs(batch)
     if task.ppo_epochs > 1 or behaviour:
-        batch["old_log_probs"] = array((rows, new), jnp.float32, mesh, rules)
+        batch["old_log_probs"] = _array((rows, new), jnp.float32, mesh, rules)
     if task.beta > 0:
-        batch["ref_log_probs"] = array((rows, new), jnp.float32, mesh, rules)
+        batch["ref_log_probs"] = _array((rows, new), jnp.float32, mesh, rules)
     scalar = jax.ShapeDtypeStruct((), jnp.float32)
+    aot.submit("accumulate", update.accumulate, params, params, batch, scalar, scalar)
+    _submit_rollout(aot, update.model.clone(mesh=placement.mesh, rules=update.rules), placement, update.rules, task,
+                    sampling)
+    aot.submit("zero_grads", update.zero_grads, params)
+    if (task.ppo_epochs > 1 and not behaviour) or task.beta > 0:  # old/reference log-probs before the update
+        aot.submit("log_probs", update.log_probs, params, log_probs_batch)
+    return aot
+
+
+def _submit_rollout(aot: AheadOfTime, model: Any, placement: Any, rules: Any, task: Any, sampling: Any) -> None:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from framework.backends.maxtext.sampler import _EOS_SLOTS, _generate
+
+    params = aot.params
+    policy = params if placement.same_as_update else jax.tree.map(
+        lambda p, s: jax.ShapeDtypeStruct(p.shape, _rollout_dtype(p.dtype, model), sharding=s),
+        params, placement.shardings)
+    ids = _array((task.prompts_per_step, task.max_prompt_tokens), jnp.int32, placement.mesh, rules)
+    rng = jax.eval_shape(lambda: jax.random.split(jax.random.key(0))[1])  # a key's shape: nothing on a device
+    eos = jax.ShapeDtypeStruct((_EOS_SLOTS,), jnp.int32)  # up to _EOS_SLOTS ids (more: through jax.jit)
+    aot.submit("rollout", _generate, model, policy, ids, ids, rng, eos, np.int32(0), sampling=sampling,
+               with_log_probs=task.rollout_lag > 0, static=(0, "sampling", "with_log_probs"))
+
+
+def finish_first_step(aot: AheadOfTime | None, update: Any, sampler: Any, scalars: Any) -> None:
+    """The rest of start_first_step (none without it): the optimizer step and state initialisation (init runs
+    it once the weights are placed), the step's scalars (trainers/startup.py); then every wrap."""
+    import jax
+    import jax.numpy as jnp
+
+    if aot is None:
+        return
+    params = aot.params
     opt_state = jax.tree.map(lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
                              jax.eval_shape(update.optimizer.init, params), update.opt_state_shardings)
-    aot.submit("zero_grads", update.zero_grads, params)
-    aot.submit("accumulate", update.accumulate, params, params, batch, scalar, scalar)
     aot.submit("apply", update.apply, params, opt_state, params)
+    aot.submit("init_opt_state", update.init_opt_state, params)
+    aot.submit("split_key", scalars.split, jax.eval_shape(lambda: jax.random.key(0)))
+    aot.submit("learning_rate", scalars.learning_rate, jax.ShapeDtypeStruct((), jnp.int32))
+    scalars.split, scalars.learning_rate = aot.wrap("split_key", scalars.split), aot.wrap("learning_rate",
+                                                                                          scalars.learning_rate)
     sampler.program = aot.wrap("rollout", sampler.program)
-    for name in ("zero_grads", "accumulate", "apply", "log_probs"):
+    for name in ("zero_grads", "accumulate", "apply", "log_probs", "init_opt_state"):
         setattr(update, name, aot.wrap(name, getattr(update, name)))
-    return aot
+
+
+def _array(shape: tuple, dtype: Any, mesh: Any, rules: Any) -> Any:
+    """A batch array's abstract value, sharded as the step shards it."""
+    import jax
+
+    from framework.backends.maxtext.sharding import DEFAULT_RULES, named_sharding
+    from framework.backends.maxtext.trainers.update import BATCH_AXES
+
+    sharding = named_sharding(mesh, rules or DEFAULT_RULES, BATCH_AXES[:len(shape)], shape)
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
 
 
 def _rollout_dtype(dtype: Any, model: Any) -> Any:

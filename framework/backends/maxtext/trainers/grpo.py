@@ -27,25 +27,23 @@ import numpy as np
 from flax import linen as nn
 
 from framework.backends.maxtext.compile_clock import CompileClock
-from framework.backends.maxtext.checkpoint_io import load_hf_params, resolve_checkpoint_dir, save_hf_checkpoint
+from framework.backends.maxtext.checkpoint_io import save_hf_checkpoint
 from framework.backends.maxtext.config import GRPOConfig
 from framework.rl.advantages import compute_advantages
 from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params, kernel_platform
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
 from framework.backends.maxtext.sharding import (build_mesh, logical_axis_rules, param_shardings, rollout_parallel,
                                                 shardings_record, tree_bytes, usable_devices)
-from framework.backends.maxtext.trainers import aot, rollout
+from framework.backends.maxtext.trainers import aot, rollout, startup
 from framework.backends.maxtext.trainers.layout_search import choose_rollout_devices
 from framework.backends.maxtext.trainers.pipeline import OffPolicyRollouts, refuse_lag_change, split_devices
 from framework.backends.maxtext.trainers.checkpointing import (STATE_FILE, host_arrays, key_from_json, key_to_json,
                                                                read_state, write_arrays)
 from framework.data.math import load_split, system_prompt, train_examples
-from framework.models.tokenizer import load_tokenizer
 from framework.backends.maxtext.trainers.evaluation import evaluate
 from framework.backends.maxtext.trainers.preflight import (pick_update_plan, predict_step, preflight_warnings,
                                                              refuse_out_of_memory, rollout_tp_for)
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
-from framework.core.checkpoint import CheckpointPolicy
 from framework.core.errors import ConfigError, CrucibleError
 from framework.core.records import write_atomic
 from framework.core.result import TrainingResult
@@ -65,8 +63,9 @@ class GRPOTrainer(BaseTrainer):
     # ---- lifecycle -----------------------------------------------------------------------------
 
     def setup(self) -> None:
-        """Devices and mesh, data, tokenizer: everything that can fail cheaply, before any weights load."""
+        """Devices and mesh, data, the model's config: everything that can fail cheaply, before any weights load."""
         task = self.config.task
+        self.startup = startup.Startup(self.config.model_source)  # config and tokenizer's thread, beside JAX's devices
         self.mesh = self._build_mesh()
         self.rules = logical_axis_rules(self.config.logical_axis_rules, "backend.adapter.logical_axis_rules")
         self.train_set = train_examples(self.config.data)
@@ -74,9 +73,8 @@ class GRPOTrainer(BaseTrainer):
             raise ConfigError(f"grpo.prompts_per_step: {task.prompts_per_step} is more than the "
                               f"{len(self.train_set)} training problems of data={self.config.data.name}")
         self.eval_set = load_split(self.config.data, "test", task.eval.num_examples) if self._evaluates else []
-        self.model_dir = resolve_checkpoint_dir(self.config.model_source)
-        self.tokenizer = load_tokenizer(self.model_dir)
-        self.encoder = rollout.PromptEncoder(self.tokenizer, system_prompt(self.config.data), task.max_prompt_tokens)
+        self.model_dir = self.startup.metadata()  # the model's small files: its weights may still come
+        self.tokenizer = self.startup.tokenizer()  # in setup: beside init's threads it starved on the GIL (H100 run 2)
 
     def init(self) -> None:
         """Model, params, optimizer, sampler, data order and RNG; restore the latest checkpoint when resuming."""
@@ -91,36 +89,38 @@ class GRPOTrainer(BaseTrainer):
         model = Transformer(self.model_config, self.mesh, self.rules)
         self.placement = self._rollout_placement(boxed)  # before any weights load: a bad layout fails fast
         self.schedule = learning_rate_schedule(task.optimizer, task.steps, task.ppo_epochs)
+        self.scalars = startup.StepScalars(self.schedule)
         optimizer = build_optimizer(task.optimizer, self.schedule)
         shardings = param_shardings(boxed, self.mesh, self.rules)
         self.update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed), shardings, self.mesh, self.rules)
+        self.prediction = self._preflight() if task.preflight else {}  # a refusal: before anything compiles
+        self.sampling = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,
+                                       top_k=task.top_k, top_p=task.top_p, num_samples=task.num_generations)
+        if self.config.aot_compile:  # from shapes, before anything lasting is on a device (trainers/startup.py)
+            self.aot = aot.start_first_step(self.update, self.placement, boxed, shardings, task, self.sampling)
+        self.startup.start_reading_weights(self.model_config)  # on the host, in a thread
+        self.encoder = rollout.PromptEncoder(self.tokenizer, system_prompt(self.config.data), task.max_prompt_tokens)
         self.sampler = Sampler(model, eos_token_ids=rollout.eos_token_ids(self.tokenizer, self.model_dir),
                                pad_token_id=self.tokenizer.pad_token_id, prompt_bucket=task.max_prompt_tokens,
                                mesh=self.placement.mesh, rules=self.rules, behaviour_log_probs=task.rollout_lag > 0)
-        self.sampling = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,
-                                       top_k=task.top_k, top_p=task.top_p, num_samples=task.num_generations)
-        # grpo.rollout_lag=1: the rollout one step ahead on its own devices (trainers/pipeline.py)
         self.off_policy = (OffPolicyRollouts(self.sampler, self.encoder, self.placement, self.sampling)
-                           if task.rollout_lag else None)
+                           if task.rollout_lag else None)  # lag 1: the rollout a step ahead (trainers/pipeline.py)
+        aot.finish_first_step(self.aot, self.update, self.sampler, self.scalars)
+        self.params = self.startup.load_weights(self.aot, self.model_config, self.mesh, self.rules)
         self.rng = jax.random.key(self.config.seed)
-        self.params = load_hf_params(self.model_dir, self.model_config, self.mesh, self.rules)
         self.ref_params = jax.tree.map(jnp.copy, self.params) if task.beta > 0 else None
         self.opt_state = self.update.init_opt_state(self.params)
         self.batches = ShuffledBatches(self.train_set, task.prompts_per_step, seed=self.config.seed)
         self.start_step = 0
-        checkpoint = task.checkpoint
-        self.policy = CheckpointPolicy(every=checkpoint.every, keep=checkpoint.keep, resume=checkpoint.resume)
+        self.policy = dataclasses.replace(task.checkpoint)  # a CheckpointPolicy of its own
         self.store = self.run.checkpoints(self.policy)  # the runtime refused a run dir this run may not resume
         self._restore_latest()
-        if self.config.aot_compile:  # after every lasting buffer is allocated (trainers/aot.py says why)
-            self.aot = aot.start_first_step(self.update, self.sampler, self.placement, nn.unbox(boxed), shardings,
-                                            task, self.sampling, jax.random.split(self.rng)[1])
         self.init_compile_s = self.compile_clock.take()  # step rows then hold only their own compiles
 
     def run_train(self) -> TrainingResult:
         task = self.config.task
         start = time.perf_counter()
-        summary = self._preflight() if task.preflight else {}
+        summary = dict(self.prediction)
         rows, step_times, done = {}, [], self.start_step
         steps = range(self.start_step + 1, task.steps + 1)
         with self.run.progress(steps, total=len(steps), desc="grpo", unit="step") as bar:
@@ -146,7 +146,7 @@ class GRPOTrainer(BaseTrainer):
                     "measured_step_s": _steady_state(step_times), "micro_batch_size": task.micro_batch_size,
                     "remat": self.model_config.remat,
                     "init_compile_time_s": self.init_compile_s, **self.layout_search}
-        summary |= self.aot.metrics() if self.aot is not None else {}
+        summary |= (self.aot.metrics() if self.aot is not None else {}) | self.startup.metrics()
         return TrainingResult(success=not interrupted, metrics=summary, wall_time_s=time.perf_counter() - start,
                               samples=(done - self.start_step) * task.rows_per_step, artifacts=artifacts,
                               warnings=preflight_warnings(summary), status="interrupted" if interrupted else "ok",
@@ -157,8 +157,6 @@ class GRPOTrainer(BaseTrainer):
     def _train_step(self, step: int) -> dict[str, float]:
         task = self.config.task
         started = time.perf_counter()
-        if self.aot is not None:  # no device work while the background compiles autotune (trainers/aot.py)
-            self.aot.wait_all()
         if self.off_policy is None:
             rollouts, truncated_prompts, timing = self._rollout_now()
         else:  # B_step, sampled one policy version ago while the previous update ran
@@ -181,7 +179,7 @@ class GRPOTrainer(BaseTrainer):
         metrics |= {
             "zero_std_group_fraction": rollout.zero_std_group_fraction(rewards, task.num_generations),
             "truncated_prompts": truncated_prompts,
-            "learning_rate": float(self.schedule((step - 1) * task.ppo_epochs)), **timing,
+            "learning_rate": float(self.scalars.learning_rate(np.int32((step - 1) * task.ppo_epochs))), **timing,
             "reward_time_s": scored - rolled_out, "update_time_s": done - scored,
             "step_time_s": time.perf_counter() - started,
             "compile_time_s": self.compile_clock.take(),  # JAX tracing + XLA compile during this step
@@ -193,7 +191,7 @@ class GRPOTrainer(BaseTrainer):
     def _draw(self) -> tuple[Any, jax.Array]:
         """The next step's problems and sampling key (the data order and RNG stream of every mode)."""
         examples = next(self.batches)
-        self.rng, rollout_rng = jax.random.split(self.rng)
+        self.rng, rollout_rng = self.scalars.split(self.rng)
         return examples, rollout_rng
 
     def _rollout_now(self) -> tuple[rollout.Rollouts, int, dict[str, float]]:
@@ -205,8 +203,8 @@ class GRPOTrainer(BaseTrainer):
         del policy  # the rollout copy of the weights: free before the update needs the memory
         return rollouts, truncated, {"reshard_time_s": reshard_s, "rollout_time_s": time.perf_counter() - resharded}
 
-    def cleanup(self) -> None:
-        for worker in (self.aot, getattr(self, "off_policy", None)):  # no thread outlives a run, a failing one included
+    def cleanup(self) -> None:  # no thread or model build outlives a run, a failing one included
+        for worker in (self.config.model_source, self.aot, getattr(self, "off_policy", None)):
             if worker is not None:
                 worker.close()
 

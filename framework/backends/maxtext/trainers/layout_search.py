@@ -157,13 +157,12 @@ def choose_rollout_devices(config: Any, total: int) -> tuple[ParallelConfig, dic
         return config.parallel, {}
     from flax import linen as nn
 
-    from framework.backends.maxtext.checkpoint_io import resolve_checkpoint_dir
     from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params
     from framework.backends.maxtext.sharding import tree_bytes
 
     task = config.task
-    model = ModelConfig.from_pretrained(resolve_checkpoint_dir(config.model_source), param_dtype=task.param_dtype,
-                                        dtype=task.compute_dtype)
+    model = ModelConfig.from_pretrained(config.model_source.metadata(), param_dtype=task.param_dtype,
+                                        dtype=task.compute_dtype)  # the model's config.json: no weights needed
     weight_bytes = tree_bytes(nn.unbox(abstract_params(Transformer(model))))
     chosen, candidates = search(model, weight_bytes, config.hardware, config.parallel, task, config.remat, total)
     for candidate in candidates:
