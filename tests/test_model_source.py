@@ -58,9 +58,27 @@ def test_a_bad_config_in_the_child_is_its_one_line_and_publishes_nothing(tmp_pat
     source = start_model_source(model_cfg(vocab_size=100), tmp_path)
     with pytest.raises(ConfigError, match=r"^model.hf_config.vocab_size: 100 is too small"):
         source.metadata()
+    with pytest.raises(ConfigError, match=r"^model.hf_config.vocab_size: 100 is too small"):
+        source.metadata()  # a second caller (setup and the layout search both ask) gets the same line
     with pytest.raises(ConfigError):
         source.weights()
     assert not [p for p in tmp_path.iterdir() if not p.name.startswith(".")]  # neither the model nor its metadata
+
+
+def test_a_model_another_run_published_meanwhile_serves_its_small_files(tmp_path):
+    """The source found no build, then a synchronous build (another backend's run) published the model without
+    a metadata directory: the children find it complete and say nothing; metadata() is the model directory."""
+    from framework.models.source import _TinyBuild
+
+    cfg = model_cfg()
+    out_dir = Path(resolve_model_dir(cfg, tmp_path))
+    assert not metadata_dir(out_dir).exists()
+    build = _TinyBuild("tiny_qwen2", cfg, out_dir, has_metadata=False)
+    try:
+        assert (build.source.metadata() / "config.json").is_file()
+        assert build.source.weights() == out_dir
+    finally:
+        build.stop()
 
 
 def test_a_killed_build_is_one_line_naming_the_model_and_never_published(tmp_path):

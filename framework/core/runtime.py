@@ -114,7 +114,7 @@ class Runtime:
             lock.release()
 
     def _run_locked(self, start: float, resumed_from: int | None) -> TrainingResult:
-        self.trainer, self.logger = None, None
+        self.trainer, self.logger, self.backend_config = None, None, None
         logging.raiseExceptions = False  # a full disk under run.log: no "--- Logging error ---" per line
         self.signals.install()
         try:
@@ -174,7 +174,7 @@ class Runtime:
         self.patches = PatchRunner(adapter.name, self.cfg.patches.enable, self.cfg.patches.disable)
         self._apply(Phase.PREPARE, adapter)
         adapter.prepare_backend(self.cfg)
-        backend_config = adapter.convert_config(self.cfg)
+        self.backend_config = backend_config = adapter.convert_config(self.cfg)
         if self.hardware_note:  # said once the input is known good: bad input stays one line
             log.info("%s", self.hardware_note)
         self._apply(Phase.CONVERT, adapter, backend_config=backend_config)
@@ -203,11 +203,14 @@ class Runtime:
         return result
 
     def _cleanup(self) -> None:
-        if self.trainer is not None:
+        # a backend config may hold background work (a model build); its trainer stops it, else it stops here
+        owner = self.trainer if self.trainer is not None else self.backend_config
+        stop = getattr(owner, "cleanup", None) or getattr(owner, "close", None)
+        if stop is not None:
             try:
-                self.trainer.cleanup()
+                stop()
             except Exception as exc:  # never hide the original error behind a cleanup error
-                log.warning("trainer.cleanup failed: %s", exc)
+                log.warning("cleanup failed: %s", exc)
         if self.logger is not None:
             self._best_effort(self.logger.close)
         report = self.patches.report() if self.patches else {"backend": None, "counts": {}, "patches": []}

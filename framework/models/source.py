@@ -51,6 +51,7 @@ class ModelSource:
         self.ready_s: float | None = None  # from the start to the weights being there
         self.waited_s = 0.0  # what metadata() and weights() blocked
         self._locks = {metadata: threading.Lock(), weights: threading.Lock()}  # callers in several threads
+        self._outcomes: dict[Callable, tuple[bool, Any]] = {}  # each asked once: later callers get the same
 
     @classmethod
     def ready(cls, name: str, directory: str | Path) -> "ModelSource":
@@ -71,7 +72,15 @@ class ModelSource:
         began = time.perf_counter()
         try:
             with self._locks[get]:
-                return get()
+                if get not in self._outcomes:
+                    try:
+                        self._outcomes[get] = (True, get())
+                    except BaseException as error:  # the same one line for every caller
+                        self._outcomes[get] = (False, error)
+                ok, outcome = self._outcomes[get]
+                if not ok:
+                    raise outcome
+                return outcome
         finally:
             self.waited_s += time.perf_counter() - began
 
@@ -153,9 +162,8 @@ class _TinyBuild:
             self.has_metadata = METADATA_LINE in self.fast.communicate()[0].splitlines()
         while not self.has_metadata:
             line = self.process.stdout.readline()
-            if not line:  # the child ended without publishing the metadata
-                self.weights()  # raises its error
-                break
+            if not line:  # the child ended without publishing the metadata: failed, or found the model built
+                return self.weights()  # raises its error; a complete model directory holds the small files too
             self.lines.append(line.strip())
             self.has_metadata = self.lines[-1] == METADATA_LINE
         return metadata_dir(self.out_dir)
@@ -173,8 +181,8 @@ class _TinyBuild:
         if failure:
             reason = f"{failure['type']}: {failure['message']}"
         else:  # killed, or died before it could say why
-            self.log.seek(0)
-            last = [line for line in self.log.read().splitlines() if line.strip()][-1:] or ["no output"]
+            text = "" if self.log.closed else (self.log.seek(0), self.log.read())[1]
+            last = [line for line in text.splitlines() if line.strip()][-1:] or ["no output"]
             reason = f"exit status {self.process.returncode}: {last[0][:300]}"
         return DataError(f"model {self.name!r}: building the random-init model in {self.out_dir} failed ({reason}); "
                          f"nothing was published there: fix the cause and rerun, or set model.path to a local "

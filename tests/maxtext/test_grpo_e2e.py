@@ -82,7 +82,8 @@ def test_patch_report_says_what_applied_and_why_others_did_not(run_dir):
 
 @pytest.mark.slow
 def test_model_build_and_compiled_programs_land_in_the_cache_dir(run_dir, cache_dir):
-    assert [p.name.split("-")[0] for p in (cache_dir / "models").iterdir()] == ["tiny_qwen2"]
+    built = sorted(p.name for p in (cache_dir / "models").iterdir())  # the model, then its small files apart
+    assert [name.split("-")[0] for name in built] == ["tiny_qwen2"] * 2 and built[1] == built[0] + ".metadata"
     compiled = {p.name.split("-")[0] for p in (cache_dir / "jax").iterdir()}  # the compilation_cache patch
     # only programs compiling longer than COMPILE_CACHE_MIN_SECONDS are kept, which depends on the machine's
     # speed; the sampler's decode loop takes seconds everywhere

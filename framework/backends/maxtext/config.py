@@ -46,3 +46,7 @@ class GRPOConfig:
     attention: str  # auto | models.config.ATTENTION_KERNELS
     decode_attention: str  # auto | DECODE_KERNELS
     aot_compile: bool  # compile the first step's programs in background threads during init
+
+    def close(self) -> None:
+        """Stop the model build still running when the run fails before its trainer exists (the runtime)."""
+        self.model_source.close()
