@@ -185,3 +185,19 @@ def test_require_modules_names_the_missing_packages_and_the_extra():
     require_modules("sim", {"json": "json"}, "dev")  # installed: no error
     with pytest.raises(BackendError, match=r"backend=x needs no-such-pkg: pip install -e '\.\[extra\]'"):
         require_modules("x", {"json": "json", "no_such_pkg.sub": "no-such-pkg"}, "extra")
+
+
+def test_a_backend_configs_background_work_is_closed_when_the_run_fails_before_its_trainer(tmp_path, monkeypatch):
+    """convert_config may start work (maxtext: the model build); with no trainer to clean up, the runtime closes it."""
+    class Closable(dict):
+        def close(self):
+            recording_backend.CALLS.append("config.close")
+
+    def no_trainer(self, task_name):
+        raise RuntimeError("boom before the trainer")
+
+    monkeypatch.setattr(recording_backend.RecordingAdapter, "convert_config", lambda self, cfg: Closable(fail_in=""))
+    monkeypatch.setattr(recording_backend.RecordingAdapter, "load_trainer_class", no_trainer)
+    result = Runtime(recording_cfg(), tmp_path, []).run()
+    assert not result.success and "boom before the trainer" in result.error
+    assert recording_backend.CALLS[-1] == "config.close"
