@@ -35,7 +35,9 @@ class BackendAdapter(ABC):
 
     @abstractmethod
     def convert_config(self, cfg: DictConfig) -> Any:
-        """Turn the composed config into what this backend's trainer takes (a typed object)."""
+        """Turn the composed config into what this backend's trainer takes (a typed object). If it starts work in
+        the background (maxtext: the model build), it has a `close()` that stops it: the trainer's cleanup calls
+        it, and the runtime does when the run fails before the trainer exists."""
 
     def detect_versions(self) -> dict[str, str | None]:
         """{distribution: installed version or None} for each of `libraries` (no library is imported)."""
