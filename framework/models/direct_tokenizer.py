@@ -67,7 +67,7 @@ class TokenizerFiles:
         return (self.directory / name).exists()
 
     def added_tokens(self) -> dict[int, AddedToken]:
-        """tokenizer_config.json's added_tokens_decoder, else (without the legacy files) tokenizer.json's added tokens."""
+        """tokenizer_config.json's added_tokens_decoder, else (no legacy files) tokenizer.json's added tokens."""
         if "added_tokens_decoder" in self.config:
             return {int(i): AddedToken(**token) for i, token in self.config["added_tokens_decoder"].items()}
         return {token["id"]: AddedToken(**{k: v for k, v in token.items() if k != "id"})

@@ -79,9 +79,9 @@ print(sorted({{"transformers", "torch", "huggingface_hub"}} & set(sys.modules)))
 @pytest.mark.slow
 def test_a_grpo_run_imports_neither_transformers_nor_torch(tmp_path):
     code = RUN_AND_LIST_IMPORTS.format(root=str(REPO_ROOT))
-    done = subprocess.run([sys.executable, "-c", code, *RUN, "grpo.checkpoint.every=0", f"hydra.run.dir={tmp_path / 'run'}"],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "CRUCIBLE_CACHE": str(tmp_path / "cache")})
+    args = [*RUN, "grpo.checkpoint.every=0", f"hydra.run.dir={tmp_path / 'run'}"]
+    done = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "CRUCIBLE_CACHE": str(tmp_path / "cache")})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
