@@ -1,30 +1,37 @@
-"""A model directory's tokenizer, loaded without importing torch where that gives AutoTokenizer's tokenizer.
+"""A model directory's tokenizer for the maxtext backend, without importing transformers where that gives the same
+tokenizer.
 
-transformers' AutoTokenizer reads the model's configuration classes, and with them torch (2-3 s on the
-dev CPU; a GRPO run's trainer setup took 11.4 s with it on an H100, 4.2 s without on an H200). For the
-classes in DIRECT the class tokenizer_config.json names is the one AutoTokenizer returns (or, for the generic ones, reads the same tokenizer.json to the same
-ids), so a backend that does not run torch (maxtext) loads it directly. Any other class goes through
-AutoTokenizer, which overrides some names (a LlamaTokenizerFast over a byte-level tokenizer.json loads as
-the generic backend; some model types get their registered class).
+`DirectTokenizer` (framework/models/direct_tokenizer.py) rebuilds, from tokenizer.json and tokenizer_config.json
+with `tokenizers` and jinja2, what `<tokenizer_class>.from_pretrained` returns for the classes it covers: importing
+transformers (0.5 s on the dev CPU, most of a GRPO run's 4.7 s tokenizer wait on an H100 host) is then skipped.
+Whatever `direct_tokenizer.refusal` names goes through transformers as before: the class tokenizer_config.json
+names for the generic and Qwen2 classes (torch is not imported), AutoTokenizer for any other (it overrides some
+names: a LlamaTokenizerFast over a byte-level tokenizer.json loads as the generic backend).
 """
 
 from __future__ import annotations
 
-import json
+import logging
 from pathlib import Path
 from typing import Any
 
-DIRECT = ("Qwen2Tokenizer", "TokenizersBackend", "PreTrainedTokenizerFast")
+from framework.models.direct_tokenizer import DIRECT_CLASSES, DirectTokenizer, TokenizerFiles, refusal
+
+log = logging.getLogger(__name__)
 
 
 def load_tokenizer(model_dir: str | Path) -> Any:
+    files = TokenizerFiles(model_dir)
+    reason = refusal(files)
+    if reason is None:
+        return DirectTokenizer(files)
+    log.info("tokenizer: transformers loads %s (%s)", model_dir, reason)
+    return transformers_tokenizer(model_dir, files.tokenizer_class)
+
+
+def transformers_tokenizer(model_dir: str | Path, tokenizer_class: str | None) -> Any:
     import transformers
 
-    config = Path(model_dir) / "tokenizer_config.json"
-    try:
-        name = json.loads(config.read_text()).get("tokenizer_class")
-    except (OSError, ValueError, AttributeError):
-        name = None
-    if name not in DIRECT:
+    if tokenizer_class not in DIRECT_CLASSES:
         return transformers.AutoTokenizer.from_pretrained(model_dir)
-    return getattr(transformers, name).from_pretrained(model_dir)
+    return getattr(transformers, tokenizer_class).from_pretrained(model_dir)

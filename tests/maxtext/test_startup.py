@@ -5,12 +5,16 @@ background compile has ended (XLA autotunes with nothing lasting on the device; 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import yaml
 
+from framework.core.errors import ConfigError
 from framework.core.loggers import read_metrics
-from framework.core.paths import CONF_DIR
+from framework.core.paths import CONF_DIR, REPO_ROOT
 from framework.models.tiny import resolve_model_dir
 from tests.conftest import run_cli
 
@@ -58,3 +62,40 @@ def test_a_failing_background_build_is_one_line_and_a_non_zero_exit_with_nothing
     assert "Traceback" not in proc.stderr
     models = tmp_path / "cache" / "models"
     assert not [p.name for p in models.iterdir()] if models.exists() else True  # no model, metadata or staging
+
+
+# run.py in this process, then the heavy modules it imported (the tiny model's build runs in a child of its own)
+RUN_AND_LIST_IMPORTS = """import runpy, sys
+sys.path.insert(0, {root!r})
+sys.argv = ["run.py", *sys.argv[1:]]
+try:
+    runpy.run_path("run.py", run_name="__main__")
+except SystemExit as stop:
+    assert not stop.code, stop.code
+print(sorted({{"transformers", "torch", "huggingface_hub"}} & set(sys.modules)))
+"""
+
+
+@pytest.mark.slow
+def test_a_grpo_run_imports_neither_transformers_nor_torch(tmp_path):
+    code = RUN_AND_LIST_IMPORTS.format(root=str(REPO_ROOT))
+    args = [*RUN, "grpo.checkpoint.every=0", f"hydra.run.dir={tmp_path / 'run'}"]
+    done = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "CRUCIBLE_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_eos_ids_are_the_tokenizers_and_generation_config_jsons(tmp_path):
+    from framework.backends.maxtext.trainers.rollout import eos_token_ids
+
+    class Tokenizer:
+        eos_token_id = 2
+
+    assert eos_token_ids(Tokenizer, tmp_path) == [2]  # no generation_config.json
+    for configured, expected in (([2, 0], [0, 2]), (5, [2, 5]), (None, [2])):
+        (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": configured}))
+        assert eos_token_ids(Tokenizer, tmp_path) == expected
+    (tmp_path / "generation_config.json").write_text("[1]")
+    with pytest.raises(ConfigError, match="generation_config.json: not a JSON object"):
+        eos_token_ids(Tokenizer, tmp_path)

@@ -11,7 +11,9 @@ policy to tensor-parallel inference.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
+from pathlib import Path
 from typing import Any, Sequence
 
 import jax
@@ -21,6 +23,7 @@ from jax.sharding import Mesh
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
 from framework.backends.maxtext.sharding import ROLLOUT_KEY, LogicalRules, build_mesh, param_shardings, resharder
 from framework.backends.maxtext.trainers.preflight import reshard_bytes_per_device, rollout_weight_bytes
+from framework.core.errors import ConfigError
 from framework.core.parallel import ParallelConfig
 from framework.data.gsm8k import MathExample
 from framework.data.prompts import render_prompts
@@ -125,14 +128,14 @@ def assemble(out: Any, encoder: PromptEncoder, eos_token_ids: Sequence[int], ref
 
 
 def eos_token_ids(tokenizer: Any, model_dir: Any) -> list[int]:
-    """The tokenizer's EOS plus generation_config.json's (Qwen ends turns with <|im_end|> or <|endoftext|>)."""
-    from transformers import GenerationConfig
-
+    """The tokenizer's EOS plus generation_config.json's (Qwen ends turns with <|im_end|> or <|endoftext|>), read
+    as GenerationConfig.from_pretrained reads the field, without importing transformers."""
     ids = {tokenizer.eos_token_id}
+    path = Path(model_dir) / "generation_config.json"
     try:
-        configured = GenerationConfig.from_pretrained(model_dir).eos_token_id
-    except OSError:  # no generation_config.json
-        configured = None
+        configured = json.loads(path.read_text()).get("eos_token_id") if path.is_file() else None
+    except (ValueError, AttributeError) as error:
+        raise ConfigError(f"{path}: not a JSON object ({error})") from None
     ids |= set(configured if isinstance(configured, list) else [configured])
     return sorted(i for i in ids if i is not None)
 

@@ -90,9 +90,9 @@ class Startup:
         threading.Thread(target=self._load_tokenizer, name="tokenizer", daemon=True).start()
 
     def _load_tokenizer(self) -> None:
-        """The thread: the model's small files (the main thread's too), then the tokenizer, its transformers
-        import included, while the main thread initialises JAX's devices, plans and compiles. A failure is raised
-        where the result is asked for."""
+        """The thread: the model's small files (the main thread's too), then the tokenizer (without importing
+        transformers where framework/models/direct_tokenizer.py reproduces it), while the main thread initialises
+        JAX's devices, plans and compiles. A failure is raised where the result is asked for."""
         from framework.models.tokenizer import load_tokenizer
 
         try:
