@@ -50,6 +50,16 @@ class ScannedUpdate:
 
 
 @dataclass(frozen=True)
+class ShardedForward:
+    """How a stack gathers weights sharded on the data-parallel axis for a forward pass (an FSDP rollout,
+    sims/sharded_forward.py), as its compiled program shows (sims/stacks.yaml `sharded_forward`): the gathers
+    of consecutive weight arrays combined into calls of at most combine_bytes gathered."""
+
+    combine_bytes: int
+    measured: str
+
+
+@dataclass(frozen=True)
 class Stack:
     name: str
     description: str
@@ -61,6 +71,7 @@ class Stack:
     borrowed_ops: tuple[tuple[str, str], ...]  # (op, stack whose table times it)
     host_dispatch: HostDispatch | None  # None: the host never sets the pace (not measured, or CUDA graphs)
     scanned_update: ScannedUpdate | None  # None: layers run unrolled (no stacked buffers to copy through)
+    sharded_forward: ShardedForward | None  # None: the stack never decodes on fsdp-sharded weights
 
 
 @lru_cache(maxsize=1)
@@ -75,7 +86,8 @@ def stacks() -> dict[str, Stack]:
         parsed[name] = Stack(name, record["description"], tuple(record["backends"]), merge,
                              tuple(record["fused_away"]), record["residual_add"], record["table"],
                              tuple(record["borrowed_ops"].items()), _host_dispatch(name, record["host_dispatch"]),
-                             _scanned_update(name, record["scanned_update"]))
+                             _scanned_update(name, record["scanned_update"]),
+                             _sharded_forward(name, record["sharded_forward"]))
     for spec in parsed.values():
         for key, named in (("table", spec.table), *((f"borrowed_ops.{op}", donor) for op, donor in spec.borrowed_ops)):
             if named not in parsed:
@@ -99,6 +111,15 @@ def _scanned_update(name: str, record: dict | None) -> ScannedUpdate | None:
     if set(record) != fields:
         raise ConfigError(f"{STACKS_FILE}: {name}.scanned_update has {sorted(record)}; valid: {sorted(fields)}")
     return ScannedUpdate(float(record["saved_byte_passes"]), float(record["layer_us"]), str(record["measured"]))
+
+
+def _sharded_forward(name: str, record: dict | None) -> ShardedForward | None:
+    if record is None:
+        return None
+    fields = set(ShardedForward.__dataclass_fields__)
+    if set(record) != fields:
+        raise ConfigError(f"{STACKS_FILE}: {name}.sharded_forward has {sorted(record)}; valid: {sorted(fields)}")
+    return ShardedForward(int(record["combine_bytes"]), str(record["measured"]))
 
 
 def stack(name: str) -> Stack:

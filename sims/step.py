@@ -9,7 +9,8 @@ recompute adds a forward of every decoder-layer op (not of the op types the laye
 also the loss over the vocabulary (forward + backward, on the last stage) and the weight gradients'
 accumulation into fp32 main grads (every stage), a scanned stack's copies and fsdp's weight gathers and
 gradient scatters (sims/scan_update.py); per step the dp gradient sync and the optimizer (Adam +
-clipping). Nothing overlaps. An eager stack with a measured host_dispatch (sims/stacks.yaml) makes a
+clipping). Inference on fsdp-sharded weights (an FSDP rollout) gathers them every forward pass
+(sims/sharded_forward.py). Nothing overlaps. An eager stack with a measured host_dispatch (sims/stacks.yaml) makes a
 training micro-batch last at least as long as its host takes to launch it.
 """
 
@@ -38,6 +39,7 @@ from sims.memory import local_params
 from sims.op_columns import columns, work_coefficients
 from sims.partition import expert_data_parallel, stage_layer_bounds, stage_split
 from sims.scan_update import fsdp_rows, saved_layer_bytes, scan_rows
+from sims.sharded_forward import sharded_forward_rows
 from sims.stacks import DEFAULT_STACK, stack
 from sims.vector_cost import Costs, costs_for
 from sims.workload import Layout, Workload
@@ -144,6 +146,9 @@ def _cost_stages(graph: ComputationalGraph, ctx: Context, costs: Costs) -> Stage
         per_stage_rows = [rows + ((("host_dispatch_wait", "idle", 1, 0.0, 0.0, wait, "host"),) if wait else ())
                           for rows, wait in zip(per_stage_rows, waits)]
         stage_s = [t + wait for t, wait in zip(stage_s, waits)]
+    elif w.shard_weights:  # a forward pass on fsdp-sharded weights gathers them first (an FSDP rollout)
+        per_stage_rows = sharded_forward_rows(graph, ctx)
+        stage_s = [t + sum(row[5] for row in rows) for t, rows in zip(stage_s, per_stage_rows)]
     slowest = max(range(pp), key=stage_s.__getitem__)
     return StageOps(stage_s, slowest, costs, passes, time_multipliers, counts[slowest], per_stage_rows[slowest])
 

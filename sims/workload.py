@@ -61,7 +61,8 @@ class Workload:
     once). loss_len: the last positions of each sequence the loss takes logits of (train; GRPO: the
     completion; None = every position). zero: optimizer states sharded over dp (Megatron distributed optimizer / ZeRO-1).
     shard_weights: the weights too are sharded over dp (fsdp, ZeRO-3): gathered and their gradients
-    reduce-scattered every micro-batch (sims/scan_update.py); needs zero."""
+    reduce-scattered every micro-batch (sims/scan_update.py; train needs zero); in prefill and decode (an
+    FSDP rollout) gathered every forward pass, every decode step (sims/sharded_forward.py)."""
 
     mode: str
     batch: int
@@ -165,7 +166,7 @@ def _parse_workload(workload: Mapping) -> Workload:
         if not isinstance(w[key], bool):
             raise ConfigError(f"workload.{key} is {w[key]!r}; expected true or false")
     w["recompute_keeps"] = _recompute_keeps(w["recompute_keeps"], w["recompute"])
-    if w["shard_weights"] and not w["zero"]:
+    if w["shard_weights"] and not w["zero"] and w["mode"] == "train":
         raise ConfigError("workload.shard_weights needs zero: true (sharded weights shard their optimizer states too)")
     return Workload(**w)
 

@@ -106,6 +106,19 @@ def test_auto_counts_the_reference_model_on_the_update_devices():
         assert c.memory_gb > c.prediction["preflight_update_memory_gb"]
 
 
+def test_a_rollout_on_an_fsdp_mesh_is_predicted_slower_than_replicas_on_the_same_devices():
+    """2 of 4 devices decode: fsdp=2 gathers the weights every decode step (sims/sharded_forward.py), dp=2 does not."""
+    from framework.backends.maxtext.trainers.layout_search import predict
+
+    model, weights, hardware, parallel, task = _setting()
+    on = {name: predict(model, weights, hardware, parallel, task, "minimal", 2,
+                        ParallelConfig(dp=3 - fsdp, fsdp=fsdp, tp=1, pp=1, ep=1, cp=1), 4)
+          for name, fsdp in (("fsdp", 2), ("replicas", 1))}
+    assert on["fsdp"].rollout_s > 1.5 * on["replicas"].rollout_s
+    assert on["fsdp"].step_s > on["replicas"].step_s
+    assert on["fsdp"].update_s == pytest.approx(on["replicas"].update_s)
+
+
 def test_predict_step_stages_the_rollouts_whole_share_with_equal_device_counts():
     """2 | 2: the update devices lay out the rollout's share (each rollout replica's whole copy) before the
     device-to-device copy; 1 | 2 would stage only the update's own cast shard."""

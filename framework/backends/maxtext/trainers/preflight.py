@@ -1,9 +1,9 @@
 """Preflight: the simulator's (sims.api.simulate) prediction of one GRPO step, before training.
 
 A GRPO step is simulated as its phases: the prompts' prefill, max_new_tokens decode steps of the
-whole group batch (at the average context), the extra forward passes (old log-probs when
-ppo_epochs > 1, reference log-probs when beta > 0) and ppo_epochs x (batch / micro-batch)
-training micro-steps. The simulator reads the run's own `parallel` node (sims.workload.layout_from_parallel:
+whole group batch (at the average context; on an fsdp rollout mesh each one all-gathers the weights,
+sims/sharded_forward.py), the extra forward passes (old log-probs when ppo_epochs > 1, reference
+log-probs when beta > 0) and ppo_epochs x (batch / micro-batch) training micro-steps. The simulator reads the run's own `parallel` node (sims.workload.layout_from_parallel:
 dp x fsdp replicas, fsdp shards the optimizer state), so the prediction is of the very layout that runs:
 prefill and decode in the rollout layout (`parallel.rollout`), the rest in the update layout, plus the
 resharding of the weights between them, costed as bytes / link bandwidth of the hardware file (not by
@@ -42,22 +42,26 @@ def train_workload(task: GRPOTask, micro_batch: int, zero: bool, remat: str) -> 
             **REMAT_WORKLOADS[remat]}
 
 
-def grpo_phases(task: GRPOTask, zero: bool, remat: str = "none") -> list[tuple[str, dict, int]]:
+def grpo_phases(task: GRPOTask, zero: bool, remat: str = "none",
+                rollout_sharded: bool = False) -> list[tuple[str, dict, int]]:
     """(name, simulator workload, how many times it runs per step) for one GRPO step; `remat`: the
-    update's remat policy (backend.adapter.remat)."""
+    update's remat policy (backend.adapter.remat). `rollout_sharded`: the rollout's mesh has fsdp > 1, so
+    its prefill and every decode step all-gather the weight shards (sims/sharded_forward.py); the extra
+    forward passes run on the update's mesh and gather likewise when it is fsdp (`zero`)."""
     dtype = SHORT[task.compute_dtype]
     prompt, new, rows = task.max_prompt_tokens, task.max_new_tokens, task.rows_per_step
     sequence = prompt + new
     micro_steps = rows // task.micro_batch_size
     extra_forwards = int(task.ppo_epochs > 1) + int(task.beta > 0)
+    rollout = {"dtype": dtype, "zero": rollout_sharded, "shard_weights": rollout_sharded}
     phases = [
-        ("prefill", {"mode": "prefill", "batch": task.prompts_per_step, "seq_len": prompt, "dtype": dtype}, 1),
-        ("decode", {"mode": "decode", "batch": rows, "context_len": prompt + new // 2, "dtype": dtype}, new),
+        ("prefill", {"mode": "prefill", "batch": task.prompts_per_step, "seq_len": prompt, **rollout}, 1),
+        ("decode", {"mode": "decode", "batch": rows, "context_len": prompt + new // 2, **rollout}, new),
         ("train", train_workload(task, task.micro_batch_size, zero, remat), task.ppo_epochs),
     ]
     if extra_forwards:
         phases.append(("forward", {"mode": "prefill", "batch": task.micro_batch_size, "seq_len": sequence,
-                                   "dtype": dtype}, extra_forwards * micro_steps))
+                                   "dtype": dtype, "zero": zero, "shard_weights": zero}, extra_forwards * micro_steps))
     return phases
 
 
@@ -80,12 +84,12 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
         log.warning("preflight: the simulator (sims) is not importable; no prediction")
         return {}
     layout, zero = layout_from_parallel(parallel.as_dict(), devices)
-    rollout_layout = layout_from_parallel((rollout or parallel).as_dict(), rollout_devices or devices)[0]
+    rollout_layout, rollout_sharded = layout_from_parallel((rollout or parallel).as_dict(), rollout_devices or devices)
     reshard_s = reshard_seconds(reshard_bytes, hardware)
     prediction: dict[str, Any] = {"preflight_reshard_s": reshard_s}
     phase_sums = {"rollout": 0.0, "update": 0.0}
     memory, fits, breakdowns = 0.0, True, {}
-    for name, workload, repeats in grpo_phases(task, zero, remat):
+    for name, workload, repeats in grpo_phases(task, zero, remat, rollout_sharded):
         phase_layout = rollout_layout if name in ROLLOUT_PHASES else layout
         summary = simulate(hf_config, hardware, phase_layout, workload, stack=stack_for_backend("maxtext")).summary()
         if summary["status"] != "ok":
