@@ -33,6 +33,10 @@ class GraphCache:
             self._entries.popitem(last=False)
         return value
 
+    def has(self, graph: ComputationalGraph, key: Hashable) -> bool:
+        entry = self._entries.get((id(graph), key))
+        return entry is not None and entry[0] is graph
+
     def clear(self) -> None:
         self._entries.clear()
 

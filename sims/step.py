@@ -258,7 +258,7 @@ _MODEL_FLOPS = GraphCache(maxsize=4096)
 def _count_model_flops(graph: ComputationalGraph, workload: Workload) -> float:
     whole = Workload(**{**workload.__dict__, "microbatches": 1})
     per_feature = _MODEL_FLOPS.get(graph, ("per_feature", workload.mode), lambda: _model_flops_per_feature(graph, whole))
-    return float(per_feature @ columns(graph).values(bind_dims(graph, Layout(), whole)))
+    return float(per_feature @ columns(graph).values([bind_dims(graph, Layout(), whole)])[0])
 
 
 def _model_flops_per_feature(graph: ComputationalGraph, workload: Workload) -> np.ndarray:

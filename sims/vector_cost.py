@@ -45,29 +45,46 @@ class Plan:
         self.has_experts = bool(self.expert_bytes.any())
         self.comm_runs = bool((self.runs & self.columns.comm).any())
         self.idle = ~self.runs
+        self.by_feature = self.work.T.copy()  # (feature x 4 node): the product's terms, one row per feature
 
     def cost(self, ctx: Context) -> "Costs":
-        features = self.columns.values(ctx.dims)
-        flops, nbytes, inputs, outputs = (self.work @ features).reshape(4, -1)  # one product for all four
+        return self.cost_many([ctx])[0]
+
+    def cost_many(self, contexts: list[Context]) -> list["Costs"]:
+        """Every op's cost for each context's binding (all of this plan's tp, ep, dtype and mode), as rows of
+        (binding x node) arrays. Elementwise over bindings, so each row equals its binding costed alone; the
+        (binding x feature) product adds one feature's terms at a time, in the order a matrix-vector product
+        of this size adds them (OpenBLAS's small gemv: bit-identical on the dev CPU, pinned by the tests)."""
+        features = self.columns.values([ctx.dims for ctx in contexts])
+        work = features[:, :1] * self.by_feature[0]
+        for column in range(1, features.shape[1]):
+            work = work + features[:, column:column + 1] * self.by_feature[column]
+        flops, nbytes, inputs, outputs = work.reshape(len(contexts), 4, -1).transpose(1, 0, 2)
         nbytes = nbytes + self.const_bytes
         if self.has_experts:  # E * (1 - (1 - k/E)^T) of E experts touched by T tokens
-            nbytes += self.expert_bytes * (1.0 - self.miss ** (ctx.dims["tokens"] * self.hit_tokens_per_token))
+            tokens = np.array([[ctx.dims["tokens"]] for ctx in contexts])
+            nbytes += self.expert_bytes * (1.0 - self.miss ** (tokens * self.hit_tokens_per_token))
         compute_s, memory_s = flops / self.peak, nbytes / self.bandwidth
         time_s = np.maximum(compute_s, memory_s) + self.floor_s
         if self.comm_runs:  # collectives that run take the link model's time
             comm_s = self.latency_s + self.bus_factor * nbytes / self.bus_bandwidth
             time_s = np.where(self.columns.comm, comm_s, time_s)
-        time_s[self.idle] = 0.0
+        time_s[:, self.idle] = 0.0
+        return [Costs(self, flops[b], nbytes[b], time_s[b], compute_s[b], memory_s[b], self._measured(ctx, b, flops,
+                      nbytes, time_s), inputs[b], outputs[b]) for b, ctx in enumerate(contexts)]
+
+    def _measured(self, ctx: Context, b: int, flops: np.ndarray, nbytes: np.ndarray, time_s: np.ndarray) -> dict:
+        """Binding b's ops that the efficiency table has measured curves for: their time, put into time_s[b]."""
         measured = {}
         for i in self.measurable:
             node, floor_s = self.nodes[i], float(self.floor_s[i])
             seconds = measured_gemm_s(node, ctx)
             if seconds is None:
-                seconds = measured_op_s(node, ctx, float(flops[i]), float(nbytes[i]), floor_s)
+                seconds = measured_op_s(node, ctx, float(flops[b, i]), float(nbytes[b, i]), floor_s)
             if seconds is not None:
                 measured[i] = seconds
-                time_s[i] = max(seconds, floor_s)
-        return Costs(self, flops, nbytes, time_s, compute_s, memory_s, measured, inputs, outputs)
+                time_s[b, i] = max(seconds, floor_s)
+        return measured
 
 
 @dataclass
@@ -110,9 +127,25 @@ class Costs:
 def costs_for(graph: ComputationalGraph, ctx: Context) -> Costs:
     """Every op's cost for the context's binding, shared by the layouts and workloads that bind the
     ops alike (same tp, ep, dims per micro-batch, dtype, mode): a sweep costs each size once."""
-    w = ctx.workload
-    key = ("costs", ctx.tp, ctx.ep, *ctx.dims.values(), w.dtype, w.mode)
-    return _CACHES.of(ctx.hw).get(graph, key, lambda: plan_for(graph, ctx).cost(ctx))
+    return _CACHES.of(ctx.hw).get(graph, _costs_key(ctx), lambda: plan_for(graph, ctx).cost(ctx))
+
+
+def cost_together(graph: ComputationalGraph, contexts: list[Context]) -> None:
+    """Cost the bindings of many contexts (one hardware spec) not costed yet, those of one plan in one
+    (binding x feature) product; costs_for then finds each (api.simulate_many)."""
+    cache, by_plan = _CACHES.of(contexts[0].hw), {}
+    for ctx in contexts:
+        by_plan.setdefault((ctx.tp, ctx.ep, ctx.workload.dtype, ctx.workload.mode), {}).setdefault(_costs_key(ctx), ctx)
+    for bindings in by_plan.values():
+        new = [(key, ctx) for key, ctx in bindings.items() if not cache.has(graph, key)]
+        if new:
+            costed = plan_for(graph, new[0][1]).cost_many([ctx for _, ctx in new])
+            for (key, _), costs in zip(new, costed):
+                cache.get(graph, key, lambda: costs)
+
+
+def _costs_key(ctx: Context) -> tuple:
+    return ("costs", ctx.tp, ctx.ep, *ctx.dims.values(), ctx.workload.dtype, ctx.workload.mode)
 
 
 def plan_for(graph: ComputationalGraph, ctx: Context) -> Plan:
