@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from sims.cache import PerHardware
 from sims.calculator import OP_CLASS, Context, measured_gemm_s, measured_op_s
 from sims.comm import BUS_FACTOR, link_model
 from sims.ir import ComputationalGraph, OpNode
-from sims.op_columns import Columns, columns, every_tp_work
+from sims.op_columns import TOKENS, Columns, columns, every_tp_work
 
 
 @dataclass
@@ -43,35 +44,37 @@ class Plan:
 
     def __post_init__(self):  # what every binding would otherwise test again
         self.has_experts = bool(self.expert_bytes.any())
-        self.comm_runs = bool((self.runs & self.columns.comm).any())
-        self.idle = ~self.runs
-        self.by_feature = self.work.T.copy()  # (feature x 4 node): the product's terms, one row per feature
+        self.has_comm = bool(self.columns.comm.any())
+        self.tokens = self.columns.column(TOKENS)
+        # the per-node arrays as (1 x node) rows: numpy combines one binding's (1 x node) arrays with them at the
+        # speed of equal shapes (with a 1-d array, at that of a broadcast), and a (binding x node) array as fast
+        self.rows = SimpleNamespace(comm=self.columns.comm[None], **{name: getattr(self, name)[None] for name in (
+            "const_bytes", "expert_bytes", "miss", "peak", "bandwidth", "floor_s", "latency_s", "bus_factor",
+            "bus_bandwidth")})
 
     def cost(self, ctx: Context) -> "Costs":
         return self.cost_many([ctx])[0]
 
     def cost_many(self, contexts: list[Context]) -> list["Costs"]:
         """Every op's cost for each context's binding (all of this plan's tp, ep, dtype and mode), as rows of
-        (binding x node) arrays. Elementwise over bindings, so each row equals its binding costed alone; the
-        (binding x feature) product adds one feature's terms at a time, in the order a matrix-vector product
-        of this size adds them (OpenBLAS's small gemv: bit-identical on the dev CPU, pinned by the tests)."""
-        features = self.columns.values([ctx.dims for ctx in contexts])
-        work = features[:, :1] * self.by_feature[0]
-        for column in range(1, features.shape[1]):
-            work = work + features[:, column:column + 1] * self.by_feature[column]
-        flops, nbytes, inputs, outputs = work.reshape(len(contexts), 4, -1).transpose(1, 0, 2)
-        nbytes = nbytes + self.const_bytes
+        (binding x node) arrays, each row equal to its binding costed alone: the product is one matmul of the
+        plan's matrix with a stack of feature vectors, which numpy runs as the same matrix-vector product per
+        binding (BLAS gemv), and the rest is elementwise over bindings."""
+        r, features = self.rows, self.columns.values([ctx.dims for ctx in contexts])
+        work = (self.work @ features[:, :, None]).reshape(len(contexts), 4, -1)  # FLOPs, bytes, inputs, outputs
+        flops, nbytes = work[:, 0], work[:, 1] + r.const_bytes
         if self.has_experts:  # E * (1 - (1 - k/E)^T) of E experts touched by T tokens
-            tokens = np.array([[ctx.dims["tokens"]] for ctx in contexts])
-            nbytes += self.expert_bytes * (1.0 - self.miss ** (tokens * self.hit_tokens_per_token))
-        compute_s, memory_s = flops / self.peak, nbytes / self.bandwidth
-        time_s = np.maximum(compute_s, memory_s) + self.floor_s
-        if self.comm_runs:  # collectives that run take the link model's time
-            comm_s = self.latency_s + self.bus_factor * nbytes / self.bus_bandwidth
-            time_s = np.where(self.columns.comm, comm_s, time_s)
-        time_s[:, self.idle] = 0.0
-        return [Costs(self, flops[b], nbytes[b], time_s[b], compute_s[b], memory_s[b], self._measured(ctx, b, flops,
-                      nbytes, time_s), inputs[b], outputs[b]) for b, ctx in enumerate(contexts)]
+            untouched = np.empty_like(nbytes)
+            for b, tokens in enumerate(features[:, self.tokens].tolist()):  # a scalar power, as numpy has it
+                untouched[b] = r.miss ** (tokens * self.hit_tokens_per_token)
+            nbytes += r.expert_bytes * (1.0 - untouched)
+        compute_s, memory_s = flops / r.peak, nbytes / r.bandwidth
+        time_s = np.maximum(compute_s, memory_s) + r.floor_s
+        if self.has_comm:  # collectives take the link model's time: 0 for those that do not run (no latency nor bus)
+            time_s = np.where(r.comm, r.latency_s + r.bus_factor * nbytes / r.bus_bandwidth, time_s)
+        return [Costs(self, flops[b], nbytes[b], time_s[b], compute_s[b], memory_s[b],
+                      self._measured(ctx, b, flops, nbytes, time_s) if self.measurable else {}, work[b, 2], work[b, 3])
+                for b, ctx in enumerate(contexts)]
 
     def _measured(self, ctx: Context, b: int, flops: np.ndarray, nbytes: np.ndarray, time_s: np.ndarray) -> dict:
         """Binding b's ops that the efficiency table has measured curves for: their time, put into time_s[b]."""
@@ -127,21 +130,25 @@ class Costs:
 def costs_for(graph: ComputationalGraph, ctx: Context) -> Costs:
     """Every op's cost for the context's binding, shared by the layouts and workloads that bind the
     ops alike (same tp, ep, dims per micro-batch, dtype, mode): a sweep costs each size once."""
-    return _CACHES.of(ctx.hw).get(graph, _costs_key(ctx), lambda: plan_for(graph, ctx).cost(ctx))
+    if ctx.costs is None:
+        ctx.costs = _CACHES.of(ctx.hw).get(graph, _costs_key(ctx), lambda: plan_for(graph, ctx).cost(ctx))
+    return ctx.costs
 
 
 def cost_together(graph: ComputationalGraph, contexts: list[Context]) -> None:
     """Cost the bindings of many contexts (one hardware spec) not costed yet, those of one plan in one
-    (binding x feature) product; costs_for then finds each (api.simulate_many)."""
-    cache, by_plan = _CACHES.of(contexts[0].hw), {}
-    for ctx in contexts:
-        by_plan.setdefault((ctx.tp, ctx.ep, ctx.workload.dtype, ctx.workload.mode), {}).setdefault(_costs_key(ctx), ctx)
+    (binding x feature) product, and hand each context its binding's costs (api.simulate_many)."""
+    cache, by_plan, keys = _CACHES.of(contexts[0].hw), {}, [_costs_key(ctx) for ctx in contexts]
+    for ctx, key in zip(contexts, keys):
+        by_plan.setdefault((ctx.tp, ctx.ep, ctx.workload.dtype, ctx.workload.mode), {}).setdefault(key, ctx)
     for bindings in by_plan.values():
         new = [(key, ctx) for key, ctx in bindings.items() if not cache.has(graph, key)]
         if new:
             costed = plan_for(graph, new[0][1]).cost_many([ctx for _, ctx in new])
             for (key, _), costs in zip(new, costed):
                 cache.get(graph, key, lambda: costs)
+    for ctx, key in zip(contexts, keys):
+        ctx.costs = cache.get(graph, key, lambda: plan_for(graph, ctx).cost(ctx))  # costed above
 
 
 def _costs_key(ctx: Context) -> tuple:
