@@ -33,9 +33,10 @@ class GraphCache:
             self._entries.popitem(last=False)
         return value
 
-    def has(self, graph: ComputationalGraph, key: Hashable) -> bool:
+    def peek(self, graph: ComputationalGraph, key: Hashable) -> Any:
+        """The value kept for (graph, key), or None."""
         entry = self._entries.get((id(graph), key))
-        return entry is not None and entry[0] is graph
+        return entry[1] if entry is not None and entry[0] is graph else None
 
     def clear(self) -> None:
         self._entries.clear()

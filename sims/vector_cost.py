@@ -64,10 +64,7 @@ class Plan:
         work = (self.work @ features[:, :, None]).reshape(len(contexts), 4, -1)  # FLOPs, bytes, inputs, outputs
         flops, nbytes = work[:, 0], work[:, 1] + r.const_bytes
         if self.has_experts:  # E * (1 - (1 - k/E)^T) of E experts touched by T tokens
-            untouched = np.empty_like(nbytes)
-            for b, tokens in enumerate(features[:, self.tokens].tolist()):  # a scalar power, as numpy has it
-                untouched[b] = r.miss ** (tokens * self.hit_tokens_per_token)
-            nbytes += r.expert_bytes * (1.0 - untouched)
+            nbytes += r.expert_bytes * (1.0 - r.miss ** (features[:, self.tokens, None] * self.hit_tokens_per_token))
         compute_s, memory_s = flops / r.peak, nbytes / r.bandwidth
         time_s = np.maximum(compute_s, memory_s) + r.floor_s
         if self.has_comm:  # collectives take the link model's time: 0 for those that do not run (no latency nor bus)
@@ -136,19 +133,21 @@ def costs_for(graph: ComputationalGraph, ctx: Context) -> Costs:
 
 
 def cost_together(graph: ComputationalGraph, contexts: list[Context]) -> None:
-    """Cost the bindings of many contexts (one hardware spec) not costed yet, those of one plan in one
-    (binding x feature) product, and hand each context its binding's costs (api.simulate_many)."""
-    cache, by_plan, keys = _CACHES.of(contexts[0].hw), {}, [_costs_key(ctx) for ctx in contexts]
-    for ctx, key in zip(contexts, keys):
-        by_plan.setdefault((ctx.tp, ctx.ep, ctx.workload.dtype, ctx.workload.mode), {}).setdefault(key, ctx)
+    """Hand each context (one hardware spec) its binding's costs: those costed before, and the others costed
+    together, those of one plan in one (binding x feature) product (api.simulate_many)."""
+    cache, by_plan = _CACHES.of(contexts[0].hw), {}
+    for ctx in contexts:
+        key = _costs_key(ctx)
+        ctx.costs = cache.peek(graph, key)
+        if ctx.costs is None:
+            plan_key = (ctx.tp, ctx.ep, ctx.workload.dtype, ctx.workload.mode)
+            by_plan.setdefault(plan_key, {}).setdefault(key, []).append(ctx)
     for bindings in by_plan.values():
-        new = [(key, ctx) for key, ctx in bindings.items() if not cache.has(graph, key)]
-        if new:
-            costed = plan_for(graph, new[0][1]).cost_many([ctx for _, ctx in new])
-            for (key, _), costs in zip(new, costed):
-                cache.get(graph, key, lambda: costs)
-    for ctx, key in zip(contexts, keys):
-        ctx.costs = cache.get(graph, key, lambda: plan_for(graph, ctx).cost(ctx))  # costed above
+        firsts = [members[0] for members in bindings.values()]
+        for (key, members), costs in zip(bindings.items(), plan_for(graph, firsts[0]).cost_many(firsts)):
+            cache.get(graph, key, lambda: costs)
+            for ctx in members:
+                ctx.costs = costs
 
 
 def _costs_key(ctx: Context) -> tuple:
