@@ -4,9 +4,11 @@ predict_op uses) as numpy vectors over the graph's nodes, instead of one Python 
 A `Plan` holds, for one (tp, ep, dtype, mode) on one hardware spec, every op's FLOPs and bytes per
 unit of each feature of the bound dims (sims/op_columns.py), the roofline rates, and the collectives'
 link model; its arrays but the collectives are built for every tp size at once and sliced
-(_every_tp_arrays). Costing a binding is then one matrix-vector product and the roofline on vectors; ops the
-efficiency table has measured curves for are looked up one by one as in op_cost.
-tests/sims/test_sims_vector_cost.py pins plans and op_cost equal.
+(_every_tp_arrays). Costing bindings is then one matrix-vector product per binding (one matmul for all of them:
+Plan.cost_many; cost_together groups a sweep's bindings by plan for api.simulate_many) and the roofline on
+(binding x node) arrays; ops the efficiency table has measured curves for are looked up one by one as in op_cost.
+tests/sims/test_sims_vector_cost.py pins plans and op_cost equal, tests/sims/test_sims_many.py bindings costed
+together and alone.
 """
 
 from __future__ import annotations
