@@ -21,7 +21,7 @@ from sims.calculator import OP_CLASS, Context, op_cost
 from sims.hardware import HardwareSpec, hardware_spec
 from sims.ir import ComputationalGraph
 from sims.memory import estimate_memory
-from sims.step import estimate_step
+from sims.step import estimate_step, sum_stages_together
 from sims.vector_cost import cost_together
 from sims.stacks import DEFAULT_STACK
 from framework.core.errors import ConfigError
@@ -125,8 +125,9 @@ def simulate_many(
     stack: str = DEFAULT_STACK,
 ) -> list[SimResult]:
     """`simulate` for each layout of a sweep (with one workload, or the workload at the same position of
-    `workloads`), costing them together: the hardware spec is parsed once and every binding of the ops
-    (tp, ep, dims per micro-batch, dtype, mode) in one array pass per plan. Each result equals the one
+    `workloads`), costing them together: the hardware spec is parsed once, every binding of the ops (tp, ep,
+    dims per micro-batch, dtype, mode) is costed in one array pass per plan and their stage sums in one per plan
+    and pipeline split. Each result equals the one
     `simulate` returns for its layout alone; bad input raises the ConfigError that call would."""
     layouts = list(layouts)
     workloads = [workloads] * len(layouts) if isinstance(workloads, Mapping) else list(workloads)
@@ -141,6 +142,7 @@ def simulate_many(
             by_graph.setdefault(id(graph), (graph, []))[1].append(ctx)
     for graph, contexts in by_graph.values():
         cost_together(graph, contexts)
+        sum_stages_together(graph, contexts)
     return [result if ctx is None else _finish(result, graph, hw, ctx) for result, graph, ctx in prepared]
 
 

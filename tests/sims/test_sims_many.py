@@ -102,3 +102,25 @@ def test_bindings_costed_together_equal_each_costed_alone_and_the_matrix_vector_
         for got, product in ((costs.flops, flops), (costs.inputs, inputs), (costs.outputs, outputs)):
             assert np.array_equal(got, product)
     assert layout.tp == 2 and len({tuple(c.dims.values()) for c in contexts}) == 8
+
+
+@pytest.mark.parametrize("stack", ("xla", "megatron_local"))
+def test_training_rows_of_stacks_with_scanned_updates_and_host_waits_equal_each_layout_alone(stack):
+    """The xla stack's scanned-update copies (from each binding's saved activations) and megatron_local's host
+    dispatch waits (from each binding's stage times), with weights sharded over dp (fsdp rows) and without."""
+    cfg, hw = model_config("qwen3_30b_a3b"), hardware("h100", nodes=2)
+    layouts, workloads = sweep("train")
+    workloads = [{**workload, "shard_weights": True, "zero": True} if i % 3 == 0 else workload
+                 for i, workload in enumerate(workloads)]
+    alone = []
+    for layout, workload in zip(layouts, workloads):
+        clear_caches()
+        result = simulate(cfg, hw, layout, workload, stack=stack)
+        alone.append((result.summary(), result.breakdown_rows()))
+    clear_caches()
+    together = simulate_many(cfg, hw, layouts, workloads, stack=stack)
+    names = set()
+    for (summary, rows), result in zip(alone, together):
+        assert result.summary() == summary and result.breakdown_rows() == rows
+        names.update(row["name"] for row in rows)
+    assert {"scan_copies", "fsdp_weight_gather"} <= names if stack == "xla" else "host_dispatch_wait" in names
