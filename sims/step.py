@@ -36,7 +36,7 @@ from sims.hardware import HardwareSpec
 from sims.ir import ComputationalGraph, OpNode
 from sims.memory import local_params
 from sims.op_columns import columns, work_coefficients
-from sims.partition import expert_data_parallel, stage_layer_bounds, stage_split
+from sims.partition import expert_data_parallel, per_stage, stage_layer_bounds, stage_split
 from sims.scan_update import fsdp_rows, saved_layer_bytes, scan_rows
 from sims.stacks import DEFAULT_STACK, stack
 from sims.vector_cost import Costs, costs_for
@@ -140,38 +140,38 @@ def sum_stages_together(graph: ComputationalGraph, contexts: list[Context]) -> N
 
 
 def _cost_stages(graph: ComputationalGraph, contexts: list[Context], costs: list[Costs]) -> list[StageOps]:
-    """StageOps of bindings of one plan and stage key: the stage sums of all of them in one matmul (the same
-    matrix-vector product per binding as for one), the rest per binding."""
+    """StageOps of bindings of one plan and stage key: the stage sums of all of them in one matmul (partition.
+    per_stage), the rest per binding."""
     ctx = contexts[0]
     w, pp, cache = ctx.workload, ctx.layout.pp, _STEP_CACHES.of(ctx.hw)
     passes, weights, counts, heads = cache.get(graph, ("passes", w.mode, w.recompute, w.recompute_keeps, pp),
                                                lambda: _stage_weights(graph, w, pp))
     ratios = backward_ratios(graph, ctx.hw) if w.mode == "train" else None
-    multipliers, split_weights = [passes] * len(costs), [weights] * len(costs)
-    if ratios is not None:  # measured backward/forward ratios in place of the flat factor (time only)
+    if ratios is None:
+        multipliers, split_weights = [passes] * len(costs), [weights] * len(costs)
+        stage_s = per_stage(weights, [c.time_s for c in costs])
+    else:  # measured backward/forward ratios in place of the flat factor (time only)
         multipliers = [passes + np.array([0.0 if node.is_comm else ratios.ratio(node.name, OP_CLASS[node.op_type], t)
                                           - TRAIN_BACKWARD_FACTOR for node, t in zip(graph.nodes, c.time_s.tolist())])
                        for c in costs]
         split_weights = [stage_split(graph, pp).matrix * m for m in multipliers]
         stage_s = [(m @ c.time_s).tolist() for m, c in zip(split_weights, costs)]
-    else:
-        stage_s = (weights @ np.stack([c.time_s for c in costs])[:, :, None])[..., 0].tolist()
-    per_stage_rows = [[()] * pp] * len(costs)
+    rows = [[()] * pp] * len(costs)
     if w.mode == "train":
-        saved = saved_layer_bytes(graph, ctx, np.stack([c.inputs for c in costs]), stage_split(graph, pp).matrix)
+        rows, saved = [], saved_layer_bytes(graph, ctx, [c.inputs for c in costs], stage_split(graph, pp).matrix)
         fsdp = fsdp_rows(graph, ctx)  # the same for the bindings of one stage key
         for b, (one, c) in enumerate(zip(contexts, costs)):
-            rows = [rows + scan + shards for rows, scan, shards in
-                    zip(_train_rows(graph, one, ratios, heads), scan_rows(graph, one, saved[b]), fsdp)]
-            times = [t + sum(row[5] for row in stage_rows) for t, stage_rows in zip(stage_s[b], rows)]
+            stage_rows = [rows + scan + shards for rows, scan, shards in
+                          zip(_train_rows(graph, one, ratios, heads), scan_rows(graph, one, saved[b]), fsdp)]
+            times = [t + sum(row[5] for row in in_stage) for t, in_stage in zip(stage_s[b], stage_rows)]
             waits = host_waits_s(graph, one, c, split_weights[b], times)
-            per_stage_rows[b] = [stage_rows + ((("host_dispatch_wait", "idle", 1, 0.0, 0.0, wait, "host"),) if wait else ())
-                                 for stage_rows, wait in zip(rows, waits)]
+            rows.append([in_stage + ((("host_dispatch_wait", "idle", 1, 0.0, 0.0, wait, "host"),) if wait else ())
+                         for in_stage, wait in zip(stage_rows, waits)])
             stage_s[b] = [t + wait for t, wait in zip(times, waits)]
     ops = []
-    for b, c in enumerate(costs):
-        slowest = max(range(pp), key=stage_s[b].__getitem__)
-        ops.append(StageOps(stage_s[b], slowest, c, passes, multipliers[b], counts[slowest], per_stage_rows[b][slowest]))
+    for times, c, multiplier, in_stages in zip(stage_s, costs, multipliers, rows):
+        slowest = max(range(pp), key=times.__getitem__)
+        ops.append(StageOps(times, slowest, c, passes, multiplier, counts[slowest], in_stages[slowest]))
     return ops
 
 
