@@ -155,13 +155,13 @@ def _cost_stages(graph: ComputationalGraph, contexts: list[Context], costs: list
                                           - TRAIN_BACKWARD_FACTOR for node, t in zip(graph.nodes, c.time_s.tolist())])
                        for c in costs]
         split_weights = [stage_split(graph, pp).matrix * m for m in multipliers]
-        stage_s = [(m @ c.time_s).tolist() for m, c in zip(split_weights, costs)]
+        stage_s = [(split @ c.time_s).tolist() for split, c in zip(split_weights, costs)]
     rows = [[()] * pp] * len(costs)
     if w.mode == "train":
         rows, saved = [], saved_layer_bytes(graph, ctx, [c.inputs for c in costs], stage_split(graph, pp).matrix)
         fsdp = fsdp_rows(graph, ctx)  # the same for the bindings of one stage key
         for b, (one, c) in enumerate(zip(contexts, costs)):
-            stage_rows = [rows + scan + shards for rows, scan, shards in
+            stage_rows = [train + scan + shards for train, scan, shards in
                           zip(_train_rows(graph, one, ratios, heads), scan_rows(graph, one, saved[b]), fsdp)]
             times = [t + sum(row[5] for row in in_stage) for t, in_stage in zip(stage_s[b], stage_rows)]
             waits = host_waits_s(graph, one, c, split_weights[b], times)
