@@ -12,15 +12,17 @@ status="invalid" and a reason, so sweeps can report it as a row.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from sims.builders import build_graph, graph_and_counts
 from sims.calculator import OP_CLASS, Context, op_cost
-from sims.hardware import hardware_spec
+from sims.hardware import HardwareSpec, hardware_spec
+from sims.ir import ComputationalGraph
 from sims.memory import estimate_memory
-from sims.step import estimate_step
+from sims.step import estimate_step, sum_stages_together
+from sims.vector_cost import cost_together
 from sims.stacks import DEFAULT_STACK
 from framework.core.errors import ConfigError
 from sims.workload import Layout, Workload, layout_problem, parse_layout, parse_workload
@@ -110,9 +112,46 @@ def simulate(
     recompute, recompute_keeps (op types a recomputed layer keeps), logits_chunk (positions per sequence
     a chunked loss projects at a time), loss_len (train: the last positions of each sequence the loss
     takes logits of; None = all), dtype (bf16 | fp8 | fp32), zero (shard optimizer states over dp)."""
+    hw = hardware_spec(hardware, stack)
+    result, graph, ctx = _prepare(hf_config, hw, layout, workload, stack)
+    return result if ctx is None else _finish(result, graph, hw, ctx)
+
+
+def simulate_many(
+    hf_config: Mapping,
+    hardware: Mapping,
+    layouts: Sequence[Mapping],
+    workloads: Mapping | Sequence[Mapping],
+    stack: str = DEFAULT_STACK,
+) -> list[SimResult]:
+    """`simulate` for each layout of a sweep (with one workload, or the workload at the same position of
+    `workloads`), costing them together: the hardware spec is parsed once, every binding of the ops (tp, ep,
+    dims per micro-batch, dtype, mode) is costed in one array pass per plan and their stage sums in one per plan
+    and pipeline split. Each result equals the one
+    `simulate` returns for its layout alone; bad input raises the ConfigError that call would."""
+    layouts = list(layouts)
+    workloads = [workloads] * len(layouts) if isinstance(workloads, Mapping) else list(workloads)
+    if len(workloads) != len(layouts):
+        raise ConfigError(f"simulate_many: {len(layouts)} layouts but {len(workloads)} workloads; give one "
+                          "workload or one per layout")
+    hw = hardware_spec(hardware, stack)
+    prepared = [_prepare(hf_config, hw, layout, workload, stack) for layout, workload in zip(layouts, workloads)]
+    by_graph: dict[int, tuple] = {}
+    for _, graph, ctx in prepared:
+        if ctx is not None:
+            by_graph.setdefault(id(graph), (graph, []))[1].append(ctx)
+    for graph, contexts in by_graph.values():
+        cost_together(graph, contexts)
+        sum_stages_together(graph, contexts)
+    return [result if ctx is None else _finish(result, graph, hw, ctx) for result, graph, ctx in prepared]
+
+
+def _prepare(
+    hf_config: Mapping, hw: HardwareSpec, layout: Mapping, workload: Mapping, stack: str
+) -> tuple[SimResult, ComputationalGraph, Context | None]:
+    """The parsed call: its result (final when the layout cannot run the model: no context), graph and context."""
     parsed_layout = parse_layout(layout)
     parsed_workload = parse_workload(workload)
-    hw = hardware_spec(hardware, stack)
     graph, counts = graph_and_counts(hf_config, parsed_workload.mode, stack)
     result = SimResult(
         status="ok",
@@ -129,8 +168,13 @@ def simulate(
     problem = layout_problem(graph.meta, hw, parsed_layout, parsed_workload)
     if problem:
         result.status, result.reason = "invalid", problem
-        return result
-    ctx = Context.for_step(graph, hw, parsed_layout, parsed_workload)
+        return result, graph, None
+    return result, graph, Context.for_step(graph, hw, parsed_layout, parsed_workload)
+
+
+def _finish(result: SimResult, graph: ComputationalGraph, hw: HardwareSpec, ctx: Context) -> SimResult:
+    """The step time and memory of a valid call, into its result."""
+    parsed_layout, parsed_workload = ctx.layout, ctx.workload
     step = estimate_step(graph, hw, parsed_layout, parsed_workload, ctx)
     memory = estimate_memory(graph, hw, parsed_layout, parsed_workload, ctx)
     new_tokens = parsed_workload.batch * parsed_workload.query_len
@@ -144,7 +188,7 @@ def simulate(
         result.reason = f"needs {result.memory_per_device_gb:.1f} GB per device, {hw.memory_gb:g} GB available"
         result.warnings.append(f"does not fit: {result.reason}")
     if hw.efficiency.source.startswith("built-in defaults ("):
-        result.warnings.append(f"no {stack} efficiency table for {hw.name}: uncalibrated built-in factors")
+        result.warnings.append(f"no {result.stack} efficiency table for {hw.name}: uncalibrated built-in factors")
     return result
 
 

@@ -33,6 +33,11 @@ class GraphCache:
             self._entries.popitem(last=False)
         return value
 
+    def peek(self, graph: ComputationalGraph, key: Hashable) -> Any:
+        """The value kept for (graph, key), or None."""
+        entry = self._entries.get((id(graph), key))
+        return entry[1] if entry is not None and entry[0] is graph else None
+
     def clear(self) -> None:
         self._entries.clear()
 

@@ -87,6 +87,7 @@ class Context:
     workload: Workload | None = None
     interpolator: GemmInterpolator | None = None
     op_interpolator: OpInterpolator | None = None
+    costs: object = None  # its binding's vector_cost.Costs, once costed (vector_cost.costs_for)
 
     @classmethod
     def for_step(cls, graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload) -> "Context":

@@ -51,19 +51,22 @@ class Columns:
     def column(self, feature: tuple[str, ...]) -> int:
         return self.features.index(feature)
 
-    def values(self, dims: dict[str, float]) -> np.ndarray:
-        """The features' values for one binding of the dims."""
-        values = []
-        for feature in self.features:
-            if feature == PAIRS:
-                q, kv = dims["seq_len"], dims["kv_len"]
-                values.append(dims["batch"] * (q * kv - q * (q - 1) / 2))
-            else:
-                value = 1.0
-                for symbol in feature:
-                    value *= dims[symbol]
-                values.append(value)
-        return np.array(values)
+    def values(self, bindings: list[dict[str, float]]) -> np.ndarray:
+        """(binding x feature): the features' values for each binding of the dims."""
+        rows = []
+        for dims in bindings:
+            values = []
+            for feature in self.features:
+                if feature == PAIRS:
+                    q, kv = dims["seq_len"], dims["kv_len"]
+                    values.append(dims["batch"] * (q * kv - q * (q - 1) / 2))
+                else:
+                    value = 1.0
+                    for symbol in feature:
+                        value *= dims[symbol]
+                    values.append(value)
+            rows.append(values)
+        return np.array(rows)
 
     def splits(self, tp: int) -> np.ndarray:
         """partition.tp_split of every node (read-only)."""

@@ -97,3 +97,11 @@ def expert_data_parallel(layout: Layout) -> int:
     """Replicas of each expert shard: tp*dp/ep devices hold the same experts when ep > 1; with
     ep = 1 experts are tp-split like dense weights and replicated dp times."""
     return layout.tp * layout.dp // layout.ep if layout.ep > 1 else layout.dp
+
+
+def per_stage(matrix: np.ndarray, rows: list[np.ndarray]) -> list[list[float]]:
+    """`matrix @ row` (per stage, from per node values) for each binding's row: one matmul over their stack, which
+    numpy runs as the same matrix-vector product per row as for a row alone (so each equals it bit for bit)."""
+    if len(rows) == 1:  # that product itself, without stacking one row
+        return [(matrix @ rows[0]).tolist()]
+    return (matrix @ np.stack(rows)[:, :, None])[..., 0].tolist()

@@ -21,19 +21,19 @@ from sims.calculator import Context, all_gather_s, reduce_scatter_s
 from sims.ir import ComputationalGraph
 from sims.memory import local_params
 from sims.op_columns import columns
-from sims.partition import expert_data_parallel, stage_layer_bounds
+from sims.partition import expert_data_parallel, per_stage, stage_layer_bounds
 from sims.stacks import DEFAULT_STACK, stack
 from sims.train_work import GRAD_BYTES
 
 
-def saved_layer_bytes(graph: ComputationalGraph, ctx: Context, inputs: np.ndarray, counts: np.ndarray) -> list[float]:
-    """Per stage, the bytes one micro-batch's decoder layers save for the backward without recompute (every
-    layer op's inputs, as sims/memory.py counts them; `counts`: executions per stage and node); 0 under
-    recompute."""
+def saved_layer_bytes(graph: ComputationalGraph, ctx: Context, inputs: list[np.ndarray], counts: np.ndarray) -> list[list[float]]:
+    """Per binding (its input elements per op in `inputs`) and stage, the bytes one micro-batch's decoder layers save
+    for the backward without recompute (every layer op's inputs, as sims/memory.py counts them; `counts`: executions
+    per stage and node); 0 under recompute."""
     if ctx.workload.recompute:
-        return [0.0] * ctx.layout.pp
+        return [[0.0] * ctx.layout.pp for _ in inputs]
     in_layer = columns(graph).attrs["in_layer"] > 0
-    return [e * ctx.precision.act_bytes for e in (counts @ (inputs * in_layer)).tolist()]
+    return [[e * ctx.precision.act_bytes for e in row] for row in per_stage(counts, [x * in_layer for x in inputs])]
 
 
 def scan_rows(graph: ComputationalGraph, ctx: Context, saved_bytes: list[float]) -> list[tuple]:

@@ -37,7 +37,7 @@ from sims.hardware import HardwareSpec
 from sims.ir import ComputationalGraph, OpNode
 from sims.memory import local_params
 from sims.op_columns import columns, work_coefficients
-from sims.partition import expert_data_parallel, stage_layer_bounds, stage_split
+from sims.partition import expert_data_parallel, per_stage, stage_layer_bounds, stage_split
 from sims.scan_update import fsdp_rows, saved_layer_bytes, scan_rows
 from sims.sharded_forward import sharded_forward_rows
 from sims.stacks import DEFAULT_STACK, stack
@@ -115,42 +115,71 @@ class StageOps:
 def _stage_ops(graph: ComputationalGraph, ctx: Context) -> StageOps:
     """Every op costed at once per binding (sims/vector_cost.py), then summed per stage: a sweep over
     dp, pp, batch and micro-batches costs each op once per size."""
-    costs, w, pp = costs_for(graph, ctx), ctx.workload, ctx.layout.pp
-    key = ("stages", pp, w.recompute, w.recompute_keeps, ctx.layout.dp if w.shard_weights else 0)  # fsdp's rows vary with dp
+    costs, key = costs_for(graph, ctx), _stages_key(ctx)
     stages = costs.derived.get(key)
     if stages is None:
-        stages = costs.derived[key] = _cost_stages(graph, ctx, costs)
+        stages = costs.derived[key] = _cost_stages(graph, [ctx], [costs])[0]
     return stages
 
 
-def _cost_stages(graph: ComputationalGraph, ctx: Context, costs: Costs) -> StageOps:
+def _stages_key(ctx: Context) -> tuple:
+    w = ctx.workload
+    shards = ctx.layout.dp if w.shard_weights else 0  # fsdp's rows vary with dp
+    return ("stages", ctx.layout.pp, w.recompute, w.recompute_keeps, shards)
+
+
+def sum_stages_together(graph: ComputationalGraph, contexts: list[Context]) -> None:
+    """Sum the stages of many costed contexts' bindings (vector_cost.cost_together) not summed yet, those of one
+    plan and stage key together (api.simulate_many); _stage_ops then finds each."""
+    groups: dict[tuple, dict[int, Context]] = {}
+    for ctx in contexts:
+        key = _stages_key(ctx)
+        if key not in ctx.costs.derived:
+            groups.setdefault((id(ctx.costs.plan), key), {}).setdefault(id(ctx.costs), ctx)
+    for (_, key), members in groups.items():
+        members = list(members.values())
+        for ctx, stages in zip(members, _cost_stages(graph, members, [ctx.costs for ctx in members])):
+            ctx.costs.derived[key] = stages
+
+
+def _cost_stages(graph: ComputationalGraph, contexts: list[Context], costs: list[Costs]) -> list[StageOps]:
+    """StageOps of bindings of one plan and stage key: the stage sums of all of them in one matmul (partition.
+    per_stage), the rest per binding."""
+    ctx = contexts[0]
     w, pp, cache = ctx.workload, ctx.layout.pp, _STEP_CACHES.of(ctx.hw)
     passes, weights, counts, heads = cache.get(graph, ("passes", w.mode, w.recompute, w.recompute_keeps, pp),
                                                lambda: _stage_weights(graph, w, pp))
-    time_multipliers = passes
     ratios = backward_ratios(graph, ctx.hw) if w.mode == "train" else None
-    if ratios is not None:  # measured backward/forward ratios in place of the flat factor (time only)
-        measured = np.array([0.0 if node.is_comm else ratios.ratio(node.name, OP_CLASS[node.op_type], t) -
-                             TRAIN_BACKWARD_FACTOR for node, t in zip(graph.nodes, costs.time_s.tolist())])
-        time_multipliers = passes + measured
-        weights = stage_split(graph, pp).matrix * time_multipliers
-    stage_s = (weights @ costs.time_s).tolist()
-    per_stage_rows = [()] * pp
+    if ratios is None:
+        multipliers, split_weights = [passes] * len(costs), [weights] * len(costs)
+        stage_s = per_stage(weights, [c.time_s for c in costs])
+    else:  # measured backward/forward ratios in place of the flat factor (time only)
+        multipliers = [passes + np.array([0.0 if node.is_comm else ratios.ratio(node.name, OP_CLASS[node.op_type], t)
+                                          - TRAIN_BACKWARD_FACTOR for node, t in zip(graph.nodes, c.time_s.tolist())])
+                       for c in costs]
+        split_weights = [stage_split(graph, pp).matrix * m for m in multipliers]
+        stage_s = [(split @ c.time_s).tolist() for split, c in zip(split_weights, costs)]
+    rows = [[()] * pp] * len(costs)
     if w.mode == "train":
-        per_stage_rows = _train_rows(graph, ctx, ratios, heads)
-        saved = saved_layer_bytes(graph, ctx, costs.inputs, stage_split(graph, pp).matrix)
-        per_stage_rows = [rows + scan + fsdp for rows, scan, fsdp in
-                          zip(per_stage_rows, scan_rows(graph, ctx, saved), fsdp_rows(graph, ctx))]
-        stage_s = [t + sum(row[5] for row in rows) for t, rows in zip(stage_s, per_stage_rows)]
-        waits = host_waits_s(graph, ctx, costs, weights, stage_s)
-        per_stage_rows = [rows + ((("host_dispatch_wait", "idle", 1, 0.0, 0.0, wait, "host"),) if wait else ())
-                          for rows, wait in zip(per_stage_rows, waits)]
-        stage_s = [t + wait for t, wait in zip(stage_s, waits)]
+        rows, saved = [], saved_layer_bytes(graph, ctx, [c.inputs for c in costs], stage_split(graph, pp).matrix)
+        fsdp = fsdp_rows(graph, ctx)  # the same for the bindings of one stage key
+        for b, (one, c) in enumerate(zip(contexts, costs)):
+            stage_rows = [train + scan + shards for train, scan, shards in
+                          zip(_train_rows(graph, one, ratios, heads), scan_rows(graph, one, saved[b]), fsdp)]
+            times = [t + sum(row[5] for row in in_stage) for t, in_stage in zip(stage_s[b], stage_rows)]
+            waits = host_waits_s(graph, one, c, split_weights[b], times)
+            rows.append([in_stage + ((("host_dispatch_wait", "idle", 1, 0.0, 0.0, wait, "host"),) if wait else ())
+                         for in_stage, wait in zip(stage_rows, waits)])
+            stage_s[b] = [t + wait for t, wait in zip(times, waits)]
     elif w.shard_weights:  # a forward pass on fsdp-sharded weights gathers them first (an FSDP rollout)
-        per_stage_rows = sharded_forward_rows(graph, ctx)
-        stage_s = [t + sum(row[5] for row in rows) for t, rows in zip(stage_s, per_stage_rows)]
-    slowest = max(range(pp), key=stage_s.__getitem__)
-    return StageOps(stage_s, slowest, costs, passes, time_multipliers, counts[slowest], per_stage_rows[slowest])
+        rows = [sharded_forward_rows(graph, one) for one in contexts]
+        stage_s = [[t + sum(row[5] for row in in_stage) for t, in_stage in zip(times, stage_rows)]
+                   for times, stage_rows in zip(stage_s, rows)]
+    ops = []
+    for times, c, multiplier, in_stages in zip(stage_s, costs, multipliers, rows):
+        slowest = max(range(pp), key=times.__getitem__)
+        ops.append(StageOps(times, slowest, c, passes, multiplier, counts[slowest], in_stages[slowest]))
+    return ops
 
 
 def host_waits_s(graph: ComputationalGraph, ctx: Context, costs: Costs, weights: np.ndarray,
@@ -263,7 +292,7 @@ _MODEL_FLOPS = GraphCache(maxsize=4096)
 def _count_model_flops(graph: ComputationalGraph, workload: Workload) -> float:
     whole = Workload(**{**workload.__dict__, "microbatches": 1})
     per_feature = _MODEL_FLOPS.get(graph, ("per_feature", workload.mode), lambda: _model_flops_per_feature(graph, whole))
-    return float(per_feature @ columns(graph).values(bind_dims(graph, Layout(), whole)))
+    return float(per_feature @ columns(graph).values([bind_dims(graph, Layout(), whole)])[0])
 
 
 def _model_flops_per_feature(graph: ComputationalGraph, workload: Workload) -> np.ndarray:

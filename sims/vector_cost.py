@@ -4,15 +4,18 @@ predict_op uses) as numpy vectors over the graph's nodes, instead of one Python 
 A `Plan` holds, for one (tp, ep, dtype, mode) on one hardware spec, every op's FLOPs and bytes per
 unit of each feature of the bound dims (sims/op_columns.py), the roofline rates, and the collectives'
 link model; its arrays but the collectives are built for every tp size at once and sliced
-(_every_tp_arrays). Costing a binding is then one matrix-vector product and the roofline on vectors; ops the
-efficiency table has measured curves for are looked up one by one as in op_cost.
-tests/sims/test_sims_vector_cost.py pins plans and op_cost equal.
+(_every_tp_arrays). Costing bindings is then one matrix-vector product per binding (one matmul for all of them:
+Plan.cost_many; cost_together groups a sweep's bindings by plan for api.simulate_many) and the roofline on
+(binding x node) arrays; ops the efficiency table has measured curves for are looked up one by one as in op_cost.
+tests/sims/test_sims_vector_cost.py pins plans and op_cost equal, tests/sims/test_sims_many.py bindings costed
+together and alone.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -20,7 +23,7 @@ from sims.cache import PerHardware
 from sims.calculator import OP_CLASS, Context, measured_gemm_s, measured_op_s
 from sims.comm import BUS_FACTOR, link_model
 from sims.ir import ComputationalGraph, OpNode
-from sims.op_columns import Columns, columns, every_tp_work
+from sims.op_columns import TOKENS, Columns, columns, every_tp_work
 
 
 @dataclass
@@ -43,31 +46,47 @@ class Plan:
 
     def __post_init__(self):  # what every binding would otherwise test again
         self.has_experts = bool(self.expert_bytes.any())
-        self.comm_runs = bool((self.runs & self.columns.comm).any())
-        self.idle = ~self.runs
+        self.has_comm = bool(self.columns.comm.any())
+        self.tokens = self.columns.column(TOKENS)
+        # the per-node arrays as (1 x node) rows: numpy combines one binding's (1 x node) arrays with them at the
+        # speed of equal shapes (with a 1-d array, at that of a broadcast), and a (binding x node) array as fast
+        self.rows = SimpleNamespace(comm=self.columns.comm[None], **{name: getattr(self, name)[None] for name in (
+            "const_bytes", "expert_bytes", "miss", "peak", "bandwidth", "floor_s", "latency_s", "bus_factor",
+            "bus_bandwidth")})
 
     def cost(self, ctx: Context) -> "Costs":
-        features = self.columns.values(ctx.dims)
-        flops, nbytes, inputs, outputs = (self.work @ features).reshape(4, -1)  # one product for all four
-        nbytes = nbytes + self.const_bytes
+        return self.cost_many([ctx])[0]
+
+    def cost_many(self, contexts: list[Context]) -> list["Costs"]:
+        """Every op's cost for each context's binding (all of this plan's tp, ep, dtype and mode), as rows of
+        (binding x node) arrays, each row equal to its binding costed alone: the product is one matmul of the
+        plan's matrix with a stack of feature vectors, which numpy runs as the same matrix-vector product per
+        binding (BLAS gemv), and the rest is elementwise over bindings."""
+        r, features = self.rows, self.columns.values([ctx.dims for ctx in contexts])
+        work = (self.work @ features[:, :, None]).reshape(len(contexts), 4, -1)  # FLOPs, bytes, inputs, outputs
+        flops, nbytes = work[:, 0], work[:, 1] + r.const_bytes
         if self.has_experts:  # E * (1 - (1 - k/E)^T) of E experts touched by T tokens
-            nbytes += self.expert_bytes * (1.0 - self.miss ** (ctx.dims["tokens"] * self.hit_tokens_per_token))
-        compute_s, memory_s = flops / self.peak, nbytes / self.bandwidth
-        time_s = np.maximum(compute_s, memory_s) + self.floor_s
-        if self.comm_runs:  # collectives that run take the link model's time
-            comm_s = self.latency_s + self.bus_factor * nbytes / self.bus_bandwidth
-            time_s = np.where(self.columns.comm, comm_s, time_s)
-        time_s[self.idle] = 0.0
+            nbytes += r.expert_bytes * (1.0 - r.miss ** (features[:, self.tokens, None] * self.hit_tokens_per_token))
+        compute_s, memory_s = flops / r.peak, nbytes / r.bandwidth
+        time_s = np.maximum(compute_s, memory_s) + r.floor_s
+        if self.has_comm:  # collectives take the link model's time: 0 for those that do not run (no latency nor bus)
+            time_s = np.where(r.comm, r.latency_s + r.bus_factor * nbytes / r.bus_bandwidth, time_s)
+        return [Costs(self, flops[b], nbytes[b], time_s[b], compute_s[b], memory_s[b],
+                      self._measured(ctx, b, flops, nbytes, time_s) if self.measurable else {}, work[b, 2], work[b, 3])
+                for b, ctx in enumerate(contexts)]
+
+    def _measured(self, ctx: Context, b: int, flops: np.ndarray, nbytes: np.ndarray, time_s: np.ndarray) -> dict:
+        """Binding b's ops that the efficiency table has measured curves for: their time, put into time_s[b]."""
         measured = {}
         for i in self.measurable:
             node, floor_s = self.nodes[i], float(self.floor_s[i])
             seconds = measured_gemm_s(node, ctx)
             if seconds is None:
-                seconds = measured_op_s(node, ctx, float(flops[i]), float(nbytes[i]), floor_s)
+                seconds = measured_op_s(node, ctx, float(flops[b, i]), float(nbytes[b, i]), floor_s)
             if seconds is not None:
                 measured[i] = seconds
-                time_s[i] = max(seconds, floor_s)
-        return Costs(self, flops, nbytes, time_s, compute_s, memory_s, measured, inputs, outputs)
+                time_s[b, i] = max(seconds, floor_s)
+        return measured
 
 
 @dataclass
@@ -110,9 +129,31 @@ class Costs:
 def costs_for(graph: ComputationalGraph, ctx: Context) -> Costs:
     """Every op's cost for the context's binding, shared by the layouts and workloads that bind the
     ops alike (same tp, ep, dims per micro-batch, dtype, mode): a sweep costs each size once."""
-    w = ctx.workload
-    key = ("costs", ctx.tp, ctx.ep, *ctx.dims.values(), w.dtype, w.mode)
-    return _CACHES.of(ctx.hw).get(graph, key, lambda: plan_for(graph, ctx).cost(ctx))
+    if ctx.costs is None:
+        ctx.costs = _CACHES.of(ctx.hw).get(graph, _costs_key(ctx), lambda: plan_for(graph, ctx).cost(ctx))
+    return ctx.costs
+
+
+def cost_together(graph: ComputationalGraph, contexts: list[Context]) -> None:
+    """Hand each context (one hardware spec) its binding's costs: those costed before, and the others costed
+    together, those of one plan in one (binding x feature) product (api.simulate_many)."""
+    cache, by_plan = _CACHES.of(contexts[0].hw), {}
+    for ctx in contexts:
+        key = _costs_key(ctx)
+        ctx.costs = cache.peek(graph, key)
+        if ctx.costs is None:
+            plan_key = (ctx.tp, ctx.ep, ctx.workload.dtype, ctx.workload.mode)
+            by_plan.setdefault(plan_key, {}).setdefault(key, []).append(ctx)
+    for bindings in by_plan.values():
+        firsts = [members[0] for members in bindings.values()]
+        for (key, members), costs in zip(bindings.items(), plan_for(graph, firsts[0]).cost_many(firsts)):
+            cache.get(graph, key, lambda: costs)
+            for ctx in members:
+                ctx.costs = costs
+
+
+def _costs_key(ctx: Context) -> tuple:
+    return ("costs", ctx.tp, ctx.ep, *ctx.dims.values(), ctx.workload.dtype, ctx.workload.mode)
 
 
 def plan_for(graph: ComputationalGraph, ctx: Context) -> Plan:

@@ -38,7 +38,7 @@ import yaml
 from framework.core.dtypes import SHORT
 from framework.core.errors import ConfigError
 from framework.core.hardware import GPU_FILES
-from sims import simulate
+from sims import simulate_many
 from sims.hardware import read_hardware_file
 from sims.workload import layout_from_parallel
 
@@ -69,7 +69,7 @@ def _ints(values) -> list[int]:
 
 def plan(spec: dict, hf_config: dict, hardware: dict, world: int, layers: int) -> list[dict]:
     """One row per (tp, ep): the layout on `world` devices, its predictions, or why it is skipped."""
-    rows = []
+    rows, pending, layouts, workloads = [], [], [], []  # pending: the rows whose layouts are simulated together
     for tp, ep in spec["grid"]:
         row = {"tp": tp, "ep": ep}
         parallel = {"dp": -1, "fsdp": 1, "pp": 1, "cp": 1, **spec["parallel"], "tp": tp, "ep": ep}
@@ -78,16 +78,20 @@ def plan(spec: dict, hf_config: dict, hardware: dict, world: int, layers: int) -
         except ConfigError as exc:
             rows.append({**row, "status": "skipped", "reason": f"tp={tp} does not fit {world} devices ({exc})"})
             continue
-        workload = {"mode": spec["sim"]["mode"], "batch": spec["sim"]["batch"] * layout["dp"],
-                    "context_len": spec["sim"]["context_len"], "dtype": SHORT[spec["sim"]["dtype"]]}
-        short = simulate({**hf_config, "num_hidden_layers": layers}, hardware, layout, workload)
-        full = simulate(hf_config, hardware, layout, workload)
+        pending.append(len(rows))
+        rows.append(row)
+        layouts.append(layout)
+        workloads.append({"mode": spec["sim"]["mode"], "batch": spec["sim"]["batch"] * layout["dp"],
+                          "context_len": spec["sim"]["context_len"], "dtype": SHORT[spec["sim"]["dtype"]]})
+    shorts = simulate_many({**hf_config, "num_hidden_layers": layers}, hardware, layouts, workloads)
+    fulls = simulate_many(hf_config, hardware, layouts, workloads)
+    for index, layout, short, full in zip(pending, layouts, shorts, fulls):
+        row = rows[index]
         if short.status != "ok":
-            rows.append({**row, "status": "skipped", "reason": short.reason})
+            rows[index] = {**row, "status": "skipped", "reason": short.reason}
             continue
-        rows.append({**row, "status": "planned", "dp": layout["dp"], "devices": short.layout.devices,
-                     "predicted_s": short.latency_s, "predicted_full_s": full.latency_s,
-                     "predicted_fits": full.fits})
+        rows[index] = {**row, "status": "planned", "dp": layout["dp"], "devices": short.layout.devices,
+                       "predicted_s": short.latency_s, "predicted_full_s": full.latency_s, "predicted_fits": full.fits}
     return rows
 
 

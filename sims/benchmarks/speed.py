@@ -6,8 +6,9 @@
 The first sweeps layouts and batch sizes per model and workload and times (in the CPU time of the
 calling thread, so that neither other jobs on a shared machine nor numpy's BLAS worker threads,
 which spin idle for a while after numpy is imported, count) the whole `simulate` call (input
-parsing, layout checks, step time, memory) on the valid layouts: the first pass over
-them (graphs built, nothing costed yet: one sweep) and repeated passes. --sweep runs SWEEP_ARGS through Crucible's command line (one
+parsing, layout checks, step time, memory) on the valid layouts, costed together by `simulate_many`
+(--per-layout: one `simulate` call each): the first pass over them (graphs built, nothing costed yet:
+one sweep) and repeated passes. --sweep runs SWEEP_ARGS through Crucible's command line (one
 process, Hydra's basic launcher: each job composes its config, writes its run records and
 simulates) and reports the wall time and the rows of sweep_summary.csv.
 """
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from sims import build_graph, simulate
+from sims import build_graph, simulate, simulate_many
 from sims.builders import graph_and_counts
 from sims.hardware import hardware_spec, read_hardware_file
 from sims.workload import layout_problem, parse_layout, parse_workload
@@ -46,7 +47,8 @@ def sweep_points():
         yield {"tp": tp, "dp": dp, "ep": ep, "pp": pp}, batch
 
 
-def measure(hf_config: dict, hardware: dict, workload: dict, seconds: float) -> tuple[float, int, float]:
+def measure(hf_config: dict, hardware: dict, workload: dict, seconds: float,
+            per_layout: bool = False) -> tuple[float, int, float]:
     """(first-pass seconds per configuration, evaluations, elapsed seconds of the repeated passes)
     over the valid points of the sweep (invalid layouts return early and would flatter the rate).
     The first pass starts with the graph built but nothing costed: it is what one sweep costs; the
@@ -59,16 +61,23 @@ def measure(hf_config: dict, hardware: dict, workload: dict, seconds: float) -> 
         if layout_problem(build_graph(hf_config, workload["mode"]).meta, hw, parse_layout(layout),
                           parse_workload(point)) is None
     ]
+    layouts, workloads = [layout for layout, _ in points], [point for _, point in points]
+
+    def one_pass() -> None:
+        if per_layout:
+            for layout, point in points:
+                simulate(hf_config, hardware, layout, point)
+        else:
+            simulate_many(hf_config, hardware, layouts, workloads)
+
     gc.collect()  # every measurement starts from a collected heap, not the previous one's garbage
     start = time.thread_time()  # this thread's CPU time: the dev machine is shared with other jobs
-    for layout, point in points:
-        simulate(hf_config, hardware, layout, point)
+    one_pass()
     first_pass_s = (time.thread_time() - start) / len(points)
     evaluations = 0
     start = time.thread_time()
     while time.thread_time() - start < seconds:
-        for layout, point in points:
-            simulate(hf_config, hardware, layout, point)
+        one_pass()
         evaluations += len(points)
     return first_pass_s, evaluations, time.thread_time() - start
 
@@ -96,6 +105,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0, help="time per model and workload")
     parser.add_argument("--sweep", action="store_true", help="also time a 64-job multirun through run.py")
     parser.add_argument("--table", help="an efficiency table for the H100 (default: built-in factors)")
+    parser.add_argument("--per-layout", action="store_true", help="one simulate call per layout (not simulate_many)")
     args = parser.parse_args()
     hardware = read_hardware_file(REPO / "conf/hardware/h100.yaml")
     hardware["efficiency_table"] = args.table
@@ -104,7 +114,7 @@ def main() -> None:
     for model in MODELS:
         hf_config = yaml.safe_load((REPO / f"conf/model/{model}.yaml").read_text())["hf_config"]
         for workload in WORKLOADS:
-            first_s, n, elapsed = measure(hf_config, hardware, workload, args.seconds)
+            first_s, n, elapsed = measure(hf_config, hardware, workload, args.seconds, args.per_layout)
             print(f"{model:<18} {workload['mode']:<8} {n / elapsed:>10.0f} {1e6 * elapsed / n:>10.1f} "
                   f"{1 / first_s:>21.0f}")
     if args.sweep:

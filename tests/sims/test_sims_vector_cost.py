@@ -50,7 +50,7 @@ def test_every_op_of_a_plan_costs_what_op_cost_says(model, table):
             # FLOPs and activation elements come from one stacked product: each part equals its own product
             # (to 1e-12: a BLAS may sum a row of a taller matrix in another order)
             flops, _, inputs, outputs = work_coefficients(graph, layout.tp, layout.ep, workload.mode)
-            features = columns(graph).values(ctx.dims)
+            features = columns(graph).values([ctx.dims])[0]
             for got, alone in ((costs.flops, flops), (costs.inputs, inputs), (costs.outputs, outputs)):
                 assert np.allclose(got, alone @ features, rtol=1e-12, atol=0.0), layout
             for i, node in enumerate(graph.nodes):
