@@ -94,17 +94,6 @@ def test_batch_is_per_data_parallel_replica():
     assert job.task.workload(replicas=4, zero=False)["batch"] == 4 * 64
 
 
-def test_decoding_on_an_fsdp_mesh_gathers_the_weights_every_step():
-    """parallel.fsdp=2 with the xla stack (the maxtext backend's rollout in its update layout): every decode step
-    all-gathers the weight shards (sims/sharded_forward.py); dp=2 replicas decode the same rows without."""
-    base = ["task=sim", "model=qwen2_5_0_5b_instruct", "hardware=h100", "hardware.devices_per_node=2", "sim.stack=xla",
-            "sim.mode=decode", "sim.batch=64", "sim.context_len=384", "parallel.tp=1"]
-    fsdp, rows = simulate_job(SimAdapter().convert_config(compose_config([*base, "parallel.dp=1", "parallel.fsdp=2"])))
-    replicas, _ = simulate_job(SimAdapter().convert_config(compose_config([*base, "parallel.dp=2", "parallel.fsdp=1"])))
-    gather = sum(row["time_s"] for row in rows if row["name"] == "sharded_weight_gather")
-    assert gather > 0 and fsdp["latency_s"] == pytest.approx(replicas["latency_s"] + gather)
-
-
 def test_minus_one_takes_the_remaining_devices():
     axes = {"dp": -1, "fsdp": 1, "tp": 2, "pp": 2, "ep": 1, "cp": 1}
     assert layout_from_parallel(axes, devices=16) == ({"tp": 2, "dp": 4, "ep": 1, "pp": 2}, False)

@@ -26,12 +26,9 @@ class SimTask:
     stack: Literal["transformers", "torch_fused", "megatron_local", "xla"]  # the software stack that runs (sims/stacks.yaml)
 
     def workload(self, replicas: int, zero: bool) -> dict:
-        """The simulator's workload for `replicas` data-parallel replicas (its batch counts them all). `zero` (fsdp > 1):
-        training shards the optimizer states; prefill and decode run on the fsdp-sharded weights, gathered every
-        forward pass (sims/sharded_forward.py; a stack whose rollout never does so is refused there)."""
+        """The simulator's workload for `replicas` data-parallel replicas (its batch counts them all)."""
         if self.batch < 1:
             raise ConfigError(f"sim.batch: {self.batch} must be >= 1 (sequences per data-parallel replica)")
-        sharded = zero and self.mode != "train"
         return {"mode": self.mode, "batch": self.batch * replicas, "seq_len": self.seq_len,
                 "context_len": self.context_len, "microbatches": self.microbatches, "recompute": self.recompute,
-                "dtype": SHORT[self.dtype], "zero": zero and self.mode == "train", "shard_weights": sharded}
+                "dtype": SHORT[self.dtype], "zero": zero and self.mode == "train"}
