@@ -308,3 +308,5 @@ def _off_policy_checks(model_dir: str) -> dict:
                         "update": [d.id for d in update.mesh.devices.flat]}}
 
 
+if __name__ == "__main__":
+    print(json.dumps(_off_policy_checks(sys.argv[1])))

@@ -9,7 +9,6 @@ The multi-device check runs this file as a script in a subprocess (XLA_FLAGS bef
 from __future__ import annotations
 
 import json
-import re
 import sys
 from types import SimpleNamespace
 
@@ -125,7 +124,7 @@ def test_a_lag_2_run_with_devices_auto_picks_a_split_into_two_groups(tmp_path):
                     "grpo.preflight=true", "hardware.intra_node_gb_s=20", "progress=false",
                     f"hydra.run.dir={tmp_path}"])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert re.search(r"parallel.rollout.devices auto -> 2 \(2 rollout group\(s\), each dp=1 tp=1", proc.stderr)
+    assert "parallel.rollout.devices auto -> 2 (rollout dp=1 tp=1 in each of 2 groups | update on 1" in proc.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())["result"]["metrics"]
     assert summary["layout_search_choice"] == "r2_g2_tp1_dp1" and summary["rollout_groups"] == 2
 

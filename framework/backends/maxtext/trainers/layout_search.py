@@ -178,8 +178,9 @@ def choose_rollout_devices(config: Any, total: int) -> tuple[ParallelConfig, dic
                                 max(task.rollout_lag, 1))
     for candidate in candidates:
         log.info("grpo: %s auto candidate %s", KEY, candidate.row())
-    log.info("grpo: %s auto -> %d (%d rollout group(s), each dp=%d tp=%d | update on %d: %s), predicted %.4g s per "
-             "step", KEY, chosen.rollout_devices, chosen.groups, chosen.rollout.dp, chosen.rollout.tp,
-             total - chosen.rollout_devices, chosen.update.as_dict(), chosen.step_s)
+    log.info("grpo: %s auto -> %d (rollout dp=%d tp=%d%s | update on %d: %s), predicted %.4g s per step", KEY,
+             chosen.rollout_devices, chosen.rollout.dp, chosen.rollout.tp,
+             f" in each of {chosen.groups} groups" if chosen.groups > 1 else "", total - chosen.rollout_devices,
+             chosen.update.as_dict(), chosen.step_s)
     resolved = dataclasses.replace(rollout, devices=chosen.rollout_devices, dp=chosen.rollout.dp, tp=chosen.rollout.tp)
     return dataclasses.replace(config.parallel, rollout=resolved), record(chosen, candidates)
