@@ -21,8 +21,9 @@ other axes leave. Only backend=maxtext's GRPO reads it; backends without a rollo
 
 `parallel.rollout.placement`: shared (the rollout decodes on the update's devices, between updates) or
 separate (it decodes on its own `parallel.rollout.devices` devices, the update trains on the rest, both at
-the same time: GRPO one step off-policy, `grpo.rollout_lag: 1`). `devices: auto` (the default) lets the backend
-pick how many decode when separate and means none when shared; an integer needs placement separate.
+the same time: GRPO one step off-policy, `grpo.rollout_lag: 1`; with `grpo.rollout_lag: L` >= 2 they form L
+groups, a multiple of L). `devices: auto` (the default) lets the backend pick how many decode when separate and
+means none when shared; an integer needs placement separate.
 """
 
 from __future__ import annotations

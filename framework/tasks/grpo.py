@@ -43,9 +43,9 @@ class GRPOTask:
     kl_importance_correction: bool
     loss_normalization: Literal["token", "sequence", "fixed"]  # docs/grpo.md: TRL dapo | grpo | dr_grpo
     ppo_epochs: Count  # optimizer updates per batch of rollouts
-    # 0: sample, then update, on-policy; 1: sample the next batch while the update trains on this one, one
-    # policy version stale (backend=maxtext, parallel.rollout.placement=separate; docs/grpo.md)
-    rollout_lag: Literal[0, 1]
+    # 0: sample, then update, on-policy; L >= 1: L rollout groups sample the next L batches while the update
+    # trains on this one, L policy versions stale (backend=maxtext, parallel.rollout.placement=separate; docs/grpo.md)
+    rollout_lag: NonNegativeInt
     # sequences per forward/backward (gradients accumulate over the batch), or auto: the largest the
     # backend's memory estimate fits (maxtext: the preflight's simulator)
     micro_batch_size: Count | Literal["auto"]

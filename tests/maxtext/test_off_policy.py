@@ -42,7 +42,7 @@ def test_lag_and_placement_go_together_with_one_line_errors():
     assert split_devices([0, 1, 2], rollout_layout(placement="separate", devices=1)) == ([0], [1, 2])
     assert split_devices([0, 1], rollout_layout()) == ([0, 1], [0, 1])
     with pytest.raises(ConfigError, match=r"grpo.rollout_lag"):
-        grpo_task("grpo.rollout_lag=2")
+        grpo_task("grpo.rollout_lag=-1")
     with pytest.raises(ConfigError, match=r"rollout_lag: 1 needs .*\(parallel.rollout is null\)"):
         check_off_policy(1, None)  # else the rollout thread would sample with the params the update donates
     check_off_policy(0, None)
@@ -57,7 +57,7 @@ def test_a_rollout_lag_1_checkpoint_resumed_on_policy_is_refused_and_a_damaged_o
     refuse_lag_change(SimpleNamespace(state={"rng": []}, path=tmp_path))  # an on-policy checkpoint: fine
     with pytest.raises(ConfigError, match=r"grpo.rollout_lag: 0, but .* was written by a rollout_lag=1 run"):
         refuse_lag_change(SimpleNamespace(state={IN_FLIGHT: {}}, path=tmp_path))
-    pipeline = OffPolicyRollouts.__new__(OffPolicyRollouts)
+    pipeline = OffPolicyRollouts([None], None, [None], None)  # lag 1: one rollout group
     with pytest.raises(CheckpointError, match=r"the batch in flight is incomplete"):
         pipeline.restore(SimpleNamespace(state={IN_FLIGHT: {"references": []}}, path=tmp_path), "state.safetensors")
 
@@ -273,7 +273,7 @@ def _off_policy_checks(model_dir: str) -> dict:
     task, params, update, placement, sampler, encoder = _pieces(model_dir, devices[1:2], devices[:1], behaviour=True)
     greedy = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=0.0, num_samples=task.num_generations)
     opt_state, steps = update.init_opt_state(params), 3
-    pipeline = OffPolicyRollouts(sampler, encoder, placement, greedy)
+    pipeline = OffPolicyRollouts([sampler], encoder, [placement], greedy)
     draws = iter([(_problems(task.prompts_per_step, 4 * i), jax.random.key(i)) for i in range(steps)])
     snapshots, batches, stalenesses, losses = [jax.device_get(params)], [], [], []
     advantages = np.random.default_rng(1).normal(size=task.rows_per_step).astype(np.float32)
@@ -308,3 +308,5 @@ def _off_policy_checks(model_dir: str) -> dict:
                         "update": [d.id for d in update.mesh.devices.flat]}}
 
 
+if __name__ == "__main__":
+    print(json.dumps(_off_policy_checks(sys.argv[1])))

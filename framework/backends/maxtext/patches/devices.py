@@ -39,9 +39,9 @@ def mesh_device_count(ctx: PatchContext) -> int:
     fixed = math.prod(size for axis in DEVICE_AXES if (size := ctx.config.parallel[axis]) != -1)
     if rollout.get("placement") != "separate":
         return fixed
-    if rollout.get("devices") == AUTO:
-        hardware = ctx.config.hardware
-        return max(fixed + 1, int(hardware.devices_per_node) * int(hardware.nodes))
+    if rollout.get("devices") == AUTO:  # a device for each of grpo.rollout_lag's rollout groups at least
+        hardware, groups = ctx.config.hardware, max(int((ctx.config.get("grpo") or {}).get("rollout_lag") or 1), 1)
+        return max(fixed + groups, int(hardware.devices_per_node) * int(hardware.nodes))
     return fixed + (rollout.get("devices") or 0)
 
 

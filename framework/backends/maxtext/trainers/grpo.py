@@ -5,10 +5,10 @@ group advantages -> old/reference log-probs when needed -> ppo_epochs updates, e
 gradients over micro-batches -> metrics. Params, optimizer state and batches are sharded on the
 mesh built from the `parallel` node with the logical axis rules (MaxText style); the rollout decodes on
 a second mesh over the same devices (`parallel.rollout`), the weights resharded to it each step
-(`reshard_time_s`), with the prompts split over its data ranks. With grpo.rollout_lag=1 the rollout has
-devices of its own and samples the next batch while the update trains (trainers/pipeline.py). Checkpoints
-hold everything a resume needs to continue bit for bit: params, optimizer state, the data iterator
-position, the RNG key and, one step off-policy, the batch sampled ahead.
+(`reshard_time_s`), with the prompts split over its data ranks. With grpo.rollout_lag=L >= 1 the rollout has
+devices of its own, in L groups, and samples the next L batches while the update trains (trainers/pipeline.py).
+Checkpoints hold everything a resume needs to continue bit for bit: params, optimizer state, the data
+iterator position, the RNG key and, off-policy, the batches sampled ahead.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from framework.backends.maxtext.sharding import (build_mesh, logical_axis_rules,
                                                 shardings_record, tree_bytes, usable_devices)
 from framework.backends.maxtext.trainers import aot, rollout, startup
 from framework.backends.maxtext.trainers.layout_search import choose_rollout_devices
-from framework.backends.maxtext.trainers.pipeline import OffPolicyRollouts, refuse_lag_change, split_devices
+from framework.backends.maxtext.trainers.pipeline import (OffPolicyRollouts, group_devices, refuse_lag_change,
+                                                          split_devices)
 from framework.backends.maxtext.trainers.checkpointing import (STATE_FILE, host_arrays, key_from_json, key_to_json,
                                                                read_state, write_arrays)
 from framework.data.math import load_split, system_prompt, train_examples
@@ -87,7 +88,8 @@ class GRPOTrainer(BaseTrainer):
         self.model_config = architecture.for_platform(remat, self.config.attention, self.config.decode_attention,
                                                       kernel_platform())
         model = Transformer(self.model_config, self.mesh, self.rules)
-        self.placement = self._rollout_placement(boxed)  # before any weights load: a bad layout fails fast
+        self.placements = self._rollout_placements(boxed)  # before any weights load: a bad layout fails fast
+        self.placement = self.placements[0]  # the (first) rollout group's: evaluation decodes there
         self.schedule = learning_rate_schedule(task.optimizer, task.steps, task.ppo_epochs)
         self.scalars = startup.StepScalars(self.schedule)
         optimizer = build_optimizer(task.optimizer, self.schedule)
@@ -100,11 +102,13 @@ class GRPOTrainer(BaseTrainer):
             self.aot = aot.start_first_step(self.update, self.placement, boxed, shardings, task, self.sampling)
         self.startup.start_reading_weights(self.model_config)  # on the host, in a thread
         self.encoder = rollout.PromptEncoder(self.tokenizer, system_prompt(self.config.data), task.max_prompt_tokens)
-        self.sampler = Sampler(model, eos_token_ids=rollout.eos_token_ids(self.tokenizer, self.model_dir),
-                               pad_token_id=self.tokenizer.pad_token_id, prompt_bucket=task.max_prompt_tokens,
-                               mesh=self.placement.mesh, rules=self.rules, behaviour_log_probs=task.rollout_lag > 0)
-        self.off_policy = (OffPolicyRollouts(self.sampler, self.encoder, self.placement, self.sampling)
-                           if task.rollout_lag else None)  # lag 1: the rollout a step ahead (trainers/pipeline.py)
+        samplers = [Sampler(model, eos_token_ids=rollout.eos_token_ids(self.tokenizer, self.model_dir),
+                            pad_token_id=self.tokenizer.pad_token_id, prompt_bucket=task.max_prompt_tokens,
+                            mesh=placement.mesh, rules=self.rules, behaviour_log_probs=task.rollout_lag > 0)
+                    for placement in self.placements]  # one per rollout group
+        self.sampler = samplers[0]  # evaluation's
+        self.off_policy = (OffPolicyRollouts(samplers, self.encoder, self.placements, self.sampling)
+                           if task.rollout_lag else None)  # lag L: the rollout L steps ahead (trainers/pipeline.py)
         aot.finish_first_step(self.aot, self.update, self.sampler, self.scalars)
         self.params = self.startup.load_weights(self.aot, self.model_config, self.mesh, self.rules)
         self.rng = jax.random.key(self.config.seed)
@@ -145,7 +149,8 @@ class GRPOTrainer(BaseTrainer):
         summary |= {"steps_completed": done, "resumed_from_step": self.start_step,
                     "measured_step_s": _steady_state(step_times), "micro_batch_size": task.micro_batch_size,
                     "remat": self.model_config.remat,
-                    "init_compile_time_s": self.init_compile_s, **self.layout_search}
+                    "init_compile_time_s": self.init_compile_s, "rollout_groups": len(self.placements),
+                    **self.layout_search}
         summary |= (self.aot.metrics() if self.aot is not None else {}) | self.startup.metrics()
         return TrainingResult(success=not interrupted, metrics=summary, wall_time_s=time.perf_counter() - start,
                               samples=(done - self.start_step) * task.rows_per_step, artifacts=artifacts,
@@ -159,7 +164,7 @@ class GRPOTrainer(BaseTrainer):
         started = time.perf_counter()
         if self.off_policy is None:
             rollouts, truncated_prompts, timing = self._rollout_now()
-        else:  # B_step, sampled one policy version ago while the previous update ran
+        else:  # B_step, sampled rollout_lag policy versions ago while earlier updates ran
             rollouts, truncated_prompts, timing = self.off_policy.take(step, self.params, self._draw, task.steps)
         rolled_out = time.perf_counter()
         rewards, metrics = rollout.score(rollouts, task.rewards)
@@ -261,9 +266,9 @@ class GRPOTrainer(BaseTrainer):
         self.devices = devices
         return mesh
 
-    def _rollout_placement(self, boxed: Any) -> rollout.RolloutPlacement:
-        """The rollout's layout: parallel.rollout, its null tp picked from the memory the rollout needs beside
-        the training state (preflight.rollout_tp_for)."""
+    def _rollout_placements(self, boxed: Any) -> list[rollout.RolloutPlacement]:
+        """A placement per rollout group (grpo.rollout_lag's), in parallel.rollout on a group's devices, its null tp
+        picked from the memory the rollout needs beside the training state (preflight.rollout_tp_for)."""
         task = self.config.task
 
         def fitting_tp(free_devices: int) -> int:
@@ -271,15 +276,11 @@ class GRPOTrainer(BaseTrainer):
                                   self.config.hardware["memory_gb"], free_devices,
                                   separate=self.rollout_devices != self.devices)
 
-        chosen = self.config.parallel.rollout
-        count = len(self.rollout_devices)
+        chosen, groups = self.config.parallel.rollout, group_devices(self.rollout_devices, task.rollout_lag)
+        count = len(groups[0])
         layout = (rollout_parallel(chosen, count, task.prompts_per_step, fitting_tp) if chosen is not None
                   else self.config.parallel.resolve(count))
-        placement = rollout.RolloutPlacement(layout, self.rollout_devices, self.mesh, boxed, self.rules,
-                                             self.model_config.dtype)
-        log.info("grpo: rollout mesh %s%s", dict(placement.mesh.shape),
-                 " (the update's)" if placement.same_as_update else ", weights resharded to it each step")
-        return placement
+        return rollout.group_placements(layout, groups, self.mesh, boxed, self.rules, self.model_config.dtype)
 
     @property
     def _evaluates(self) -> bool:
@@ -310,7 +311,8 @@ class GRPOTrainer(BaseTrainer):
             reshard_bytes = self.placement.reshard_bytes(self.model_config, self.weight_bytes)
             prediction = predict_step(self.model_config.hf_config, self.config.hardware, self.config.parallel,
                                       self.mesh.size, self.config.task, self.placement.layout, reshard_bytes,
-                                      remat=self.model_config.remat, rollout_devices=self.placement.separate_devices)
+                                      remat=self.model_config.remat, rollout_devices=self.placement.separate_devices,
+                                      rollout_groups=len(self.placements))
         except CrucibleError as error:  # advisory: a model the simulator cannot handle still trains
             log.warning("preflight: %s", error)
             return {"preflight_error": str(error)}

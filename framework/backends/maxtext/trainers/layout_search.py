@@ -1,5 +1,5 @@
-"""`parallel.rollout.devices: auto` under one step off-policy GRPO (grpo.rollout_lag=1, placement separate): how
-many devices decode, in which rollout layout, and how many train, picked by the preflight's predictions.
+"""`parallel.rollout.devices: auto` under off-policy GRPO (grpo.rollout_lag=L >= 1, placement separate): how many
+devices decode, in which rollout layout, and how many train, picked by the preflight's predictions.
 
 Every split r | n - r (r = 1 .. n - 1 rollout devices) is tried with every rollout layout on its r devices that the
 config allows (the tp groups dividing r and the model's head counts, the rest replicas, whose data ranks split
@@ -10,6 +10,10 @@ device, the weight move's second copy on the rollout devices and staging copy on
 (preflight.off_policy_memory). The fastest predicted step whose peak fits MEMORY_HEADROOM of the device wins
 (ties: fewer rollout devices, then smaller tp); the candidates and the choice are logged and go into the run's
 summary (`layout_search_*` keys).
+
+With L >= 2 the rollout devices form L groups (trainers/pipeline.py): only splits whose r L divides are tried,
+each rollout layout on a group's r / L devices, predicted as max(rollout of one batch / L, update) + the move
+(predict_step's rollout_groups); their names read r<r>_g<L>_tp.._dp.. (the layout of one group).
 """
 
 from __future__ import annotations
@@ -32,24 +36,28 @@ KEY = "parallel.rollout.devices"
 class Candidate:
     """One split and its prediction (step_s None: not predictable; `reason` says why)."""
 
-    rollout_devices: int
-    rollout: ParallelConfig | None
+    rollout_devices: int  # all groups together
+    rollout: ParallelConfig | None  # one group's layout
     update: ParallelConfig | None
     step_s: float | None = None
     memory_gb: float | None = None
     fits: bool = False
     prediction: dict = dataclasses.field(default_factory=dict)
     reason: str = ""
+    groups: int = 1  # grpo.rollout_lag's rollout groups
 
     @property
     def name(self) -> str:
         tp = f"_tp{self.rollout.tp}_dp{self.rollout.dp}" if self.rollout is not None else ""
-        return f"r{self.rollout_devices}{tp}"
+        groups = f"_g{self.groups}" if self.groups > 1 else ""
+        return f"r{self.rollout_devices}{groups}{tp}"
 
     def row(self) -> str:
         if self.step_s is None:
             return f"{self.name}: skipped ({self.reason})"
-        return (f"{self.name}: step {self.step_s:.6g} s (rollout {self.rollout_s:.4g} s, update {self.update_s:.4g} s, "
+        groups = f" in each of {self.groups} groups" if self.groups > 1 else ""
+        return (f"{self.name}: step {self.step_s:.6g} s (rollout {self.rollout_s:.4g} s{groups}, "
+                f"update {self.update_s:.4g} s, "
                 f"move {self.prediction['preflight_reshard_s']:.3g} s), {self.memory_gb:.3g} GB/device"
                 f"{'' if self.fits else ' (does not fit)'}")
 
@@ -84,13 +92,14 @@ def _mesh(layout: ParallelConfig) -> dict[str, int]:
 
 
 def predict(model: Any, weight_bytes: float, hardware: Mapping[str, Any], parallel: ParallelConfig, task: GRPOTask,
-            remat: str, rollout_devices: int, rollout: ParallelConfig, total: int) -> Candidate:
-    """One split's prediction: the update's `parallel` on the total - rollout_devices others."""
+            remat: str, rollout_devices: int, rollout: ParallelConfig, total: int, groups: int = 1) -> Candidate:
+    """One split's prediction: `groups` rollout groups of rollout_devices / groups devices in layout `rollout`,
+    the update's `parallel` on the total - rollout_devices others."""
     hf, update_devices = model.hf_config, total - rollout_devices
     try:
         update = parallel.resolve(update_devices)
     except ConfigError as error:
-        return Candidate(rollout_devices, rollout, None, reason=str(error))
+        return Candidate(rollout_devices, rollout, None, reason=str(error), groups=groups)
     try:
         reference = weight_bytes / (update.fsdp * update.tp) if task.beta > 0 else 0.0  # the simulator omits it
         if task.micro_batch_size == "auto" or remat == "auto":
@@ -99,32 +108,33 @@ def predict(model: Any, weight_bytes: float, hardware: Mapping[str, Any], parall
         moved = reshard_bytes_per_device(rollout_weight_bytes(model, weight_bytes), _mesh(update), _mesh(rollout),
                                          separate=True)
         prediction = predict_step(hf, hardware, parallel, update_devices, task, rollout, moved, remat=remat,
-                                  rollout_devices=rollout_devices)
+                                  rollout_devices=rollout_devices // groups, rollout_groups=groups)
     except CrucibleError as error:
-        return Candidate(rollout_devices, rollout, update, reason=str(error))
+        return Candidate(rollout_devices, rollout, update, reason=str(error), groups=groups)
     if not prediction:
         raise ConfigError(f"{KEY}: auto needs the simulator (sims) to predict the phases; set a number")
     # the reference model (beta > 0) stays on the update devices beside their peak
     memory = max(prediction["preflight_rollout_memory_gb"], prediction["preflight_update_memory_gb"] + reference / 1e9)
     fits = bool(prediction["preflight_fits"]) and memory <= MEMORY_HEADROOM * hardware["memory_gb"]
     return Candidate(rollout_devices, rollout, update, prediction["preflight_predicted_step_s"], memory, fits,
-                     prediction)
+                     prediction, groups=groups)
 
 
 def search(model: Any, weight_bytes: float, hardware: Mapping[str, Any], parallel: ParallelConfig, task: GRPOTask,
-           remat: str, total: int) -> tuple[Candidate, list[Candidate]]:
-    """(the chosen candidate, every candidate compared) over `total` devices; a ConfigError naming
-    parallel.rollout.devices when none can run or none fits."""
-    if total < 2:
-        raise ConfigError(f"{KEY}: auto with placement=separate needs 2 or more devices ({total} here): one decodes "
-                          f"while the others train; or use grpo.rollout_lag=0 and parallel.rollout.placement=shared")
+           remat: str, total: int, groups: int = 1) -> tuple[Candidate, list[Candidate]]:
+    """(the chosen candidate, every candidate compared) over `total` devices, the rollout in `groups` groups
+    (grpo.rollout_lag); a ConfigError naming parallel.rollout.devices when none can run or none fits."""
+    if total < groups + 1:
+        raise ConfigError(f"{KEY}: auto with placement=separate needs {groups + 1} or more devices ({total} here): "
+                          f"one per rollout group (grpo.rollout_lag={groups}) decodes while the others train; or use "
+                          f"a smaller grpo.rollout_lag, or rollout_lag=0 and parallel.rollout.placement=shared")
     candidates = []
-    for count in range(1, total):
-        layouts, reason = rollout_layouts(parallel.rollout, count, task.prompts_per_step,
+    for count in range(groups, total, groups):
+        layouts, reason = rollout_layouts(parallel.rollout, count // groups, task.prompts_per_step,
                                           (model.num_heads, model.num_kv_heads))
         if not layouts:
-            candidates.append(Candidate(count, None, None, reason=reason))
-        candidates += [predict(model, weight_bytes, hardware, parallel, task, remat, count, layout, total)
+            candidates.append(Candidate(count, None, None, reason=reason, groups=groups))
+        candidates += [predict(model, weight_bytes, hardware, parallel, task, remat, count, layout, total, groups)
                        for layout in layouts]
     ranked = sorted((c for c in candidates if c.fits), key=lambda c: (c.step_s, c.rollout_devices, c.rollout.tp))
     reasons = "; ".join(c.row() for c in candidates)
@@ -164,11 +174,13 @@ def choose_rollout_devices(config: Any, total: int) -> tuple[ParallelConfig, dic
     model = ModelConfig.from_pretrained(config.model_source.metadata(), param_dtype=task.param_dtype,
                                         dtype=task.compute_dtype)  # the model's config.json: no weights needed
     weight_bytes = tree_bytes(nn.unbox(abstract_params(Transformer(model))))
-    chosen, candidates = search(model, weight_bytes, config.hardware, config.parallel, task, config.remat, total)
+    chosen, candidates = search(model, weight_bytes, config.hardware, config.parallel, task, config.remat, total,
+                                max(task.rollout_lag, 1))
     for candidate in candidates:
         log.info("grpo: %s auto candidate %s", KEY, candidate.row())
-    log.info("grpo: %s auto -> %d (rollout dp=%d tp=%d | update on %d: %s), predicted %.4g s per step", KEY,
-             chosen.rollout_devices, chosen.rollout.dp, chosen.rollout.tp, total - chosen.rollout_devices,
+    log.info("grpo: %s auto -> %d (rollout dp=%d tp=%d%s | update on %d: %s), predicted %.4g s per step", KEY,
+             chosen.rollout_devices, chosen.rollout.dp, chosen.rollout.tp,
+             f" in each of {chosen.groups} groups" if chosen.groups > 1 else "", total - chosen.rollout_devices,
              chosen.update.as_dict(), chosen.step_s)
     resolved = dataclasses.replace(rollout, devices=chosen.rollout_devices, dp=chosen.rollout.dp, tp=chosen.rollout.tp)
     return dataclasses.replace(config.parallel, rollout=resolved), record(chosen, candidates)

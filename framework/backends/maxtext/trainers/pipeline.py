@@ -1,31 +1,36 @@
-"""One step off-policy GRPO (`grpo.rollout_lag: 1`, `parallel.rollout.placement: separate`): the rollout and
-the update on disjoint device sets, at the same time, one step apart.
+"""Off-policy GRPO (`grpo.rollout_lag: L` >= 1, `parallel.rollout.placement: separate`): the rollout and the
+update on disjoint device sets, at the same time, L steps apart; the rollout devices split into L groups that
+each sample one whole batch at a time with their own copy of the weights.
 
-Exactly: theta_k are the weights after k updates. Batch B_1 is sampled by theta_0 before step 1 (nothing to
-overlap with). During step t the update devices turn theta_{t-1} into theta_t on B_t while the rollout
-devices already sample B_{t+1} with the weights they hold, theta_{t-1}; then theta_t is moved to the rollout
-devices (RolloutPlacement, the update's layout -> the rollout's mesh). So B_t, t >= 2, was sampled by
-theta_{t-2} and trains theta_{t-1}: a staleness of one policy version (0 for B_1), as in verl's
-one_step_off_policy recipe. The PPO ratio is taken against the behaviour policy: the sampler returns the
-log-prob of each sampled token under softmax(logits / temperature) (`Sampler(behaviour_log_probs=True)`),
-and the update uses them as old_log_probs. A step then takes about max(rollout, update) + the weight move.
+Exactly: theta_k are the weights after k updates; group g = (t - 1) mod L samples batch B_t. B_1 .. B_L are
+sampled by theta_0 at the start, one per group, at once. During step t the update devices turn theta_{t-1} into
+theta_t on B_t while group (t - 1) mod L, freed by B_t, already samples B_{t+L} with the weights it holds; then
+theta_t is moved only to group t mod L, the group that submits next (RolloutPlacement, the update's layout ->
+that group's mesh). So B_t, t > L, was sampled by theta_{t-L-1} and trains theta_{t-1}: a staleness of L policy
+versions; B_1 .. B_L have staleness 0 .. L-1. With L = 1 (one group) this is verl's one_step_off_policy recipe:
+B_t, t >= 2, sampled by theta_{t-2}. The PPO ratio is taken against the behaviour policy: the sampler returns the
+log-prob of each sampled token under softmax(logits / temperature) (`Sampler(behaviour_log_probs=True)`), and
+the update uses them as old_log_probs. A step then takes about max(rollout of one batch / L, update) + the
+weight move: L groups pay when one batch's rollout (bounded by the decode steps' latency) outlasts the update.
 
-The sampling runs in one background thread: JAX releases the GIL while the rollout devices compute, and the
-main thread dispatches the update to the other devices meanwhile. The order in which data and RNG keys are
-drawn does not depend on timing, so a run is deterministic and a checkpoint holds the finished in-flight
-batch (`RolloutAhead.in_flight`): a resume continues bit for bit.
+Each group samples in a background thread of its own: JAX releases the GIL while the devices compute, and
+the main thread dispatches the update to the other devices meanwhile. The order in which data and RNG keys
+are drawn (B_1, B_2, ... on the calling thread) does not depend on timing, so a run is deterministic and a
+checkpoint holds the finished batches in flight (`RolloutAhead.in_flight`): a resume continues bit for bit.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 from framework.core.errors import CheckpointError, ConfigError
 
-IN_FLIGHT = "in_flight"  # the checkpoint's arrays and state of the batch in flight
+IN_FLIGHT = "in_flight"  # the checkpoint's arrays and state of the (first) batch in flight
+LAG_KEY = "rollout_lag"  # in a checkpoint's state when L >= 2 batches were in flight (absent: lag 1)
 
 
 @dataclasses.dataclass
@@ -91,30 +96,46 @@ class RolloutAhead:
 
 
 def check_off_policy(rollout_lag: int, rollout: Any) -> None:
-    """grpo.rollout_lag and parallel.rollout.placement go together: lag 1 needs devices of its own to overlap
-    on, and separate devices only pay when the phases overlap."""
+    """grpo.rollout_lag and parallel.rollout.placement go together: a lag needs devices of its own to overlap
+    on, and separate devices only pay when the phases overlap; L groups need a device count L divides."""
+    if rollout_lag < 0:
+        raise ConfigError(f"grpo.rollout_lag: {rollout_lag} is not valid; use 0 (on-policy) or L >= 1 (L rollout "
+                          f"groups, L steps off-policy)")
     if rollout is None:
-        if rollout_lag == 1:
-            raise ConfigError("grpo.rollout_lag: 1 needs parallel.rollout.placement=separate (parallel.rollout is "
-                              "null): the rollout overlaps the update on devices of its own; or use rollout_lag=0")
+        if rollout_lag >= 1:
+            raise ConfigError(f"grpo.rollout_lag: {rollout_lag} needs parallel.rollout.placement=separate "
+                              "(parallel.rollout is null): the rollout overlaps the update on devices of its own; "
+                              "or use rollout_lag=0")
         return
     if rollout.placement not in ("shared", "separate"):
         raise ConfigError(f"parallel.rollout.placement: '{rollout.placement}' is not valid; use shared or separate")
-    if rollout_lag == 1 and rollout.placement != "separate":
-        raise ConfigError("grpo.rollout_lag: 1 needs parallel.rollout.placement=separate (parallel.rollout.devices: "
-                          "auto, the default, or N): the rollout overlaps the update on devices of its own; or use "
-                          "rollout_lag=0")
+    if rollout_lag >= 1 and rollout.placement != "separate":
+        raise ConfigError(f"grpo.rollout_lag: {rollout_lag} needs parallel.rollout.placement=separate "
+                          "(parallel.rollout.devices: auto, the default, or N): the rollout overlaps the update on "
+                          "devices of its own; or use rollout_lag=0")
     if rollout_lag == 0 and rollout.placement == "separate":
-        raise ConfigError("parallel.rollout.placement: separate needs grpo.rollout_lag=1 (decoding on devices the "
+        raise ConfigError("parallel.rollout.placement: separate needs grpo.rollout_lag=1 or more (decoding on devices the "
                           "update leaves idle pays only when the phases overlap); or use placement=shared")
+    if rollout_lag >= 1 and isinstance(rollout.devices, int) and rollout.devices % rollout_lag:
+        raise ConfigError(f"parallel.rollout.devices: {rollout.devices} does not split into the grpo.rollout_lag="
+                          f"{rollout_lag} rollout groups; use a multiple of {rollout_lag} (or auto)")
 
 
-def refuse_lag_change(checkpoint: Any) -> None:
-    """A rollout_lag=1 checkpoint holds the batch sampled ahead; its data order and RNG are already past it, so
-    resuming it on-policy would skip that batch."""
-    if IN_FLIGHT in checkpoint.state:
-        raise ConfigError(f"grpo.rollout_lag: 0, but {checkpoint.path} was written by a rollout_lag=1 run with a "
-                          f"batch sampled ahead; resume it with grpo.rollout_lag=1 (and its parallel.rollout)")
+def checkpoint_lag(checkpoint: Any) -> int:
+    """The rollout_lag of the run that wrote `checkpoint`, 0 when it holds no batch in flight."""
+    if IN_FLIGHT not in checkpoint.state:
+        return 0
+    return int(checkpoint.state.get(LAG_KEY, 1))
+
+
+def refuse_lag_change(checkpoint: Any, rollout_lag: int = 0) -> None:
+    """A checkpoint with batches in flight holds those sampled ahead; its data order and RNG are already past
+    them, so resuming it with another lag would skip or reorder batches."""
+    written = checkpoint_lag(checkpoint)
+    if written and written != rollout_lag:
+        raise ConfigError(f"grpo.rollout_lag: {rollout_lag}, but {checkpoint.path} was written by a rollout_lag="
+                          f"{written} run with batches sampled ahead; resume it with grpo.rollout_lag={written} (and "
+                          f"its parallel.rollout)")
 
 
 def split_devices(devices: list, rollout: Any) -> tuple[list, list]:
@@ -126,92 +147,139 @@ def split_devices(devices: list, rollout: Any) -> tuple[list, list]:
     return list(devices[:count]), list(devices[count:])
 
 
+def group_devices(rollout_devices: list, rollout_lag: int) -> list[list]:
+    """The rollout devices in grpo.rollout_lag groups of consecutive devices (lag 0: one group, shared)."""
+    groups = max(rollout_lag, 1)
+    if len(rollout_devices) % groups:
+        raise ConfigError(f"parallel.rollout.devices: {len(rollout_devices)} does not split into the grpo.rollout_lag="
+                          f"{rollout_lag} rollout groups; use a multiple of {groups}")
+    size = len(rollout_devices) // groups
+    return [list(rollout_devices[i * size:(i + 1) * size]) for i in range(groups)]
+
+
 class OffPolicyRollouts:
-    """The trainer's side of grpo.rollout_lag=1 (the module doc): `take(step, ...)` gives the batch step
-    `step` trains on and starts sampling the next; `after_update` moves the new weights to the rollout
-    devices. Prompts are encoded and completions decoded on the calling thread (the tokenizer is not
-    shared with the sampling thread)."""
+    """The trainer's side of grpo.rollout_lag=L (the module doc), one sampler and placement per rollout group:
+    `take(step, ...)` gives the batch step `step` trains on and starts sampling B_{step+L}; `after_update`
+    moves the new weights to the group that submits next. Prompts are encoded and completions decoded on the
+    calling thread (the tokenizer is not shared with the sampling threads)."""
 
-    def __init__(self, sampler: Any, encoder: Any, placement: Any, sampling: Any):
-        self.sampler, self.encoder, self.placement, self.sampling = sampler, encoder, placement, sampling
-        self.ahead = RolloutAhead(self._sample)
-        self.policy = None  # the weights on the rollout devices: theta_{step-1} during `step`
+    def __init__(self, samplers: list, encoder: Any, placements: list, sampling: Any):
+        self.samplers, self.encoder, self.placements, self.sampling = samplers, encoder, placements, sampling
+        self.lag = len(placements)
+        self.groups = [RolloutAhead(functools.partial(self._sample, sampler)) for sampler in samplers]
+        self.policies: list | None = None  # per group, the weights it samples its next batch with
+        self.versions: list[int] = []  # per group, the version k of its theta_k
+        self.next_step = 0  # the batch the next take returns: the oldest in flight
 
-    def _sample(self, policy: Any, prompts: list, rng: Any, references: list[str], truncated: int) -> tuple:
+    def _group(self, batch: int) -> int:
+        return (batch - 1) % self.lag
+
+    def _sample(self, sampler: Any, policy: Any, prompts: list, rng: Any, references: list[str],
+                truncated: int) -> tuple:
         from framework.backends.maxtext.trainers.rollout import to_host
 
-        return to_host(self.sampler.generate(policy, prompts, rng, self.sampling)), references, truncated
+        return to_host(sampler.generate(policy, prompts, rng, self.sampling)), references, truncated
 
-    def _submit(self, version: int, draw: Callable[[], tuple]) -> None:
+    def _submit(self, batch: int, draw: Callable[[], tuple]) -> None:
         from framework.backends.maxtext.trainers.rollout import references
 
+        group = self._group(batch)
         examples, rng = draw()  # data and key in the calling thread's order: deterministic
         prompts, truncated = self.encoder.encode(examples)
-        self.ahead.submit(self.policy, version, prompts, rng, references(examples, self.sampling.num_samples),
-                          truncated)
+        self.groups[group].submit(self.policies[group], self.versions[group], prompts, rng,
+                                  references(examples, self.sampling.num_samples), truncated)
 
     def take(self, step: int, params: Any, draw: Callable[[], tuple], last_step: int) -> tuple[Any, int, dict]:
-        """(Rollouts of B_step, truncated prompts, timing rows); B_{step+1} starts sampling unless step is the last."""
+        """(Rollouts of B_step, truncated prompts, timing rows); B_{step+L} starts sampling unless past the last step."""
         from framework.backends.maxtext.trainers.rollout import assemble
 
-        if self.policy is None:  # the first step of this process: theta_{step-1} is the update's params
-            self.policy, _ = self.placement.policy(params)
-        if not self.ahead.busy:  # B_1: nothing sampled ahead yet
-            self._submit(step - 1, draw)
-        sampled, wait_s = self.ahead.take()
-        if step < last_step:
-            self._submit(step - 1, draw)
+        if self.policies is None:  # the first step of this process: every group holds theta_{step-1}, the params
+            self.policies = [placement.policy(params)[0] for placement in self.placements]
+            self.versions = [step - 1] * self.lag
+        for batch in range(step, min(step + self.lag, last_step + 1)):  # B_1 .. B_L: nothing sampled ahead yet
+            if not self.groups[self._group(batch)].busy:
+                self._submit(batch, draw)
+        sampled, wait_s = self.groups[self._group(step)].take()
+        if step + self.lag <= last_step:
+            self._submit(step + self.lag, draw)
+        self.next_step = step + 1
         out, refs, truncated = sampled.result
-        rollouts = assemble(out, self.encoder, self.sampler.eos_token_ids, refs)
+        rollouts = assemble(out, self.encoder, self.samplers[0].eos_token_ids, refs)
         return rollouts, truncated, {"rollout_time_s": sampled.rollout_s, "rollout_wait_time_s": wait_s,
                                      "staleness": float(step - 1 - sampled.policy_version)}
 
     def after_update(self, step: int, params: Any, last_step: int) -> dict[str, float]:
-        """theta_step to the rollout devices for B_{step+2} (none after the last step)."""
+        """theta_step to group step mod L, which samples B_{step+L+1} (no move after the last step)."""
         if step == last_step:
             return {"reshard_time_s": 0.0}
-        self.policy, reshard_s = self.placement.policy(params)
+        group = step % self.lag
+        self.policies[group], reshard_s = self.placements[group].policy(params)
+        self.versions[group] = step
         return {"reshard_time_s": reshard_s}
 
     def settle(self) -> None:
-        """Wait until the batch in flight is sampled (it stays in flight): evaluation then decodes alone on the
+        """Wait until the batches in flight are sampled (they stay in flight): evaluation then decodes alone on the
         rollout devices, without a second KV cache and weight copy beside the sampling's."""
-        self.ahead.in_flight()
+        for group in self.groups:
+            group.in_flight()
+
+    def _in_flight(self) -> list[Sampled]:
+        """The finished batches in flight, oldest first (B_{next_step}, B_{next_step+1}, ...)."""
+        batches = [self.groups[self._group(self.next_step + i)].in_flight() for i in range(self.lag)]
+        return [sampled for sampled in batches if sampled is not None]
 
     def checkpoint_part(self) -> tuple[dict, dict]:
-        """(arrays, state) of the batch in flight, finished first: a resume takes it instead of re-sampling
-        it with theta_{step-1}, which the checkpoint does not hold."""
-        sampled = self.ahead.in_flight()
-        if sampled is None:
-            return {}, {}
-        out, refs, truncated = sampled.result
-        arrays = {field.name: getattr(out, field.name) for field in dataclasses.fields(out)
-                  if getattr(out, field.name) is not None}
-        return {IN_FLIGHT: arrays}, {IN_FLIGHT: {"references": refs, "truncated": truncated,
-                                                 "policy_version": sampled.policy_version,
-                                                 "rollout_s": sampled.rollout_s}}
+        """(arrays, state) of the batches in flight, finished first: a resume takes them instead of re-sampling
+        them with older weights, which the checkpoint does not hold. The first is under IN_FLIGHT (a lag-1
+        checkpoint's format), the i-th after it under in_flight_{i+1}, and the lag under LAG_KEY when >= 2."""
+        arrays, state = {}, {}
+        for index, sampled in enumerate(self._in_flight()):
+            out, refs, truncated = sampled.result
+            key = _slot(index)
+            arrays[key] = {field.name: getattr(out, field.name) for field in dataclasses.fields(out)
+                           if getattr(out, field.name) is not None}
+            state[key] = {"references": refs, "truncated": truncated, "policy_version": sampled.policy_version,
+                          "rollout_s": sampled.rollout_s}
+        if state and self.lag > 1:
+            state[LAG_KEY] = self.lag
+        return arrays, state
 
     def restore(self, checkpoint: Any, state_file: str) -> None:
-        """The checkpoint's batch in flight back in flight (a checkpoint without one: nothing)."""
-        import numpy as np
+        """The checkpoint's batches in flight back in flight, each in its group (none in flight: nothing)."""
         from safetensors.numpy import load_file
 
-        from framework.backends.maxtext.sampler import SampleOutput
-
-        state = checkpoint.state.get(IN_FLIGHT)
-        if state is None:
-            return
-        if not {"references", "truncated", "policy_version", "rollout_s"} <= set(state):
-            raise CheckpointError(f"{checkpoint.path}: the batch in flight is incomplete ({sorted(state)})")
-        prefix = IN_FLIGHT + "/"
-        arrays = {name[len(prefix):]: value for name, value in load_file(str(checkpoint.file(state_file))).items()
-                  if name.startswith(prefix)}
-        names = {field.name for field in dataclasses.fields(SampleOutput)}
-        if not arrays or not set(arrays) <= names:
-            raise CheckpointError(f"{checkpoint.path}: the batch in flight is incomplete ({sorted(arrays)})")
-        out = SampleOutput(**{name: np.asarray(value) for name, value in arrays.items()})
-        self.ahead.put_back(Sampled((out, state["references"], state["truncated"]), state["policy_version"],
-                                    state["rollout_s"]))
+        refuse_lag_change(checkpoint, self.lag)
+        slots = [_slot(index) for index in range(self.lag) if _slot(index) in checkpoint.state]
+        for slot in slots:
+            if not {"references", "truncated", "policy_version", "rollout_s"} <= set(checkpoint.state[slot]):
+                raise CheckpointError(f"{checkpoint.path}: the batch in flight is incomplete "
+                                      f"({sorted(checkpoint.state[slot])})")
+        stored = load_file(str(checkpoint.file(state_file))) if slots else {}
+        for index, slot in enumerate(slots):
+            self.groups[self._group(checkpoint.step + 1 + index)].put_back(
+                _restored(checkpoint.path, checkpoint.state[slot], stored, slot))
+        self.next_step = checkpoint.step + 1
 
     def close(self) -> None:
-        self.ahead.close()
+        for group in self.groups:
+            group.close()
+
+
+def _slot(index: int) -> str:
+    """The checkpoint key of the index-th batch in flight (oldest first)."""
+    return IN_FLIGHT if index == 0 else f"{IN_FLIGHT}_{index + 1}"
+
+
+def _restored(path: Any, state: dict, stored: dict, key: str) -> Sampled:
+    """One batch in flight from its checkpoint state (checked) and arrays (named `key`/<SampleOutput field>)."""
+    import numpy as np
+
+    from framework.backends.maxtext.sampler import SampleOutput
+
+    prefix = key + "/"
+    arrays = {name[len(prefix):]: value for name, value in stored.items() if name.startswith(prefix)}
+    names = {field.name for field in dataclasses.fields(SampleOutput)}
+    if not arrays or not set(arrays) <= names:
+        raise CheckpointError(f"{path}: the batch in flight is incomplete ({sorted(arrays)})")
+    out = SampleOutput(**{name: np.asarray(value) for name, value in arrays.items()})
+    return Sampled((out, state["references"], state["truncated"]), state["policy_version"], state["rollout_s"])

@@ -67,13 +67,16 @@ def grpo_phases(task: GRPOTask, zero: bool, remat: str = "none",
 
 def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], parallel: ParallelConfig,
                  devices: int, task: GRPOTask, rollout: ParallelConfig | None = None,
-                 reshard_bytes: float = 0.0, remat: str = "none", rollout_devices: int = 0) -> dict[str, Any]:
+                 reshard_bytes: float = 0.0, remat: str = "none", rollout_devices: int = 0,
+                 rollout_groups: int = 1) -> dict[str, Any]:
     """Predicted seconds per GRPO step (and per phase) and the peak memory per device of its phases.
 
     `rollout`: the resolved rollout layout (None: the update's); `reshard_bytes`: what each device receives
     when the weights move to it (reshard_bytes_per_device). `rollout_devices` > 0: the rollout decodes on
     that many devices of its own while the update trains on `devices` (grpo.rollout_lag=1): the step is
-    max(rollout phases, update phases) + the move, instead of their sum. Returns {} when the simulator is not
+    max(rollout phases, update phases) + the move, instead of their sum. `rollout_groups` L > 1
+    (grpo.rollout_lag=L): L such groups of `rollout_devices` each sample a batch at once, so one finishes every
+    rollout / L seconds: max(rollout phases / L, update phases) + the move. Returns {} when the simulator is not
     installed; raises CrucibleError when it cannot model the run.
     """
     try:
@@ -101,6 +104,8 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
         fits = fits and bool(summary["fits"])
         breakdowns[name] = summary["memory_breakdown_gb"]
     overlapped = rollout_devices > 0
+    if overlapped:  # a batch every rollout / L seconds from L groups sampling at once
+        phase_sums["rollout"] /= rollout_groups
     phases = max(phase_sums.values()) if overlapped else sum(phase_sums.values())
     prediction |= {"preflight_predicted_step_s": phases + reshard_s, "preflight_overlapped": overlapped,
                    "preflight_memory_per_device_gb": memory, "preflight_fits": fits}

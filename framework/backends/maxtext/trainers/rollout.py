@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -28,6 +29,8 @@ from framework.core.parallel import ParallelConfig
 from framework.data.gsm8k import MathExample
 from framework.data.prompts import render_prompts
 from framework.rl.rewards import compute_rewards, correctness
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -97,6 +100,17 @@ class RolloutPlacement:
         started = time.perf_counter()
         moved = jax.block_until_ready(self._move(params))
         return moved, time.perf_counter() - started
+
+
+def group_placements(layout: ParallelConfig, groups: list[list], update_mesh: Mesh, boxed_params: Any,
+                     rules: LogicalRules, dtype: str) -> list[RolloutPlacement]:
+    """A RolloutPlacement in `layout` on each rollout group's devices (grpo.rollout_lag=L: L groups, each
+    with its own copy of the weights; else one), logged."""
+    placements = [RolloutPlacement(layout, group, update_mesh, boxed_params, rules, dtype) for group in groups]
+    log.info("grpo: rollout mesh %s%s%s", dict(placements[0].mesh.shape),
+             f" in each of {len(groups)} rollout groups {[[d.id for d in g] for g in groups]}" if len(groups) > 1
+             else "", " (the update's)" if placements[0].same_as_update else ", weights resharded to it each step")
+    return placements
 
 
 def generate(sampler: Sampler, encoder: PromptEncoder, params: Any, examples: Sequence[MathExample],

@@ -1,0 +1,197 @@
+"""GRPO L steps off-policy with L rollout groups (grpo.rollout_lag=L >= 2; trainers/pipeline.py): the one-line
+config refusals, the lag a checkpoint records, the L-group prediction and search, and on forced CPU devices that
+batch t is what theta_{t-L-1} samples (theta_0 for the first L), an end-to-end run with evaluation and the
+kill -9 resume with L batches in flight.
+
+The multi-device check runs this file as a script in a subprocess (XLA_FLAGS before jax is imported).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from framework.core.errors import ConfigError
+from tests.conftest import run_cli
+from tests.maxtext.test_rollout_layouts import rollout_layout
+
+LAG2 = ["recipe=grpo_arithmetic_cpu", "grpo.rollout_lag=2", "parallel.rollout.placement=separate",
+        "parallel.rollout.devices=2"]
+
+
+def test_rollout_groups_and_their_one_line_refusals():
+    from framework.backends.maxtext.trainers.pipeline import check_off_policy, group_devices
+
+    check_off_policy(2, rollout_layout(placement="separate", devices=4))
+    check_off_policy(3, rollout_layout(placement="separate", devices="auto"))
+    with pytest.raises(ConfigError, match=r"^parallel.rollout.devices: 3 does not split into the grpo.rollout_lag=2 "
+                                          r"rollout groups; use a multiple of 2 \(or auto\)$"):
+        check_off_policy(2, rollout_layout(placement="separate", devices=3))
+    with pytest.raises(ConfigError, match=r"^grpo.rollout_lag: 2 needs parallel.rollout.placement=separate"):
+        check_off_policy(2, rollout_layout())
+    with pytest.raises(ConfigError, match=r"^grpo.rollout_lag: -1 is not valid; use 0"):
+        check_off_policy(-1, None)
+    assert group_devices([0, 1, 2, 3], 2) == [[0, 1], [2, 3]]
+    assert group_devices([0, 1], 0) == [[0, 1]] and group_devices([0], 1) == [[0]]
+    with pytest.raises(ConfigError, match=r"^parallel.rollout.devices: 3 does not split into the grpo.rollout_lag=2"):
+        group_devices([0, 1, 2], 2)
+
+
+def test_a_checkpoint_resumed_with_another_lag_is_refused(tmp_path):
+    from framework.backends.maxtext.trainers.pipeline import IN_FLIGHT, LAG_KEY, refuse_lag_change
+
+    lag1 = SimpleNamespace(state={IN_FLIGHT: {}}, path=tmp_path)  # a lag-1 checkpoint: no LAG_KEY
+    lag2 = SimpleNamespace(state={IN_FLIGHT: {}, f"{IN_FLIGHT}_2": {}, LAG_KEY: 2}, path=tmp_path)
+    refuse_lag_change(lag1, 1)
+    refuse_lag_change(lag2, 2)
+    refuse_lag_change(SimpleNamespace(state={"rng": []}, path=tmp_path), 2)  # nothing in flight: any lag
+    with pytest.raises(ConfigError, match=r"^grpo.rollout_lag: 1, but .* was written by a rollout_lag=2 run"):
+        refuse_lag_change(lag2, 1)
+    with pytest.raises(ConfigError, match=r"^grpo.rollout_lag: 2, but .* was written by a rollout_lag=1 run.*"
+                                          r"resume it with grpo.rollout_lag=1"):
+        refuse_lag_change(lag1, 2)
+    with pytest.raises(ConfigError, match=r"^grpo.rollout_lag: 0, but .* was written by a rollout_lag=2 run"):
+        refuse_lag_change(lag2)
+
+
+def test_l_groups_divide_the_predicted_rollout_and_the_search_tries_only_splits_l_divides():
+    from framework.backends.maxtext.trainers.layout_search import search
+    from framework.backends.maxtext.trainers.preflight import predict_step
+    from tests.maxtext.test_layout_search import _setting
+
+    model, weights, hardware, parallel, task = _setting("grpo.rollout_lag=2")
+    one = predict_step(model.hf_config, hardware, parallel.resolve(2), 2, task, parallel.resolve(1), 1e8,
+                       rollout_devices=1)
+    if not one:
+        pytest.skip("the simulator is not importable")
+    two = predict_step(model.hf_config, hardware, parallel.resolve(2), 2, task, parallel.resolve(1), 1e8,
+                       rollout_devices=1, rollout_groups=2)
+    rollout_s = one["preflight_prefill_s"] + one["preflight_decode_s"]
+    assert two["preflight_predicted_step_s"] == pytest.approx(two["preflight_reshard_s"] + max(
+        rollout_s / 2, two["preflight_train_s"] + two.get("preflight_forward_s", 0.0)))
+    chosen, candidates = search(model, weights, hardware, parallel, task, "minimal", 4, groups=2)
+    assert {c.rollout_devices for c in candidates} == {2} and chosen.name == "r2_g2_tp1_dp1"
+    assert chosen.step_s == pytest.approx(chosen.prediction["preflight_reshard_s"] + max(chosen.rollout_s / 2,
+                                                                                          chosen.update_s))
+    with pytest.raises(ConfigError, match=r"^parallel.rollout.devices: auto with placement=separate needs 4 or more "
+                                          r"devices \(3 here\): one per rollout group \(grpo.rollout_lag=3\)"):
+        search(model, weights, hardware, parallel, task, "minimal", 3, groups=3)
+
+
+@pytest.mark.slow
+def test_batch_t_is_what_the_policy_l_plus_1_versions_back_samples(tmp_path):
+    from tests.maxtext.forced_devices import facts_on_cpu_devices
+    from tests.maxtext.test_off_policy import _model_dir
+
+    facts = facts_on_cpu_devices(__file__, 4, str(_model_dir(tmp_path)), timeout=600)
+    print(json.dumps(facts, indent=1))
+    assert facts["staleness"] == [0.0, 1.0, 2.0, 2.0, 2.0]
+    assert facts["behaviour_versions"] == [0, 0, 0, 1, 2]  # theta_0 samples B_1 .. B_3, theta_{t-3} the rest
+    assert facts["tokens_equal_behaviour_policy"] == [True] * 5
+    for step, (behaviour, newer) in enumerate(zip(facts["diff_to_behaviour"], facts["diff_to_newer"]), start=1):
+        assert behaviour < 1e-4, (step, behaviour)
+        if step > 1:  # B_1 is on-policy; later batches are 1 .. L updates behind the weights they train
+            assert newer > 100 * max(behaviour, 1e-7), (step, newer)
+    assert all(np.isfinite(facts["losses"]))
+    assert facts["devices"] == {"rollout": [[0], [1]], "update": [2, 3]}
+
+
+@pytest.mark.slow
+def test_a_lag_2_run_samples_on_two_groups_and_evaluates(tmp_path):
+    proc = run_cli([*LAG2, "grpo.steps=4", "grpo.preflight=true", "hardware.intra_node_gb_s=20", "grpo.eval.every=2",
+                    "grpo.eval.num_examples=2", "progress=false", f"hydra.run.dir={tmp_path}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "in each of 2 rollout groups [[0], [1]]" in proc.stderr
+    assert "grpo: mesh {'data': 1, 'fsdp': 1, 'expert': 1, 'tensor': 1} over 1 cpu device(s)" in proc.stderr
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [row["staleness"] for row in rows] == [0.0, 1.0, 2.0, 2.0]
+    assert [("eval_accuracy" in row) for row in rows] == [False, True, False, True]  # step 2: B_3, B_4 in flight
+    assert all(np.isfinite(row["loss"]) for row in rows)
+    summary = json.loads((tmp_path / "summary.json").read_text())["result"]["metrics"]
+    assert summary["rollout_groups"] == 2 and summary["preflight_overlapped"]
+    assert summary["preflight_predicted_step_s"] == pytest.approx(summary["preflight_reshard_s"] + max(
+        (summary["preflight_prefill_s"] + summary["preflight_decode_s"]) / 2, summary["preflight_train_s"]))
+
+
+@pytest.mark.slow
+def test_a_lag_2_run_with_devices_auto_picks_a_split_into_two_groups(tmp_path):
+    proc = run_cli(["recipe=grpo_arithmetic_cpu", "grpo.rollout_lag=2", "parallel.rollout.placement=separate",
+                    "parallel.rollout.devices=auto", "hardware.devices_per_node=3", "grpo.steps=1",
+                    "grpo.preflight=true", "hardware.intra_node_gb_s=20", "progress=false",
+                    f"hydra.run.dir={tmp_path}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "parallel.rollout.devices auto -> 2 (rollout dp=1 tp=1 in each of 2 groups | update on 1" in proc.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())["result"]["metrics"]
+    assert summary["layout_search_choice"] == "r2_g2_tp1_dp1" and summary["rollout_groups"] == 2
+
+
+@pytest.mark.slow
+def test_resume_conformance_kill_9_two_steps_off_policy(tmp_path):
+    """B_3 and B_4 are in the checkpoint of step 2: killed after it, the rerun ends byte for byte the same."""
+    from tests.conformance import check_kill_resume
+
+    check_kill_resume(tmp_path, [*LAG2, "grpo.steps=5", "grpo.checkpoint.every=2", "grpo.max_new_tokens=2"],
+                      kill_after_checkpoint=2)
+
+
+def _lag_checks(model_dir: str, lag: int = 2, steps: int = 5) -> dict:
+    """In the subprocess with 4 host devices: `steps` lag-2 steps of the trainer's OffPolicyRollouts (rollout
+    groups on devices 0 and 1, the update on 2 and 3, greedy), each batch compared with a greedy sample of the
+    weights L + 1 versions back, and its behaviour log-probs with the log-probs under those weights and the next."""
+    import jax
+
+    from framework.backends.maxtext.sampler import SamplingParams
+    from framework.backends.maxtext.trainers import rollout
+    from framework.backends.maxtext.trainers.pipeline import OffPolicyRollouts
+    from tests.maxtext.test_off_policy import _batch, _pieces, _problems
+
+    devices = jax.devices()
+    groups = [_pieces(model_dir, devices[2:4], devices[g:g + 1], behaviour=True) for g in range(lag)]
+    task, params, update, _, _, encoder = groups[0]
+    placements, samplers = [group[3] for group in groups], [group[4] for group in groups]
+    greedy = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=0.0, num_samples=task.num_generations)
+    opt_state = update.init_opt_state(params)
+    pipeline = OffPolicyRollouts(samplers, encoder, placements, greedy)
+    draws = iter([(_problems(task.prompts_per_step, 4 * i), jax.random.key(i)) for i in range(steps)])
+    snapshots, batches, stalenesses, losses = [jax.device_get(params)], [], [], []
+    advantages = np.random.default_rng(1).normal(size=task.rows_per_step).astype(np.float32)
+    for step in range(1, steps + 1):
+        rollouts, _, timing = pipeline.take(step, params, lambda: next(draws), steps)
+        batches.append(rollouts)
+        stalenesses.append(timing["staleness"])
+        params, opt_state, metrics = update.run(params, opt_state, None, _batch(rollouts, rollouts.behaviour_log_probs)
+                                                | {"advantages": advantages})
+        losses.append(metrics["loss"])
+        snapshots.append(jax.device_get(params))
+        pipeline.after_update(step, params, steps)
+    pipeline.close()
+
+    def placed(weights):
+        return jax.device_put(weights, jax.tree.map(lambda x: x.sharding, params))
+
+    def log_probs(weights, rollouts) -> np.ndarray:
+        return np.asarray(update.log_probs(placed(weights), update.to_device(_batch(rollouts)))) * rollouts.completion_mask
+
+    versions, tokens_equal, to_behaviour, to_newer = [], [], [], []
+    for step, rollouts in enumerate(batches, start=1):
+        version = max(step - lag - 1, 0)  # theta_{t-L-1} samples B_t (theta_0 samples B_1 .. B_{L+1})
+        group = (step - 1) % lag
+        policy, _ = placements[group].policy(placed(snapshots[version]))
+        again, _ = rollout.generate(samplers[group], encoder, policy, _problems(task.prompts_per_step, 4 * (step - 1)),
+                                    jax.random.key(step - 1), greedy)
+        versions.append(version)
+        tokens_equal.append(bool(np.array_equal(again.input_ids, rollouts.input_ids)))
+        to_behaviour.append(float(np.abs(log_probs(snapshots[version], rollouts) - rollouts.behaviour_log_probs).max()))
+        to_newer.append(float(np.abs(log_probs(snapshots[step - 1], rollouts) - rollouts.behaviour_log_probs).max()))
+    return {"staleness": stalenesses, "behaviour_versions": versions, "tokens_equal_behaviour_policy": tokens_equal,
+            "losses": losses, "diff_to_behaviour": to_behaviour, "diff_to_newer": to_newer,
+            "devices": {"rollout": [[d.id for d in p.mesh.devices.flat] for p in placements],
+                        "update": [d.id for d in update.mesh.devices.flat]}}
+
+
+if __name__ == "__main__":
+    print(json.dumps(_lag_checks(sys.argv[1])))
