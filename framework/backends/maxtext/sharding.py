@@ -135,7 +135,10 @@ def resharder(source: Mesh, shardings: Any, dtype: str) -> Callable[[Any], Any]:
     Disjoint devices of the same count (parallel.rollout.placement=separate, e.g. 2 | 2): the compiled
     program lays the cast weights out on the source devices as the target mesh's shape and specs say (a
     collective among the update's devices), then each shard is copied device to device to its target
-    (jax.device_put of an equal sharding); a device_put between unequal shardings went through the host.
+    (jax.device_put of an equal sharding); a device_put between unequal shardings went through the host
+    (about 1 s per move for Qwen2.5-0.5B from fsdp=2 to one H200, grpo.rollout_lag=2). Disjoint target devices
+    whose count divides the source's (2 -> 1, 4 -> 2): the program lays out one copy of the target's layout per
+    target-sized slice of the source devices, and the first slice's shards are copied device to device.
 
     The returned function's `path` says which of the three it is: "same_devices", "staged_copy" or "device_put".
     """
@@ -145,13 +148,29 @@ def resharder(source: Mesh, shardings: Any, dtype: str) -> Callable[[Any], Any]:
     target = jax.tree.leaves(shardings, is_leaf=lambda x: isinstance(x, NamedSharding))[0].mesh
     if list(source.devices.flat) == list(target.devices.flat):
         return _with_path(jax.jit(cast, out_shardings=shardings), "same_devices")
-    if source.devices.size == target.devices.size and not set(source.devices.flat) & set(target.devices.flat):
-        staging = Mesh(source.devices.reshape(target.devices.shape), target.axis_names, axis_types=target.axis_types)
-        staged = jax.tree.map(lambda sharding: NamedSharding(staging, sharding.spec), shardings,
-                              is_leaf=lambda x: isinstance(x, NamedSharding))
-        stage = jax.jit(cast, out_shardings=staged)
-        return _with_path(lambda tree: jax.device_put(stage(tree), shardings), "staged_copy")
+    copies, rest = divmod(source.devices.size, target.devices.size)
+    if rest == 0 and not set(source.devices.flat) & set(target.devices.flat):
+        slices = source.devices.reshape((copies, *target.devices.shape))
+        staging = Mesh(slices, ("copies", *target.axis_names), axis_types=(target.axis_types[0], *target.axis_types))
+        first = Mesh(slices[0], target.axis_names, axis_types=target.axis_types)
+        is_sharding = lambda x: isinstance(x, NamedSharding)  # noqa: E731
+        stage = jax.jit(cast, out_shardings=jax.tree.map(lambda sharding: NamedSharding(staging, sharding.spec),
+                                                         shardings, is_leaf=is_sharding))
+
+        def staged_copy(tree: Any) -> Any:
+            on_first = jax.tree.map(lambda x, sharding: _first_copy(x, NamedSharding(first, sharding.spec)),
+                                    stage(tree), shardings, is_leaf=lambda x: isinstance(x, jax.Array))
+            return jax.device_put(on_first, shardings)
+        return _with_path(staged_copy, "staged_copy")
     return _with_path(lambda tree: jax.device_put(cast(tree), shardings), "device_put")
+
+
+def _first_copy(array: jax.Array, sharding: NamedSharding) -> jax.Array:
+    """The shards of a staged array (the target's layout, repeated over the source's "copies" axis) that lie on
+    `sharding`'s devices, as one array: no data moves."""
+    shards = {shard.device: shard.data for shard in array.addressable_shards}
+    return jax.make_array_from_single_device_arrays(array.shape, sharding,
+                                                    [shards[device] for device in sharding.addressable_devices])
 
 
 def _with_path(move: Callable[[Any], Any], path: str) -> Callable[[Any], Any]:
