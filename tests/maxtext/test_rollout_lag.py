@@ -113,6 +113,9 @@ def test_a_lag_2_run_samples_on_two_groups_and_evaluates(tmp_path):
     assert all(np.isfinite(row["loss"]) for row in rows)
     summary = json.loads((tmp_path / "summary.json").read_text())["result"]["metrics"]
     assert summary["rollout_groups"] == 2 and summary["preflight_overlapped"]
+    # each group's sampling program compiled ahead and taken (evaluation's greedy calls on group 0 go through jit)
+    assert "aot: compiled rollout_1" in proc.stderr and "aot: rollout_1 runs through jax.jit" not in proc.stderr
+    assert summary["aot_unused"] == ""
     assert summary["preflight_predicted_step_s"] == pytest.approx(summary["preflight_reshard_s"] + max(
         (summary["preflight_prefill_s"] + summary["preflight_decode_s"]) / 2, summary["preflight_train_s"]))
 

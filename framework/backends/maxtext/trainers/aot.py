@@ -77,11 +77,12 @@ class AheadOfTime:
     def fallbacks(self) -> int:
         return sum(p.fallbacks for p in self.wrapped.values())
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self) -> dict[str, float | str]:
         """Compile seconds in the background, from the first submit to the last compile's end, what the steps
-        waited, the fallbacks."""
+        waited, the fallbacks, and the programs compiled but never run (a resume does not initialise AdamW)."""
+        unused = [name for name in self._futures if name not in self.wrapped or not self.wrapped[name].taken]
         return {"aot_compile_s": self.busy_s, "aot_wall_s": self.finished_at - self.started,
-                "aot_wait_s": self.waited_s(), "aot_fallbacks": self.fallbacks()}
+                "aot_wait_s": self.waited_s(), "aot_fallbacks": self.fallbacks(), "aot_unused": ",".join(unused)}
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -106,6 +107,7 @@ class Precompiled:
     def __init__(self, name: str, jitted: Any, future: Future, statics: _Statics):
         self.name, self.jitted, self._future, self._statics = name, jitted, future, statics
         self.fallbacks = 0  # calls the executable did not take: they went through jax.jit
+        self.taken = 0  # calls it did
         self.waited_s = 0.0
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -118,7 +120,9 @@ class Precompiled:
         elif values == self._statics.values:
             compiled = self._future.result()
             try:
-                return compiled(*dynamic, **dynamic_kwargs)
+                out = compiled(*dynamic, **dynamic_kwargs)
+                self.taken += 1
+                return out
             except (TypeError, ValueError) as mismatch:  # checked before anything runs or is donated
                 reason = str(mismatch).splitlines()[0][:200]
         else:
@@ -129,7 +133,7 @@ class Precompiled:
         return self.jitted(*args, **kwargs)
 
 
-def start_first_step(update: Any, placement: Any, boxed: Any, shardings: Any, task: Any,
+def start_first_step(update: Any, placements: list, boxed: Any, shardings: Any, task: Any,
                      sampling: Any) -> AheadOfTime:
     """Start compiling the programs of one GRPO step for the shapes the step will give them, two at a time:
     the update's gradient accumulation (the largest) and the rollout's sampling program (the longest; statics:
@@ -138,6 +142,8 @@ def start_first_step(update: Any, placement: Any, boxed: Any, shardings: Any, ta
     init waits for the tokenizer after this; `finish_first_step` then submits what needs the step's scalars and
     makes the sampler and the update call the executables.
 
+    placements: the rollout groups' (one sampling program each: "rollout", then "rollout_1", ... for the further
+    groups of grpo.rollout_lag >= 2, compiled after the small programs).
     boxed, shardings: the update's params as abstract (boxed) arrays and their shardings. Every other shape follows
     from the task: prompts are left-padded to exactly max_prompt_tokens, completions to max_new_tokens
     (trainers/rollout.py).
@@ -166,33 +172,41 @@ def start_first_step(update: Any, placement: Any, boxed: Any, shardings: Any, ta
         batch["ref_log_probs"] = _array((rows, new), jnp.float32, mesh, rules)
     scalar = jax.ShapeDtypeStruct((), jnp.float32)
     aot.submit("accumulate", update.accumulate, params, params, batch, scalar, scalar)
-    _submit_rollout(aot, update.model.clone(mesh=placement.mesh, rules=update.rules), placement, update.rules, task,
-                    sampling)
+    for group, placement in enumerate(placements[:1]):
+        _submit_rollout(aot, rollout_name(group), update, placement, task, sampling)
     aot.submit("zero_grads", update.zero_grads, params)
     if (task.ppo_epochs > 1 and not behaviour) or task.beta > 0:  # old/reference log-probs before the update
         aot.submit("log_probs", update.log_probs, params, log_probs_batch)
+    for group, placement in enumerate(placements[1:], start=1):
+        _submit_rollout(aot, rollout_name(group), update, placement, task, sampling)
     return aot
 
 
-def _submit_rollout(aot: AheadOfTime, model: Any, placement: Any, rules: Any, task: Any, sampling: Any) -> None:
+def rollout_name(group: int) -> str:
+    return "rollout" if group == 0 else f"rollout_{group}"
+
+
+def _submit_rollout(aot: AheadOfTime, name: str, update: Any, placement: Any, task: Any, sampling: Any) -> None:
+    """The sampling program on `placement`'s mesh, for the sampler's model (Sampler clones the update's onto it)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     from framework.backends.maxtext.sampler import _EOS_SLOTS, _generate
 
-    params = aot.params
+    params, rules = aot.params, update.rules
+    model = update.model.clone(mesh=placement.mesh, rules=rules)
     policy = params if placement.same_as_update else jax.tree.map(
         lambda p, s: jax.ShapeDtypeStruct(p.shape, _rollout_dtype(p.dtype, model), sharding=s),
         params, placement.shardings)
     ids = _array((task.prompts_per_step, task.max_prompt_tokens), jnp.int32, placement.mesh, rules)
     rng = jax.eval_shape(lambda: jax.random.split(jax.random.key(0))[1])  # a key's shape: nothing on a device
     eos = jax.ShapeDtypeStruct((_EOS_SLOTS,), jnp.int32)  # up to _EOS_SLOTS ids (more: through jax.jit)
-    aot.submit("rollout", _generate, model, policy, ids, ids, rng, eos, np.int32(0), sampling=sampling,
+    aot.submit(name, _generate, model, policy, ids, ids, rng, eos, np.int32(0), sampling=sampling,
                with_log_probs=task.rollout_lag > 0, static=(0, "sampling", "with_log_probs"))
 
 
-def finish_first_step(aot: AheadOfTime | None, update: Any, sampler: Any, scalars: Any) -> None:
+def finish_first_step(aot: AheadOfTime | None, update: Any, samplers: list, scalars: Any) -> None:
     """The rest of start_first_step (none without it): the optimizer step and state initialisation (init runs
     it once the weights are placed), the step's scalars (trainers/startup.py); then every wrap."""
     import jax
@@ -209,7 +223,8 @@ def finish_first_step(aot: AheadOfTime | None, update: Any, sampler: Any, scalar
     aot.submit("learning_rate", scalars.learning_rate, jax.ShapeDtypeStruct((), jnp.int32))
     scalars.split, scalars.learning_rate = aot.wrap("split_key", scalars.split), aot.wrap("learning_rate",
                                                                                           scalars.learning_rate)
-    sampler.program = aot.wrap("rollout", sampler.program)
+    for group, sampler in enumerate(samplers):
+        sampler.program = aot.wrap(rollout_name(group), sampler.program)
     for name in ("zero_grads", "accumulate", "apply", "log_probs", "init_opt_state"):
         setattr(update, name, aot.wrap(name, getattr(update, name)))
 

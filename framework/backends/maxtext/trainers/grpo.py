@@ -99,7 +99,7 @@ class GRPOTrainer(BaseTrainer):
         self.sampling = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,
                                        top_k=task.top_k, top_p=task.top_p, num_samples=task.num_generations)
         if self.config.aot_compile:  # from shapes, before anything lasting is on a device (trainers/startup.py)
-            self.aot = aot.start_first_step(self.update, self.placement, boxed, shardings, task, self.sampling)
+            self.aot = aot.start_first_step(self.update, self.placements, boxed, shardings, task, self.sampling)
         self.startup.start_reading_weights(self.model_config)  # on the host, in a thread
         self.encoder = rollout.PromptEncoder(self.tokenizer, system_prompt(self.config.data), task.max_prompt_tokens)
         samplers = [Sampler(model, eos_token_ids=rollout.eos_token_ids(self.tokenizer, self.model_dir),
@@ -109,7 +109,7 @@ class GRPOTrainer(BaseTrainer):
         self.sampler = samplers[0]  # evaluation's
         self.off_policy = (OffPolicyRollouts(samplers, self.encoder, self.placements, self.sampling)
                            if task.rollout_lag else None)  # lag L: the rollout L steps ahead (trainers/pipeline.py)
-        aot.finish_first_step(self.aot, self.update, self.sampler, self.scalars)
+        aot.finish_first_step(self.aot, self.update, samplers, self.scalars)
         self.params = self.startup.load_weights(self.aot, self.model_config, self.mesh, self.rules)
         self.rng = jax.random.key(self.config.seed)
         self.ref_params = jax.tree.map(jnp.copy, self.params) if task.beta > 0 else None
