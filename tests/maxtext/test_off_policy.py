@@ -259,21 +259,12 @@ def _behaviour_checks(model_dir: str, devices: list) -> dict:
             "mean_log_prob": float(with_lp.behaviour_log_probs[mask].mean())}
 
 
-def _off_policy_checks(model_dir: str) -> dict:
-    """In the subprocess with 2 host devices: three lag-1 steps of the trainer's OffPolicyRollouts (rollout on
-    device 0, update on device 1 of 4, greedy), each batch compared with a greedy sample of the weights two versions
-    back, and its behaviour log-probs with the log-probs under those weights and under the next ones."""
+def _train_off_policy(pipeline, task, params, update, steps: int) -> tuple[list, list, list, list]:
+    """`steps` steps of the trainer's pipeline (advantages fixed, problems 4 apart): the weights before each step
+    and after the last (host copies), the batches, their staleness and the losses."""
     import jax
 
-    from framework.backends.maxtext.sampler import SamplingParams
-    from framework.backends.maxtext.trainers import rollout
-    from framework.backends.maxtext.trainers.pipeline import OffPolicyRollouts
-
-    devices = jax.devices()
-    task, params, update, placement, sampler, encoder = _pieces(model_dir, devices[1:2], devices[:1], behaviour=True)
-    greedy = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=0.0, num_samples=task.num_generations)
-    opt_state, steps = update.init_opt_state(params), 3
-    pipeline = OffPolicyRollouts([sampler], encoder, [placement], greedy)
+    opt_state = update.init_opt_state(params)
     draws = iter([(_problems(task.prompts_per_step, 4 * i), jax.random.key(i)) for i in range(steps)])
     snapshots, batches, stalenesses, losses = [jax.device_get(params)], [], [], []
     advantages = np.random.default_rng(1).normal(size=task.rows_per_step).astype(np.float32)
@@ -287,6 +278,24 @@ def _off_policy_checks(model_dir: str) -> dict:
         snapshots.append(jax.device_get(params))
         pipeline.after_update(step, params, steps)
     pipeline.close()
+    return snapshots, batches, stalenesses, losses
+
+
+def _off_policy_checks(model_dir: str) -> dict:
+    """In the subprocess with 2 host devices: three lag-1 steps of the trainer's OffPolicyRollouts (rollout on
+    device 0, update on device 1 of 4, greedy), each batch compared with a greedy sample of the weights two versions
+    back, and its behaviour log-probs with the log-probs under those weights and under the next ones."""
+    import jax
+
+    from framework.backends.maxtext.sampler import SamplingParams
+    from framework.backends.maxtext.trainers import rollout
+    from framework.backends.maxtext.trainers.pipeline import OffPolicyRollouts
+
+    devices = jax.devices()
+    task, params, update, placement, sampler, encoder = _pieces(model_dir, devices[1:2], devices[:1], behaviour=True)
+    greedy = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=0.0, num_samples=task.num_generations)
+    snapshots, batches, stalenesses, losses = _train_off_policy(
+        OffPolicyRollouts([sampler], encoder, [placement], greedy), task, params, update, steps=3)
 
     def log_probs(weights, rollouts) -> np.ndarray:
         placed = jax.device_put(weights, jax.tree.map(lambda x: x.sharding, params))

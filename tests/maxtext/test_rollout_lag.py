@@ -150,28 +150,15 @@ def _lag_checks(model_dir: str, lag: int = 2, steps: int = 5) -> dict:
     from framework.backends.maxtext.sampler import SamplingParams
     from framework.backends.maxtext.trainers import rollout
     from framework.backends.maxtext.trainers.pipeline import OffPolicyRollouts
-    from tests.maxtext.test_off_policy import _batch, _pieces, _problems
+    from tests.maxtext.test_off_policy import _batch, _pieces, _problems, _train_off_policy
 
     devices = jax.devices()
     groups = [_pieces(model_dir, devices[2:4], devices[g:g + 1], behaviour=True) for g in range(lag)]
     task, params, update, _, _, encoder = groups[0]
     placements, samplers = [group[3] for group in groups], [group[4] for group in groups]
     greedy = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=0.0, num_samples=task.num_generations)
-    opt_state = update.init_opt_state(params)
-    pipeline = OffPolicyRollouts(samplers, encoder, placements, greedy)
-    draws = iter([(_problems(task.prompts_per_step, 4 * i), jax.random.key(i)) for i in range(steps)])
-    snapshots, batches, stalenesses, losses = [jax.device_get(params)], [], [], []
-    advantages = np.random.default_rng(1).normal(size=task.rows_per_step).astype(np.float32)
-    for step in range(1, steps + 1):
-        rollouts, _, timing = pipeline.take(step, params, lambda: next(draws), steps)
-        batches.append(rollouts)
-        stalenesses.append(timing["staleness"])
-        params, opt_state, metrics = update.run(params, opt_state, None, _batch(rollouts, rollouts.behaviour_log_probs)
-                                                | {"advantages": advantages})
-        losses.append(metrics["loss"])
-        snapshots.append(jax.device_get(params))
-        pipeline.after_update(step, params, steps)
-    pipeline.close()
+    snapshots, batches, stalenesses, losses = _train_off_policy(
+        OffPolicyRollouts(samplers, encoder, placements, greedy), task, params, update, steps)
 
     def placed(weights):
         return jax.device_put(weights, jax.tree.map(lambda x: x.sharding, params))
