@@ -129,6 +129,9 @@ def simulate_many(
     dims per micro-batch, dtype, mode) is costed in one array pass per plan and their stage sums in one per plan
     and pipeline split. Each result equals the one
     `simulate` returns for its layout alone; bad input raises the ConfigError that call would."""
+    if isinstance(layouts, (Mapping, str)) or isinstance(workloads, str):
+        raise ConfigError("simulate_many: layouts is a list of layouts ({'tp': .., 'dp': ..}) and workloads one "
+                          "workload mapping or a list of them; for one layout call simulate")
     layouts = list(layouts)
     workloads = [workloads] * len(layouts) if isinstance(workloads, Mapping) else list(workloads)
     if len(workloads) != len(layouts):

@@ -208,6 +208,8 @@ MUTATIONS = {  # what is done to a copy of hub_qwen2 -> the refusal's words
     "mistral regex": (lambda d: _edit_json(d, "tokenizer_config.json", fix_mistral_regex=True), "fix_mistral_regex"),
     "model-specific token": (lambda d: _edit_json(d, "tokenizer_config.json", image_token="<|object_ref_start|>"),
                              "model-specific special tokens"),
+    "model-specific mapping": (lambda d: _edit_json(d, "tokenizer_config.json", model_specific_special_tokens={
+        "image_token": "<tool_call>"}), "model-specific special tokens"),
     "eos not an added token": (lambda d: _edit_json(d, "tokenizer_config.json", eos_token="Natalia"),
                                "are not added tokens"),
     "clean-up forced": (lambda d: _edit_json(

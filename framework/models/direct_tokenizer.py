@@ -110,6 +110,8 @@ def refusal(files: TokenizerFiles) -> str | None:
         return "model-specific special tokens (a *_token key besides the named ones)"
     if isinstance(config.get("extra_special_tokens"), dict):
         return "model-specific special tokens (extra_special_tokens is a mapping)"
+    if config.get("model_specific_special_tokens"):
+        return "model-specific special tokens (tokenizer_config.json sets model_specific_special_tokens)"
     if "added_tokens_decoder" not in config and (files.exists("special_tokens_map.json")
                                                  or files.exists("added_tokens.json")):
         return "the legacy special_tokens_map.json/added_tokens.json without an added_tokens_decoder"

@@ -7,6 +7,13 @@ transformers (0.5 s on the dev CPU, most of a GRPO run's 4.7 s tokenizer wait on
 Whatever `direct_tokenizer.refusal` names goes through transformers as before: the class tokenizer_config.json
 names for the generic and Qwen2 classes (torch is not imported), AutoTokenizer for any other (it overrides some
 names: a LlamaTokenizerFast over a byte-level tokenizer.json loads as the generic backend).
+
+One known difference from AutoTokenizer (the torch backend's loader), older than DirectTokenizer: a directory
+whose tokenizer_config.json names a generic class (TokenizersBackend, PreTrainedTokenizerFast) while config.json
+says model_type qwen2 loads here as that generic class; AutoTokenizer gives Qwen2Tokenizer, which normalises to
+NFC and splits with its own pattern. Ids differ only on text those change; hub Qwen2 checkpoints name
+Qwen2Tokenizer, and both loaders then agree. Of the model types checked (qwen3, qwen3_moe, qwen2_moe,
+deepseek_v3, gemma2, gpt2, phi3, olmo2, llama, mistral) no other is overridden.
 """
 
 from __future__ import annotations

@@ -99,3 +99,7 @@ def test_eos_ids_are_the_tokenizers_and_generation_config_jsons(tmp_path):
     (tmp_path / "generation_config.json").write_text("[1]")
     with pytest.raises(ConfigError, match="generation_config.json: not a JSON object"):
         eos_token_ids(Tokenizer, tmp_path)
+    for bad in ([[1]], "3", [1.5], -1):
+        (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": bad}))
+        with pytest.raises(ConfigError, match="eos_token_id .* must be a token id or a list of token ids"):
+            eos_token_ids(Tokenizer, tmp_path)

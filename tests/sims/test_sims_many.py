@@ -74,6 +74,9 @@ def test_one_workload_for_every_layout_and_bad_input():
     assert together[2].status == "invalid" and together[2].reason
     with pytest.raises(ConfigError, match="2 layouts but 3 workloads"):
         simulate_many(cfg, hw, layouts[:2], [decode] * 3)
+    for one_layout, workloads in (({"tp": 2}, decode), (layouts, "decode")):  # a mapping or a string for a list
+        with pytest.raises(ConfigError, match="simulate_many: layouts is a list of layouts"):
+            simulate_many(cfg, hw, one_layout, workloads)
     with pytest.raises(ConfigError) as raised:
         simulate(cfg, hw, {"tp": 2}, {**decode, "batchsize": 3})
     with pytest.raises(ConfigError, match=re.escape(str(raised.value))):

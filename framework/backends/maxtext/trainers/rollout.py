@@ -150,8 +150,10 @@ def eos_token_ids(tokenizer: Any, model_dir: Any) -> list[int]:
         configured = json.loads(path.read_text()).get("eos_token_id") if path.is_file() else None
     except (ValueError, AttributeError) as error:
         raise ConfigError(f"{path}: not a JSON object ({error})") from None
-    ids |= set(configured if isinstance(configured, list) else [configured])
-    return sorted(i for i in ids if i is not None)
+    configured = configured if isinstance(configured, list) else [configured]
+    if not all(i is None or (isinstance(i, int) and not isinstance(i, bool) and i >= 0) for i in configured):
+        raise ConfigError(f"{path}: eos_token_id {configured!r} must be a token id or a list of token ids")
+    return sorted(i for i in ids | set(configured) if i is not None)
 
 
 def to_host(tree: Any) -> Any:
