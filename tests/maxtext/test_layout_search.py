@@ -177,15 +177,34 @@ def test_the_weight_moves_copies_are_counted_on_each_side_and_a_layout_they_over
     assert "per rollout device (two weight copies while they move)" in message and "parallel.rollout.tp" in message
 
 
-def test_staging_is_the_rollout_share_with_equal_counts_else_the_updates_own_shard():
+def test_staging_is_the_rollout_share_when_the_group_divides_the_update_else_the_updates_own_shard():
     from framework.backends.maxtext.trainers.preflight import staging_bytes_per_device
 
     fsdp2 = ParallelConfig(dp=1, fsdp=2, tp=1, pp=1, ep=1, cp=1)
+    fsdp3 = ParallelConfig(dp=1, fsdp=3, tp=1, pp=1, ep=1, cp=1)
     replicas2 = ParallelConfig(dp=2, fsdp=1, tp=1, pp=1, ep=1, cp=1)
+    one = ParallelConfig(dp=1, fsdp=1, tp=1, pp=1, ep=1, cp=1)
     tp2 = ParallelConfig(dp=1, fsdp=1, tp=2, pp=1, ep=1, cp=1)
-    assert staging_bytes_per_device(1e9, fsdp2, replicas2, equal_counts=True) == 1e9  # the whole copy, laid out
-    assert staging_bytes_per_device(5e8, fsdp2, tp2, equal_counts=True) == 5e8
-    assert staging_bytes_per_device(1e9, fsdp2, replicas2.resolve(2), equal_counts=False) == 5e8  # cast in place
+    assert staging_bytes_per_device(1e9, fsdp2, replicas2, staged=True) == 1e9  # the whole copy, laid out
+    assert staging_bytes_per_device(5e8, fsdp2, tp2, staged=True) == 5e8
+    assert staging_bytes_per_device(1e9, fsdp2, one, staged=True) == 1e9  # 2 -> 1: a whole copy on each
+    assert staging_bytes_per_device(1e9, fsdp3, one.resolve(1), staged=False) == 1e9 / 3  # 3 -> 2: cast in place
+
+
+def test_predict_step_counts_the_staged_copy_whenever_a_group_divides_the_update(monkeypatch):
+    """sharding.resharder stages a copy per rollout-sized slice when the group's device count divides the update's
+    (2 -> 1 for a lag-2 group of one device, as for 2 -> 2), else casts in place: the preflight must say the same."""
+    from framework.backends.maxtext.trainers import preflight
+
+    model, weight_bytes, hw, parallel, task = _setting()
+    asked = []
+    monkeypatch.setattr(preflight, "staging_bytes_per_device", lambda *args, staged: asked.append(staged) or 0.0)
+    replicas = ParallelConfig(dp=-1, fsdp=1, tp=1, pp=1, ep=1, cp=1)
+    for update_devices, group_devices, groups in ((2, 1, 2), (2, 2, 1), (3, 1, 1), (1, 2, 1)):
+        preflight.predict_step(model.hf_config, hw, parallel, update_devices, task,
+                               rollout=replicas.resolve(group_devices),
+                               reshard_bytes=1e9, remat="minimal", rollout_devices=group_devices, rollout_groups=groups)
+    assert asked == [True, True, True, False]
 
 
 def test_a_separate_rollouts_tp_counts_two_weight_copies():

@@ -28,9 +28,11 @@ def test_rollout_groups_and_their_one_line_refusals():
 
     check_off_policy(2, rollout_layout(placement="separate", devices=4))
     check_off_policy(3, rollout_layout(placement="separate", devices="auto"))
-    with pytest.raises(ConfigError, match=r"^parallel.rollout.devices: 3 does not split into the grpo.rollout_lag=2 "
-                                          r"rollout groups; use a multiple of 2 \(or auto\)$"):
-        check_off_policy(2, rollout_layout(placement="separate", devices=3))
+    for devices in (3, 0, 1, None):  # not a multiple of L, or fewer devices than groups
+        with pytest.raises(ConfigError, match=rf"^parallel.rollout.devices: {devices} does not split into the "
+                                              r"grpo.rollout_lag=2 rollout groups; use auto or a multiple of 2 \(2, "
+                                              r"4, ..\) below the device count \(the rest train\)$"):
+            check_off_policy(2, rollout_layout(placement="separate", devices=devices))
     with pytest.raises(ConfigError, match=r"^grpo.rollout_lag: 2 needs parallel.rollout.placement=separate"):
         check_off_policy(2, rollout_layout())
     with pytest.raises(ConfigError, match=r"^grpo.rollout_lag: -1 is not valid; use 0"):
@@ -109,6 +111,7 @@ def test_a_lag_2_run_samples_on_two_groups_and_evaluates(tmp_path):
     assert "grpo: mesh {'data': 1, 'fsdp': 1, 'expert': 1, 'tensor': 1} over 1 cpu device(s)" in proc.stderr
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [row["staleness"] for row in rows] == [0.0, 1.0, 2.0, 2.0]
+    assert [row["reshard_time_s"] > 0 for row in rows] == [True, False, False, False]  # theta_2.. sample nothing
     assert [("eval_accuracy" in row) for row in rows] == [False, True, False, True]  # step 2: B_3, B_4 in flight
     assert all(np.isfinite(row["loss"]) for row in rows)
     summary = json.loads((tmp_path / "summary.json").read_text())["result"]["metrics"]

@@ -172,8 +172,7 @@ def start_first_step(update: Any, placements: list, boxed: Any, shardings: Any, 
         batch["ref_log_probs"] = _array((rows, new), jnp.float32, mesh, rules)
     scalar = jax.ShapeDtypeStruct((), jnp.float32)
     aot.submit("accumulate", update.accumulate, params, params, batch, scalar, scalar)
-    for group, placement in enumerate(placements[:1]):
-        _submit_rollout(aot, rollout_name(group), update, placement, task, sampling)
+    _submit_rollout(aot, rollout_name(0), update, placements[0], task, sampling)
     aot.submit("zero_grads", update.zero_grads, params)
     if (task.ppo_epochs > 1 and not behaviour) or task.beta > 0:  # old/reference log-probs before the update
         aot.submit("log_probs", update.log_probs, params, log_probs_batch)

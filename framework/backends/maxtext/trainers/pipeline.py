@@ -116,9 +116,11 @@ def check_off_policy(rollout_lag: int, rollout: Any) -> None:
     if rollout_lag == 0 and rollout.placement == "separate":
         raise ConfigError("parallel.rollout.placement: separate needs grpo.rollout_lag=1 or more (decoding on devices the "
                           "update leaves idle pays only when the phases overlap); or use placement=shared")
-    if rollout_lag >= 1 and isinstance(rollout.devices, int) and rollout.devices % rollout_lag:
+    if rollout_lag >= 1 and (rollout.devices is None or isinstance(rollout.devices, int) and (
+            rollout.devices < rollout_lag or rollout.devices % rollout_lag)):
         raise ConfigError(f"parallel.rollout.devices: {rollout.devices} does not split into the grpo.rollout_lag="
-                          f"{rollout_lag} rollout groups; use a multiple of {rollout_lag} (or auto)")
+                          f"{rollout_lag} rollout groups; use auto or a multiple of {rollout_lag} ({rollout_lag}, "
+                          f"{2 * rollout_lag}, ..) below the device count (the rest train)")
 
 
 def checkpoint_lag(checkpoint: Any) -> int:
@@ -209,8 +211,9 @@ class OffPolicyRollouts:
                                      "staleness": float(step - 1 - sampled.policy_version)}
 
     def after_update(self, step: int, params: Any, last_step: int) -> dict[str, float]:
-        """theta_step to group step mod L, which samples B_{step+L+1} (no move after the last step)."""
-        if step == last_step:
+        """theta_step to group step mod L, which samples B_{step+L+1} (no move when that batch is past the last
+        step: a resume rebuilds every group's weights from the checkpoint's)."""
+        if step + self.lag >= last_step:
             return {"reshard_time_s": 0.0}
         group = step % self.lag
         self.policies[group], reshard_s = self.placements[group].policy(params)

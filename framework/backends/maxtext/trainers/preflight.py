@@ -111,7 +111,7 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
                    "preflight_memory_per_device_gb": memory, "preflight_fits": fits}
     if overlapped:  # each side's peak, with the copies the weight move adds
         staging = staging_bytes_per_device(reshard_bytes, parallel.resolve(devices), rollout or parallel,
-                                           rollout_devices == devices)
+                                           staged=devices % rollout_devices == 0)
         prediction |= off_policy_memory(breakdowns, reshard_bytes, staging, hardware["memory_gb"])
     return prediction
 
@@ -259,11 +259,12 @@ def preflight_warnings(summary: dict) -> list[str]:
 
 
 def staging_bytes_per_device(reshard_bytes: float, update: ParallelConfig, rollout: ParallelConfig,
-                             equal_counts: bool) -> float:
+                             staged: bool) -> float:
     """What the move to separate rollout devices lays out on each update device first (sharding.resharder):
-    with as many rollout as update devices the rollout's whole layout (its 1/r share, what each rollout device
-    receives); otherwise the cast copy in the update's own layout (1/u)."""
-    if equal_counts:
+    `staged` (a rollout group's device count divides the update's) a copy of the rollout's layout on every
+    rollout-sized slice of the update devices, so each holds a rollout device's share (1/r: for a one-device group
+    a whole copy); otherwise the cast copy in the update's own layout (1/u)."""
+    if staged:
         return reshard_bytes
     rollout_shards, update_shards = rollout.fsdp * rollout.tp, update.fsdp * update.tp
     return reshard_bytes * rollout_shards / update_shards
@@ -271,7 +272,8 @@ def staging_bytes_per_device(reshard_bytes: float, update: ParallelConfig, rollo
 
 def off_policy_memory(breakdowns: Mapping[str, Mapping[str, float]], incoming_bytes: float, staging_bytes: float,
                       capacity_gb: float) -> dict[str, Any]:
-    """Peak GB per device of each side under grpo.rollout_lag=1, from the simulator's per-phase breakdowns.
+    """Peak GB per device of each side under grpo.rollout_lag >= 1 (a rollout group's devices), from the simulator's
+    per-phase breakdowns.
     Rollout devices: the prefill/decode peak (weights, KV cache, activations) plus the incoming copy, as the next
     weights arrive while the old ones still decode. Update devices: the training peak, or, when the move starts
     after the update (activations and gradients freed), its weights and optimizer state plus the staging copy."""

@@ -43,7 +43,7 @@ class Rollouts:
     ended: np.ndarray  # [N] bool: the completion emitted EOS within max_new_tokens
     completions: list[str]
     references: list[str]
-    # [N, T] float32: the sampler's log-probs of the completion tokens (grpo.rollout_lag=1), else None
+    # [N, T] float32: the sampler's log-probs of the completion tokens (grpo.rollout_lag >= 1), else None
     behaviour_log_probs: np.ndarray | None = None
 
     @property
