@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -85,9 +86,10 @@ def stacks() -> dict[str, Stack]:
         merge = tuple((new, tuple(parts)) for new, parts in record["merge"].items())
         parsed[name] = Stack(name, record["description"], tuple(record["backends"]), merge,
                              tuple(record["fused_away"]), record["residual_add"], record["table"],
-                             tuple(record["borrowed_ops"].items()), _host_dispatch(name, record["host_dispatch"]),
-                             _scanned_update(name, record["scanned_update"]),
-                             _sharded_forward(name, record["sharded_forward"]))
+                             tuple(record["borrowed_ops"].items()),
+                             *(_section(name, key, kind, record[key]) for key, kind in (
+                                 ("host_dispatch", HostDispatch), ("scanned_update", ScannedUpdate),
+                                 ("sharded_forward", ShardedForward))))
     for spec in parsed.values():
         for key, named in (("table", spec.table), *((f"borrowed_ops.{op}", donor) for op, donor in spec.borrowed_ops)):
             if named not in parsed:
@@ -95,31 +97,17 @@ def stacks() -> dict[str, Stack]:
     return parsed
 
 
-def _host_dispatch(name: str, record: dict | None) -> HostDispatch | None:
+_CASTS = {"float": float, "int": int, "str": str}  # the section dataclasses' field types (annotations as text)
+
+
+def _section(name: str, key: str, kind: type, record: dict | None) -> Any:
+    """A stack's optional `key` section (host_dispatch, scanned_update, sharded_forward) as `kind`, or None."""
     if record is None:
         return None
-    fields = set(HostDispatch.__dataclass_fields__)
-    if set(record) != fields:
-        raise ConfigError(f"{STACKS_FILE}: {name}.host_dispatch has {sorted(record)}; valid: {sorted(fields)}")
-    return HostDispatch(float(record["layer_us"]), float(record["collective_us"]), str(record["measured"]))
-
-
-def _scanned_update(name: str, record: dict | None) -> ScannedUpdate | None:
-    if record is None:
-        return None
-    fields = set(ScannedUpdate.__dataclass_fields__)
-    if set(record) != fields:
-        raise ConfigError(f"{STACKS_FILE}: {name}.scanned_update has {sorted(record)}; valid: {sorted(fields)}")
-    return ScannedUpdate(float(record["saved_byte_passes"]), float(record["layer_us"]), str(record["measured"]))
-
-
-def _sharded_forward(name: str, record: dict | None) -> ShardedForward | None:
-    if record is None:
-        return None
-    fields = set(ShardedForward.__dataclass_fields__)
-    if set(record) != fields:
-        raise ConfigError(f"{STACKS_FILE}: {name}.sharded_forward has {sorted(record)}; valid: {sorted(fields)}")
-    return ShardedForward(int(record["combine_bytes"]), str(record["measured"]))
+    fields = kind.__dataclass_fields__
+    if set(record) != set(fields):
+        raise ConfigError(f"{STACKS_FILE}: {name}.{key} has {sorted(record)}; valid: {sorted(fields)}")
+    return kind(**{field: _CASTS[spec.type](record[field]) for field, spec in fields.items()})
 
 
 def stack(name: str) -> Stack:
