@@ -48,8 +48,8 @@ def test_auto_picks_the_fastest_predicted_split_that_fits_and_memory_moves_it():
     assert {c.name for c in candidates} == {"r1_tp1_dp1", "r2_tp1_dp2", "r2_tp2_dp1", "r3_tp1_dp3"}
     fitting = [c for c in candidates if c.fits]
     assert chosen is min(fitting, key=lambda c: c.step_s)
-    for c in candidates:  # each predicted as it runs: max(rollout, update) + the move
-        assert c.step_s == pytest.approx(max(c.rollout_s, c.update_s) + c.prediction["preflight_reshard_s"])
+    for c in candidates:  # each predicted as it runs: max(the move + rollout, update) (the move is off the update's path)
+        assert c.step_s == pytest.approx(max(c.rollout_s + c.prediction["preflight_reshard_s"], c.update_s))
     # a device too small for the chosen split's peak but not for another: the pick moves to the fastest that fits
     smaller = min((c for c in fitting if c.memory_gb < chosen.memory_gb), key=lambda c: c.step_s)
     budget = (smaller.memory_gb + chosen.memory_gb) / 2

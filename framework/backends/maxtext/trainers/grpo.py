@@ -107,7 +107,7 @@ class GRPOTrainer(BaseTrainer):
                             mesh=placement.mesh, rules=self.rules, behaviour_log_probs=task.rollout_lag > 0)
                     for placement in self.placements]  # one per rollout group
         self.sampler = samplers[0]  # evaluation's
-        self.off_policy = (OffPolicyRollouts(samplers, self.encoder, self.placements, self.sampling)
+        self.off_policy = (OffPolicyRollouts(samplers, self.encoder, self.placements, self.sampling, self._score)
                            if task.rollout_lag else None)  # lag L: the rollout L steps ahead (trainers/pipeline.py)
         aot.finish_first_step(self.aot, self.update, samplers, self.scalars)
         self.params = self.startup.load_weights(self.aot, self.model_config, self.mesh, self.rules)
@@ -163,33 +163,34 @@ class GRPOTrainer(BaseTrainer):
         task = self.config.task
         started = time.perf_counter()
         if self.off_policy is None:
-            rollouts, truncated_prompts, timing = self._rollout_now()
-        else:  # B_step, sampled rollout_lag policy versions ago while earlier updates ran
-            rollouts, truncated_prompts, timing = self.off_policy.take(step, self.params, self._draw, task.steps)
-        rolled_out = time.perf_counter()
-        rewards, metrics = rollout.score(rollouts, task.rewards)
-        advantages = self._advantages(rewards)
-        scored = time.perf_counter()
+            rollouts, truncated_prompts, (rewards, metrics, advantages), timing = self._rollout_now()
+        else:  # B_step, sampled rollout_lag policy versions ago while earlier updates ran, scored during the last one
+            rollouts, truncated_prompts, (rewards, metrics, advantages), timing = self.off_policy.take(
+                step, self.params, self._draw, task.steps)
+        updating = time.perf_counter()
         arrays = {"input_ids": rollouts.input_ids, "attention_mask": rollouts.attention_mask,
                   "completion_mask": rollouts.completion_mask, "advantages": advantages}
         if rollouts.behaviour_log_probs is not None:  # off-policy: the ratio against the sampling policy
             arrays["old_log_probs"] = rollouts.behaviour_log_probs
-        self.params, self.opt_state, update_metrics = self.update.run(self.params, self.opt_state, self.ref_params,
-                                                                      arrays)
+        self.params, self.opt_state, update_metrics = self.update.start(self.params, self.opt_state,
+                                                                        self.ref_params, arrays)
+        if self.off_policy is not None:  # the host decodes and scores the next batch while the devices update
+            self.off_policy.prefetch(step + 1, task.steps)
+        metrics |= update_metrics()  # waits for the update
         jax.block_until_ready(self.params)
         done = time.perf_counter()
         if self.off_policy is not None:
-            timing |= self.off_policy.after_update(step, self.params, task.steps)
-        metrics |= update_metrics | rollout.completion_metrics(rollouts)
+            self.off_policy.after_update(step, self.params, task.steps)
+        metrics |= rollout.completion_metrics(rollouts)
         metrics |= {
             "zero_std_group_fraction": rollout.zero_std_group_fraction(rewards, task.num_generations),
             "truncated_prompts": truncated_prompts,
             "learning_rate": float(self.scalars.learning_rate(np.int32((step - 1) * task.ppo_epochs))), **timing,
-            "reward_time_s": scored - rolled_out, "update_time_s": done - scored,
+            "update_time_s": done - updating,
             "step_time_s": time.perf_counter() - started,
             "compile_time_s": self.compile_clock.take(),  # JAX tracing + XLA compile during this step
             "rollout_tokens_per_s": float(rollouts.completion_mask.sum()) / timing["rollout_time_s"],
-            "update_tokens_per_s": task.ppo_epochs * float(rollouts.attention_mask.sum()) / (done - scored),
+            "update_tokens_per_s": task.ppo_epochs * float(rollouts.attention_mask.sum()) / (done - updating),
         }
         return metrics
 
@@ -199,14 +200,22 @@ class GRPOTrainer(BaseTrainer):
         self.rng, rollout_rng = self.scalars.split(self.rng)
         return examples, rollout_rng
 
-    def _rollout_now(self) -> tuple[rollout.Rollouts, int, dict[str, float]]:
-        """grpo.rollout_lag=0: the weights to the rollout layout, then sample with them."""
+    def _rollout_now(self) -> tuple[rollout.Rollouts, int, tuple, dict[str, float]]:
+        """grpo.rollout_lag=0: the weights to the rollout layout, then sample with them and score."""
         examples, rollout_rng = self._draw()
         policy, reshard_s = self.placement.policy(self.params)
         resharded = time.perf_counter()
         rollouts, truncated = rollout.generate(self.sampler, self.encoder, policy, examples, rollout_rng, self.sampling)
         del policy  # the rollout copy of the weights: free before the update needs the memory
-        return rollouts, truncated, {"reshard_time_s": reshard_s, "rollout_time_s": time.perf_counter() - resharded}
+        rolled_out = time.perf_counter()
+        scored = self._score(rollouts)
+        return rollouts, truncated, scored, {"reshard_time_s": reshard_s, "rollout_time_s": rolled_out - resharded,
+                                             "reward_time_s": time.perf_counter() - rolled_out}
+
+    def _score(self, rollouts: rollout.Rollouts) -> tuple[np.ndarray, dict[str, float], np.ndarray]:
+        """Rewards [N], their metrics and the group advantages [N] of a batch."""
+        rewards, metrics = rollout.score(rollouts, self.config.task.rewards)
+        return rewards, metrics, self._advantages(rewards)
 
     def cleanup(self) -> None:  # no thread or model build outlives a run, a failing one included
         for worker in (self.config.model_source, self.aot, getattr(self, "off_policy", None)):

@@ -35,11 +35,13 @@ LAG_KEY = "rollout_lag"  # in a checkpoint's state when L >= 2 batches were in f
 
 @dataclasses.dataclass
 class Sampled:
-    """A finished rollout: what `sample` returned, the policy version that sampled it and its seconds."""
+    """A finished rollout: what `sample` returned, the policy version that sampled it and its seconds; `prepared`:
+    the host's work on it (OffPolicyRollouts._prepare), done once, whenever the host first had time."""
 
     result: Any
     policy_version: int
     rollout_s: float
+    prepared: tuple | None = None
 
 
 class RolloutAhead:
@@ -65,6 +67,11 @@ class RolloutAhead:
     def busy(self) -> bool:
         """A batch is in flight (finished or not)."""
         return self._pending is not None
+
+    @property
+    def finished(self) -> bool:
+        """A batch is in flight and sampled: taking it would not wait."""
+        return self._pending is not None and self._pending.done()
 
     def put_back(self, sampled: Sampled) -> None:
         """A batch restored from a checkpoint becomes the one in flight."""
@@ -161,17 +168,24 @@ def group_devices(rollout_devices: list, rollout_lag: int) -> list[list]:
 
 class OffPolicyRollouts:
     """The trainer's side of grpo.rollout_lag=L (the module doc), one sampler and placement per rollout group:
-    `take(step, ...)` gives the batch step `step` trains on and starts sampling B_{step+L}; `after_update`
-    moves the new weights to the group that submits next. Prompts are encoded and completions decoded on the
-    calling thread (the tokenizer is not shared with the sampling threads)."""
+    `take(step, ...)` gives the batch step `step` trains on and starts sampling B_{step+L}; `prefetch(step + 1)`,
+    called while the update computes, does the host's work on the next batch (decoding, `score`) if it is sampled
+    already; `after_update` starts moving the new weights to the group that submits next, without waiting (the
+    sampler's program runs after the copy on the devices; a thread times it). Prompts are encoded, completions
+    decoded and scored on the calling thread: the tokenizer is not shared with the sampling threads, and
+    math-verify's timeouts (signal.alarm) work only in the main thread."""
 
-    def __init__(self, samplers: list, encoder: Any, placements: list, sampling: Any):
+    def __init__(self, samplers: list, encoder: Any, placements: list, sampling: Any,
+                 score: Callable[[Any], Any] | None = None):
         self.samplers, self.encoder, self.placements, self.sampling = samplers, encoder, placements, sampling
+        self.score = score or (lambda rollouts: None)
         self.lag = len(placements)
         self.groups = [RolloutAhead(functools.partial(self._sample, sampler)) for sampler in samplers]
         self.policies: list | None = None  # per group, the weights it samples its next batch with
         self.versions: list[int] = []  # per group, the version k of its theta_k
         self.next_step = 0  # the batch the next take returns: the oldest in flight
+        self._timer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weight-move")
+        self._moves: dict[int, Future] = {}  # per group, the seconds its last weight move took, once ready
 
     def _group(self, batch: int) -> int:
         return (batch - 1) % self.lag
@@ -191,34 +205,54 @@ class OffPolicyRollouts:
         self.groups[group].submit(self.policies[group], self.versions[group], prompts, rng,
                                   references(examples, self.sampling.num_samples), truncated)
 
-    def take(self, step: int, params: Any, draw: Callable[[], tuple], last_step: int) -> tuple[Any, int, dict]:
-        """(Rollouts of B_step, truncated prompts, timing rows); B_{step+L} starts sampling unless past the last step."""
-        from framework.backends.maxtext.trainers.rollout import assemble
-
+    def take(self, step: int, params: Any, draw: Callable[[], tuple], last_step: int) -> tuple[Any, int, Any, dict]:
+        """(Rollouts of B_step, truncated prompts, their `score`, timing rows); B_{step+L} starts sampling unless
+        past the last step."""
         if self.policies is None:  # the first step of this process: every group holds theta_{step-1}, the params
             self.policies = [placement.policy(params)[0] for placement in self.placements]
             self.versions = [step - 1] * self.lag
         for batch in range(step, min(step + self.lag, last_step + 1)):  # B_1 .. B_L: nothing sampled ahead yet
             if not self.groups[self._group(batch)].busy:
                 self._submit(batch, draw)
-        sampled, wait_s = self.groups[self._group(step)].take()
+        group = self._group(step)
+        sampled, wait_s = self.groups[group].take()
+        move = self._moves.pop(group, None)  # the move of the weights B_{step+L} samples with (started last step)
         if step + self.lag <= last_step:
             self._submit(step + self.lag, draw)
         self.next_step = step + 1
+        rollouts, truncated, scored, reward_s = sampled.prepared or self._prepare(sampled)
+        return rollouts, truncated, scored, {
+            "rollout_time_s": sampled.rollout_s, "rollout_wait_time_s": wait_s, "reward_time_s": reward_s,
+            "staleness": float(step - 1 - sampled.policy_version),
+            "reshard_time_s": move.result() if move is not None else 0.0}
+
+    def prefetch(self, step: int, last_step: int) -> None:
+        """The host's work on B_step now if it is sampled already (it stays in flight, for a checkpoint)."""
+        group = self.groups[self._group(step)]
+        if step <= last_step and group.finished:
+            sampled = group.in_flight()
+            sampled.prepared = sampled.prepared or self._prepare(sampled)
+
+    def _prepare(self, sampled: Sampled) -> tuple[Any, int, Any, float]:
+        """(Rollouts, truncated prompts, their score, the score's seconds) of a finished batch."""
+        from framework.backends.maxtext.trainers.rollout import assemble
+
         out, refs, truncated = sampled.result
         rollouts = assemble(out, self.encoder, self.samplers[0].eos_token_ids, refs)
-        return rollouts, truncated, {"rollout_time_s": sampled.rollout_s, "rollout_wait_time_s": wait_s,
-                                     "staleness": float(step - 1 - sampled.policy_version)}
+        started = time.perf_counter()
+        scored = self.score(rollouts)
+        return rollouts, truncated, scored, time.perf_counter() - started
 
-    def after_update(self, step: int, params: Any, last_step: int) -> dict[str, float]:
-        """theta_step to group step mod L, which samples B_{step+L+1} (no move when that batch is past the last
-        step: a resume rebuilds every group's weights from the checkpoint's)."""
+    def after_update(self, step: int, params: Any, last_step: int) -> None:
+        """Start moving theta_step to group step mod L, which samples B_{step+L+1} (no move when that batch is past
+        the last step: a resume rebuilds every group's weights from the checkpoint's)."""
         if step + self.lag >= last_step:
-            return {"reshard_time_s": 0.0}
+            return
         group = step % self.lag
-        self.policies[group], reshard_s = self.placements[group].policy(params)
+        started = time.perf_counter()
+        self.policies[group] = self.placements[group].move(params)
         self.versions[group] = step
-        return {"reshard_time_s": reshard_s}
+        self._moves[group] = self._timer.submit(_seconds_until_ready, self.policies[group], started)
 
     def settle(self) -> None:
         """Wait until the batches in flight are sampled (they stay in flight): evaluation then decodes alone on the
@@ -266,6 +300,14 @@ class OffPolicyRollouts:
     def close(self) -> None:
         for group in self.groups:
             group.close()
+        self._timer.shutdown(wait=True)
+
+
+def _seconds_until_ready(tree: Any, started: float) -> float:
+    import jax
+
+    jax.block_until_ready(tree)
+    return time.perf_counter() - started
 
 
 def _slot(index: int) -> str:

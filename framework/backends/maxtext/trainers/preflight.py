@@ -74,9 +74,9 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
     `rollout`: the resolved rollout layout (None: the update's); `reshard_bytes`: what each device receives
     when the weights move to it (reshard_bytes_per_device). `rollout_devices` > 0: the rollout decodes on
     that many devices of its own while the update trains on `devices` (grpo.rollout_lag=1): the step is
-    max(rollout phases, update phases) + the move, instead of their sum. `rollout_groups` L > 1
-    (grpo.rollout_lag=L): L such groups of `rollout_devices` each sample a batch at once, so one finishes every
-    rollout / L seconds: max(rollout phases / L, update phases) + the move. Returns {} when the simulator is not
+    max(the move + rollout phases, update phases), instead of their sum with the move (the move overlaps the next
+    update). `rollout_groups` L > 1 (grpo.rollout_lag=L): L such groups of `rollout_devices` each sample a batch at
+    once, so one finishes every (move + rollout) / L seconds. Returns {} when the simulator is not
     installed; raises CrucibleError when it cannot model the run.
     """
     try:
@@ -104,10 +104,12 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
         fits = fits and bool(summary["fits"])
         breakdowns[name] = summary["memory_breakdown_gb"]
     overlapped = rollout_devices > 0
-    if overlapped:  # a batch every rollout / L seconds from L groups sampling at once
-        phase_sums["rollout"] /= rollout_groups
-    phases = max(phase_sums.values()) if overlapped else sum(phase_sums.values())
-    prediction |= {"preflight_predicted_step_s": phases + reshard_s, "preflight_overlapped": overlapped,
+    if overlapped:  # a batch every (move + rollout) / L seconds from L groups sampling at once; the move is off
+        # the update's path (pipeline.OffPolicyRollouts.after_update does not wait for it)
+        step = max((phase_sums["rollout"] + reshard_s) / rollout_groups, phase_sums["update"])
+    else:
+        step = sum(phase_sums.values()) + reshard_s
+    prediction |= {"preflight_predicted_step_s": step, "preflight_overlapped": overlapped,
                    "preflight_memory_per_device_gb": memory, "preflight_fits": fits}
     if overlapped:  # each side's peak, with the copies the weight move adds
         staging = staging_bytes_per_device(reshard_bytes, parallel.resolve(devices), rollout or parallel,

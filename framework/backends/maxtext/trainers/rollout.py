@@ -93,6 +93,11 @@ class RolloutPlacement:
         return reshard_bytes_per_device(rollout_weight_bytes(model, weight_bytes), self.update_mesh_shape,
                                         self.mesh.shape, separate=self.separate_devices > 0)
 
+    def move(self, params: Any) -> Any:
+        """The params in the rollout layout without waiting for the copy: what reads them (the sampler) is
+        ordered after it on the devices."""
+        return params if self.same_as_update else self._move(params)
+
     def policy(self, params: Any) -> tuple[Any, float]:
         """The params in the rollout layout and the seconds the resharding took (blocked until ready)."""
         if self.same_as_update:

@@ -177,6 +177,13 @@ class PolicyUpdate:
     def run(self, params: Any, opt_state: Any, ref_params: Any | None, arrays: dict[str, np.ndarray]
             ) -> tuple[Any, Any, dict[str, float]]:
         """ppo_epochs optimizer updates on one batch of rollouts; returns new params, state and metrics."""
+        params, opt_state, host_metrics = self.start(params, opt_state, ref_params, arrays)
+        return params, opt_state, host_metrics()
+
+    def start(self, params: Any, opt_state: Any, ref_params: Any | None, arrays: dict[str, np.ndarray]
+              ) -> tuple[Any, Any, Callable[[], dict[str, float]]]:
+        """`run` without waiting: the new params and state (still computing on the devices) and a function that
+        waits for the metrics, so the host can do other work (the next batch's rewards) while the update runs."""
         host_batches = self.micro_batches(arrays)
         tokens = [float(b["completion_mask"].sum()) for b in host_batches]
         batches = [self.to_device(b) for b in host_batches]
@@ -198,8 +205,11 @@ class PolicyUpdate:
                 metrics.append(batch_metrics)
             params, opt_state, grad_norm = self.apply(params, opt_state, grads)
             grad_norms.append(grad_norm)
-        host_metrics, grad_norms = jax.device_get((metrics, grad_norms))
-        return params, opt_state, summarize(host_metrics, tokens * self.task.ppo_epochs, len(batches), grad_norms)
+
+        def host_metrics() -> dict[str, float]:
+            on_host, norms = jax.device_get((metrics, grad_norms))
+            return summarize(on_host, tokens * self.task.ppo_epochs, len(batches), norms)
+        return params, opt_state, host_metrics
 
 
 def check_one_run_per_row(attention_mask: np.ndarray) -> None:

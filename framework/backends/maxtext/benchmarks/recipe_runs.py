@@ -1,0 +1,131 @@
+"""The GRPO recipe as a user types it, several runs one after the other on one machine, and their report.
+
+Each run is `python run.py <base> <its overrides>` in its own run dir under a time limit; the report (also in
+OUT/summary.txt) gives per run what the preflight picked and predicted (the log's "auto", "preflight:" and mesh
+lines), the measured step (`measured_step_s`: the median of steps 2..), measured / predicted, each step's phases,
+and the run's ratio to the first run's step (`--run` order: put the baseline first).
+
+    python3 -m framework.backends.maxtext.benchmarks.recipe_runs --out OUT --hardware h200 \\
+        --run one_gpu "CUDA_VISIBLE_DEVICES=0 hardware.devices_per_node=1" \\
+        --run lag2 "hardware.devices_per_node=4 parallel.rollout.placement=separate grpo.rollout_lag=2"
+
+A run's words NAME=VALUE with an upper-case NAME set its environment; the rest are Hydra overrides. `--cpu`
+runs the CPU recipe on forced host devices instead (checks a script without a GPU). Checkpoints and exports
+are deleted after each run; everything else stays in OUT/<name>/ and OUT/<name>.log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+GPU_BASE = ("recipe=grpo_gsm8k model.random_init=true data=gsm8k_sample grpo.eval.every=0 grpo.checkpoint.every=0 "
+            "grpo.export_hf=false progress=false")
+CPU_BASE = ("recipe=grpo_arithmetic_cpu hardware=cpu grpo.preflight=true hardware.intra_node_gb_s=20 progress=false "
+            "grpo.checkpoint.every=0")
+LOG_LINES = re.compile(r"auto candidate|auto ->|preflight:|rollout mesh|grpo: mesh")
+SUMMARY_KEYS = ("layout_search_choice", "rollout_groups", "micro_batch_size", "remat", "measured_step_s",
+                "preflight_predicted_step_s", "preflight_rollout_memory_gb", "preflight_update_memory_gb",
+                "aot_fallbacks", "staleness")
+STEP_KEYS = ("step_time_s", "rollout_time_s", "update_time_s", "reward_time_s", "reshard_time_s",
+             "rollout_wait_time_s", "staleness")
+
+
+def split_run(words: str) -> tuple[dict[str, str], list[str]]:
+    """(environment, overrides) of a run's words."""
+    env, overrides = {}, []
+    for word in words.split():
+        name, _, value = word.partition("=")
+        if name.isupper():
+            env[name] = value
+        else:
+            overrides.append(word)
+    return env, overrides
+
+
+def run_one(out: Path, name: str, words: str, base: str, limit_s: int) -> list[str]:
+    """One run; the report's lines for it."""
+    env, overrides = split_run(words)
+    command = [sys.executable, "run.py", *base.split(), *overrides, f"hydra.run.dir={out / name}"]
+    started = time.perf_counter()
+    with open(out / f"{name}.log", "w") as log:
+        try:
+            code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env},
+                                  timeout=limit_s).returncode
+        except subprocess.TimeoutExpired:
+            code = "timeout"
+    lines = [f"== {name}: {' '.join(command[1:])} ({env or 'no env'}) rc={code} {time.perf_counter() - started:.0f} s"]
+    lines += [re.sub(r"^\[[^]]*\]\[[^]]*\]\[INFO\] - ", "", line)[:260]
+              for line in (out / f"{name}.log").read_text(errors="replace").splitlines() if LOG_LINES.search(line)]
+    lines += describe(out / name, name)
+    for folder in ("checkpoints", "hf_export"):
+        shutil.rmtree(out / name / folder, ignore_errors=True)
+    return lines
+
+
+def describe(run_dir: Path, name: str) -> list[str]:
+    try:
+        result = json.loads((run_dir / "summary.json").read_text())["result"]
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    except (OSError, KeyError, ValueError) as error:
+        return [f"{name}: no summary ({error})"]
+    metrics = result["metrics"]
+    picked = {key: _rounded(metrics[key]) for key in SUMMARY_KEYS if key in metrics}
+    lines = [f"{name} status {result.get('status')} {picked}"]
+    if metrics.get("measured_step_s") and metrics.get("preflight_predicted_step_s"):
+        lines.append(f"{name} measured / predicted {metrics['measured_step_s'] / metrics['preflight_predicted_step_s']:.3f}")
+    lines.append(f"{name} steps {STEP_KEYS}: " + str([tuple(_rounded(row.get(key)) for key in STEP_KEYS) for row in rows]))
+    return lines
+
+
+def ratios(out: Path, names: list[str]) -> list[str]:
+    """Each run's step and its ratio to the first's."""
+    lines, base = [], None
+    for name in names:
+        try:
+            metrics = json.loads((out / name / "summary.json").read_text())["result"]["metrics"]
+        except (OSError, KeyError, ValueError):
+            lines.append(f"{name}: no summary")
+            continue
+        step = metrics.get("measured_step_s")
+        base = base or step
+        ratio = f" -> {base / step:.2f}x {names[0]}" if base and step else ""
+        lines.append(f"{name}: {step} s per step (median of steps 2..), predicted "
+                     f"{metrics.get('preflight_predicted_step_s')}{ratio}")
+    return lines
+
+
+def _rounded(value):
+    return round(value, 4) if isinstance(value, float) else value
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--run", nargs=2, action="append", metavar=("NAME", "WORDS"), required=True)
+    parser.add_argument("--hardware", default="h100", help="the hardware= option of the GPU runs")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--limit-s", type=int, default=150, help="each run's time limit")
+    parser.add_argument("--cpu", action="store_true", help="the CPU recipe on host devices")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    base = f"{CPU_BASE if args.cpu else GPU_BASE + ' hardware=' + args.hardware} grpo.steps={args.steps}"
+    with open(args.out / "summary.txt", "a") as summary:
+        for name, words in args.run:
+            for line in run_one(args.out, name, words, base, args.limit_s):
+                print(line, flush=True)
+                summary.write(line + "\n")
+        for line in ratios(args.out, [name for name, _ in args.run]):
+            print(line)
+            summary.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
