@@ -27,6 +27,17 @@ def test_two_to_two_and_two_to_one_weight_moves_take_the_staged_device_to_device
                    "staging_copies_device_to_device": True, "device_put_received": [[[2], "P()"]]}, one
 
 
+def test_staging_copies_is_the_count_ratio_for_disjoint_devices_the_target_divides():
+    """One rule for the move (resharder) and the preflight's staging copy: a copy per target-sized slice."""
+    from framework.backends.maxtext.sharding import staging_copies
+
+    assert [staging_copies(4, 2, True), staging_copies(4, 1, True), staging_copies(2, 2, True)] == [2, 4, 1]
+    assert staging_copies(4, 3, True) is None  # 3 does not divide 4: device_put
+    assert staging_copies(2, 4, True) is None  # more target devices than source ones
+    assert staging_copies(4, 2, False) is None  # shared devices: never staged
+    assert staging_copies(4, 0, True) is None
+
+
 def _two_to_two_moves() -> dict:
     """sharding.resharder from fsdp=2 on devices 2, 3 to a rollout mesh on devices 0, 1: (values equal the
     cast, shardings the target's, an equal staging sharding: jax copies device to device, not via the host,
