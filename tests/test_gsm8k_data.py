@@ -8,7 +8,7 @@ import pytest
 from framework.core.errors import CheckpointError, ConfigError, DataError
 from framework.data.arithmetic import evaluate, generate_arithmetic
 from framework.data.gsm8k import SAMPLE_DIR, load_from_hub, load_gsm8k, read_jsonl
-from framework.data.prompts import SYSTEM_PROMPT, ShuffledBatches, build_messages, render_prompt, render_prompts
+from framework.data.prompts import SYSTEM_PROMPT, ShuffledBatches, batches_drawn, build_messages, render_prompt, render_prompts
 
 SHARED_GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k"  # ../shared beside the repo
 CHATML_TEMPLATE = (
@@ -199,6 +199,17 @@ def test_resume_from_saved_state_is_exact():
     resumed = ShuffledBatches(items, batch_size=4, seed=1)
     resumed.load_state_dict(saved)
     assert [next(resumed) for _ in range(8)] == expected
+
+
+def test_batches_drawn_counts_every_batch_given_across_epochs():
+    """A checkpoint's iterator state says how many batches were drawn (the off-policy resume checks its batches in
+    flight by it): 23 items in batches of 4 give 5 per epoch, the last 3 items skipped."""
+    batches = ShuffledBatches(list(range(23)), batch_size=4, seed=1)
+    counts = [batches_drawn(batches.state_dict())]
+    for _ in range(12):
+        next(batches)
+        counts.append(batches_drawn(json.loads(json.dumps(batches.state_dict()))))
+    assert counts == list(range(13))
 
 
 def test_resume_state_must_match_the_data():

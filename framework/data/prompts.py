@@ -57,6 +57,12 @@ class IteratorState:
     position: int = 0
 
 
+def batches_drawn(state: dict[str, int]) -> int:
+    """How many batches the iterator whose `state_dict()` this is has given since it started: a batch never spans
+    two epochs, so each finished epoch gave num_items // batch_size."""
+    return state["epoch"] * (state["num_items"] // state["batch_size"]) + state["position"] // state["batch_size"]
+
+
 class ShuffledBatches(Generic[Item]):
     """An endless iterator of batches, reshuffled each epoch; seeded and resumable exactly.
 

@@ -59,7 +59,9 @@ def test_a_rollout_lag_1_checkpoint_resumed_on_policy_is_refused_and_a_damaged_o
         refuse_lag_change(SimpleNamespace(state={IN_FLIGHT: {}}, path=tmp_path))
     pipeline = OffPolicyRollouts([None], None, [None], None)  # lag 1: one rollout group
     with pytest.raises(CheckpointError, match=r"the batch in flight is incomplete"):
-        pipeline.restore(SimpleNamespace(state={IN_FLIGHT: {"references": []}}, path=tmp_path), "state.safetensors")
+        iterator = {"epoch": 0, "position": 4, "seed": 0, "num_items": 4, "batch_size": 1}  # B_4 drawn at step 3
+        pipeline.restore(SimpleNamespace(state={IN_FLIGHT: {"references": []}, "data_iterator": iterator}, step=3,
+                                         path=tmp_path), "state.safetensors")
 
 
 def test_a_bad_combination_is_one_line_before_any_weights_load(tmp_path):

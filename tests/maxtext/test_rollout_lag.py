@@ -60,6 +60,34 @@ def test_a_checkpoint_resumed_with_another_lag_is_refused(tmp_path):
         refuse_lag_change(lag2)
 
 
+def test_a_checkpoint_missing_a_batch_its_data_iterator_drew_is_one_line_naming_the_slot(tmp_path):
+    """A lag-L checkpoint at step t holds the batches its data iterator drew past B_t: L of them, fewer near the
+    writing run's last step (a resume that raises grpo.steps samples the rest); a missing or extra slot would skip
+    or repeat a batch's data."""
+    from framework.backends.maxtext.trainers.pipeline import IN_FLIGHT, LAG_KEY, OffPolicyRollouts, in_flight_slots
+    from framework.core.errors import CheckpointError
+
+    def checkpoint(drawn: int, *slots: str) -> SimpleNamespace:  # at step 3; 5 items: 2 batches of 2 an epoch
+        iterator = {"epoch": (drawn - 1) // 2, "position": 2 * ((drawn - 1) % 2 + 1), "seed": 0, "num_items": 5,
+                    "batch_size": 2}
+        return SimpleNamespace(step=3, path=tmp_path / "step_3", state={"data_iterator": iterator, LAG_KEY: 2,
+                                                                         **{slot: {} for slot in slots}})
+
+    second = f"{IN_FLIGHT}_2"
+    assert in_flight_slots(checkpoint(5, IN_FLIGHT, second), 2) == [IN_FLIGHT, second]
+    assert in_flight_slots(checkpoint(4, IN_FLIGHT), 2) == [IN_FLIGHT]  # written by a run with grpo.steps=4
+    assert in_flight_slots(checkpoint(3), 2) == []  # its last step (or a lag-0 checkpoint)
+    with pytest.raises(CheckpointError, match=rf"^{tmp_path / 'step_3'}: the batch in flight {second} is missing "
+                                              r"\(the iterator is 2 batches past step 3: .*in_flight, in_flight_2\)$"):
+        OffPolicyRollouts([None] * 2, None, [None] * 2, None).restore(checkpoint(5, IN_FLIGHT), "state.safetensors")
+    with pytest.raises(CheckpointError, match=r"the batch in flight in_flight_2 is missing"):  # a gap
+        in_flight_slots(checkpoint(6, IN_FLIGHT, f"{IN_FLIGHT}_3"), 3)
+    with pytest.raises(CheckpointError, match=r"the batch in flight in_flight_2 is one its data iterator never drew"):
+        in_flight_slots(checkpoint(4, IN_FLIGHT, second), 2)
+    with pytest.raises(CheckpointError, match=r"its data iterator is 3 batches past step 3; a grpo.rollout_lag=2 "):
+        in_flight_slots(checkpoint(6, IN_FLIGHT, second), 2)
+
+
 def test_l_groups_divide_the_predicted_rollout_and_the_search_tries_only_splits_l_divides():
     from framework.backends.maxtext.trainers.layout_search import search
     from framework.backends.maxtext.trainers.preflight import predict_step
@@ -144,6 +172,25 @@ def test_resume_conformance_kill_9_two_steps_off_policy(tmp_path):
 
     check_kill_resume(tmp_path, [*LAG2, "grpo.steps=5", "grpo.checkpoint.every=2", "grpo.max_new_tokens=2"],
                       kill_after_checkpoint=2)
+
+
+@pytest.mark.slow
+def test_a_lag_2_checkpoint_before_the_last_step_holds_one_batch_and_resumes_with_more_steps(tmp_path):
+    """At step 2 of a 3-step run only B_3 is in flight (B_4 is past the last step: never drawn); the checkpoint does
+    not record grpo.steps, yet the slot check must accept it, and a resume with grpo.steps=5 samples B_4 and B_5."""
+    import shutil
+
+    common = [*LAG2, "grpo.max_new_tokens=2", "progress=false", f"hydra.run.dir={tmp_path}"]
+    first = run_cli([*common, "grpo.steps=3", "grpo.checkpoint.every=1"])
+    assert first.returncode == 0, first.stderr[-3000:]
+    checkpoints = tmp_path / "checkpoints"
+    state = json.loads((checkpoints / "step_2" / "manifest.json").read_text())["state"]
+    assert "in_flight" in state and "in_flight_2" not in state and state["rollout_lag"] == 2
+    shutil.rmtree(checkpoints / "step_3")  # resume from step 2
+    resumed = run_cli([*common, "grpo.steps=5"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [1, 2, 3, 4, 5]
 
 
 def _lag_checks(model_dir: str, lag: int = 2, steps: int = 5) -> dict:

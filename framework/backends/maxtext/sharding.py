@@ -148,8 +148,9 @@ def resharder(source: Mesh, shardings: Any, dtype: str) -> Callable[[Any], Any]:
     target = jax.tree.leaves(shardings, is_leaf=lambda x: isinstance(x, NamedSharding))[0].mesh
     if list(source.devices.flat) == list(target.devices.flat):
         return _with_path(jax.jit(cast, out_shardings=shardings), "same_devices")
-    copies, rest = divmod(source.devices.size, target.devices.size)
-    if rest == 0 and not set(source.devices.flat) & set(target.devices.flat):
+    copies = staging_copies(source.devices.size, target.devices.size,
+                            disjoint=not set(source.devices.flat) & set(target.devices.flat))
+    if copies is not None:
         slices = source.devices.reshape((copies, *target.devices.shape))
         staging = Mesh(slices, ("copies", *target.axis_names), axis_types=(target.axis_types[0], *target.axis_types))
         first = Mesh(slices[0], target.axis_names, axis_types=target.axis_types)
@@ -163,6 +164,16 @@ def resharder(source: Mesh, shardings: Any, dtype: str) -> Callable[[Any], Any]:
             return jax.device_put(on_first, shardings)
         return _with_path(staged_copy, "staged_copy")
     return _with_path(lambda tree: jax.device_put(cast(tree), shardings), "device_put")
+
+
+def staging_copies(source_count: int, target_count: int, disjoint: bool) -> int | None:
+    """How many copies of the target's layout the weight move stages on the source devices (one per target-sized
+    slice) before copying the first device to device: source_count / target_count when the device sets are disjoint
+    and the target's count divides the source's; None when the move is not staged (jax.device_put instead).
+    resharder moves by this rule and the preflight counts the staging copy by it."""
+    if not disjoint or target_count < 1 or source_count % target_count:
+        return None
+    return source_count // target_count
 
 
 def _first_copy(array: jax.Array, sharding: NamedSharding) -> jax.Array:

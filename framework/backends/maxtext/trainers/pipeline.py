@@ -282,11 +282,12 @@ class OffPolicyRollouts:
         return arrays, state
 
     def restore(self, checkpoint: Any, state_file: str) -> None:
-        """The checkpoint's batches in flight back in flight, each in its group (none in flight: nothing)."""
+        """The checkpoint's batches in flight back in flight, each in its group (none in flight: nothing); one that
+        its data iterator drew but it lacks is a CheckpointError (in_flight_slots)."""
         from safetensors.numpy import load_file
 
         refuse_lag_change(checkpoint, self.lag)
-        slots = [_slot(index) for index in range(self.lag) if _slot(index) in checkpoint.state]
+        slots = in_flight_slots(checkpoint, self.lag)
         for slot in slots:
             if not {"references", "truncated", "policy_version", "rollout_s"} <= set(checkpoint.state[slot]):
                 raise CheckpointError(f"{checkpoint.path}: the batch in flight is incomplete "
@@ -308,6 +309,28 @@ def _seconds_until_ready(tree: Any, started: float) -> float:
 
     jax.block_until_ready(tree)
     return time.perf_counter() - started
+
+
+def in_flight_slots(checkpoint: Any, lag: int) -> list[str]:
+    """The slots of the batches in flight a checkpoint at step t must hold: one per batch its data iterator drew past
+    B_t, oldest first. That is L, or fewer near the writing run's last step (batches past it are never drawn); the
+    checkpoint does not record that run's grpo.steps, but its iterator counts what was drawn, so a resume that raises
+    grpo.steps is told apart from a missing slot, which would skip that batch's data: a CheckpointError."""
+    from framework.data.prompts import batches_drawn
+
+    ahead = batches_drawn(checkpoint.state["data_iterator"]) - checkpoint.step
+    if not 0 <= ahead <= lag:
+        raise CheckpointError(f"{checkpoint.path}: its data iterator is {ahead} batches past step {checkpoint.step}; a "
+                              f"grpo.rollout_lag={lag} checkpoint holds 0 to {lag} batches in flight")
+    expected = [_slot(index) for index in range(ahead)]
+    missing = [slot for slot in expected if slot not in checkpoint.state]
+    unexpected = [_slot(index) for index in range(ahead, lag) if _slot(index) in checkpoint.state]
+    if missing or unexpected:
+        raise CheckpointError(f"{checkpoint.path}: the batch in flight {(missing or unexpected)[0]} is "
+                              f"{'missing' if missing else 'one its data iterator never drew'} (the iterator is "
+                              f"{ahead} batches past step {checkpoint.step}: the checkpoint must hold "
+                              f"{', '.join(expected) or 'none'})")
+    return expected
 
 
 def _slot(index: int) -> str:

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 
 from framework.backends.maxtext.config import REMAT_NAMES, REMAT_WORKLOADS
 from framework.backends.maxtext.models.decode_attention import cache_slots
+from framework.backends.maxtext.sharding import staging_copies
 from framework.core.dtypes import BYTES, SHORT
 from framework.core.errors import ConfigError, CrucibleError
 from framework.core.parallel import ParallelConfig
@@ -112,8 +113,9 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
     prediction |= {"preflight_predicted_step_s": step, "preflight_overlapped": overlapped,
                    "preflight_memory_per_device_gb": memory, "preflight_fits": fits}
     if overlapped:  # each side's peak, with the copies the weight move adds
-        staging = staging_bytes_per_device(reshard_bytes, parallel.resolve(devices), rollout or parallel,
-                                           staged=devices % rollout_devices == 0)
+        # a rollout group's devices are never the update's: disjoint
+        staged = staging_copies(devices, rollout_devices, disjoint=True) is not None
+        staging = staging_bytes_per_device(reshard_bytes, parallel.resolve(devices), rollout or parallel, staged=staged)
         prediction |= off_policy_memory(breakdowns, reshard_bytes, staging, hardware["memory_gb"])
     return prediction
 
