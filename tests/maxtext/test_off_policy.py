@@ -279,7 +279,7 @@ def _train_off_policy(pipeline, task, params, update, steps: int) -> tuple[list,
         stalenesses.append(timing["staleness"])
         params, opt_state, metrics = update.start(params, opt_state, None, _batch(
             rollouts, rollouts.behaviour_log_probs) | {"advantages": advantages})
-        pipeline.prefetch(step + 1, steps)
+        pipeline.prefetch(step + 1, steps, params)
         losses.append(metrics()["loss"])
         snapshots.append(jax.device_get(params))
         pipeline.after_update(step, params, steps)

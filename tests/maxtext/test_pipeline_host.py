@@ -1,12 +1,13 @@
 """The host side of the off-policy pipeline (trainers/pipeline.py OffPolicyRollouts) with stand-in samplers, so
 the order is checked without a model: a batch already sampled is decoded and scored by `prefetch` while the
 update computes (once, on the calling thread), stays in flight for a checkpoint, and the weight move started by
-`after_update` is not waited for there but timed and reported by the take that hands the moved weights on.
+`after_update` is not waited for but timed in a thread and reported by the next after_update.
 The samplers, encoder and placements here are stand-ins (the real ones: tests/maxtext/test_off_policy.py)."""
 
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -28,7 +29,7 @@ class _Sampler:
 
         self.gate.wait(10)
         ones = np.ones((ROWS, PROMPT), np.int32)
-        return SampleOutput(prompt_ids=ones, prompt_mask=ones, completion_ids=np.full((ROWS, NEW), 10 + policy),
+        return SampleOutput(prompt_ids=ones, prompt_mask=ones, completion_ids=np.full((ROWS, NEW), 10 + int(policy)),
                             completion_mask=np.ones((ROWS, NEW), np.int32),
                             completion_log_probs=np.zeros((ROWS, NEW), np.float32))
 
@@ -41,18 +42,34 @@ class _Encoder:
         return [" ".join(map(str, row)) for row in ids]
 
 
+class _Weights:
+    """Moved weights, ready once `copied` is set (a device copy in flight): jax.block_until_ready waits for that."""
+
+    def __init__(self, version: int, copied: threading.Event):
+        self.version, self.copied = version, copied
+
+    def block_until_ready(self):
+        self.copied.wait(10)
+        return self
+
+    def __int__(self):
+        return self.version
+
+
 class _Placement:
-    """policy(params) -> (params, seconds) as RolloutPlacement's; move(params) -> params, counted."""
+    """policy(params) -> (params, seconds) as RolloutPlacement's; move(params) -> _Weights, counted."""
 
     def __init__(self):
         self.moves = 0
+        self.copied = threading.Event()
+        self.copied.set()
 
     def policy(self, params):
         return params, 0.0
 
     def move(self, params):
         self.moves += 1
-        return params
+        return _Weights(params, self.copied)
 
 
 def _pipeline(lag: int):
@@ -84,25 +101,47 @@ def test_a_sampled_batch_is_scored_during_the_update_once_and_stays_in_flight_fo
     assert len(scored) == 2 and scored[-1][1] is threading.main_thread()
     arrays, state = pipeline.checkpoint_part()  # B_2 (prefetched) and B_3: both still in flight
     assert sorted(state) == ["in_flight", "in_flight_2", "rollout_lag"] and state["in_flight"]["references"] == ["1", "1"]
-    pipeline.after_update(1, 1, last_step=6)  # theta_1 -> group 1, which samples B_4 next
-    assert placements[1].moves == 1 and pipeline.policies[1] == 1
-    _, _, score, timing = pipeline.take(2, 1, lambda: next(draws), last_step=6)
+    placements[1].copied.clear()  # theta_1's copy to group 1 stays in flight: nothing may wait for it
+    started = time.perf_counter()
+    assert pipeline.after_update(1, 1, last_step=6) == {"reshard_time_s": 0.0}  # theta_1 -> group 1 (B_4 next)
+    assert placements[1].moves == 1 and int(pipeline.policies[1]) == 1
+    _, _, score, timing = pipeline.take(2, 1, lambda: next(draws), last_step=6)  # hands B_4 to group 1
     assert score == "score of 10 10 10 10" and len(scored) == 2  # not scored again
-    assert timing["reshard_time_s"] > 0  # theta_1's move, timed in the background, reported with B_4's submission
-    rollouts, _, _, timing = pipeline.take(3, 1, lambda: next(draws), last_step=6)  # B_3: nothing moved to group 0
-    assert timing["reshard_time_s"] == 0.0 and len(scored) == 3
+    assert pipeline.after_update(2, 2, last_step=6) == {"reshard_time_s": 0.0}  # still copying: reported later
+    assert time.perf_counter() - started < 5  # neither after_update nor take waited for the copy
+    placements[1].copied.set()
+    pipeline.take(3, 2, lambda: next(draws), last_step=6)  # B_3: not prefetched, scored now
+    assert len(scored) == 3
+    pipeline._moves[0].result()
+    assert pipeline.after_update(3, 3, last_step=6)["reshard_time_s"] > 0  # theta_1's move, timed in a thread
     pipeline.close()
 
 
-def test_prefetch_does_not_wait_for_a_batch_still_sampling_nor_look_past_the_last_step():
+def test_prefetch_waits_for_the_batch_only_while_the_update_computes():
+    pipeline, samplers, _, scored = _pipeline(lag=1)
+    draws = _draws()
+    pipeline.take(1, 0, lambda: next(draws), last_step=3)
+    samplers[0].gate.clear()  # B_2 still sampling
+    pipeline.prefetch(2, last_step=3)
+    assert len(scored) == 1
+    update = threading.Event()
+    pipeline.prefetch(2, last_step=3, computing=_Weights(1, update.set() or update))  # the update is done: no wait
+    assert len(scored) == 1
+    update.clear()
+    threading.Timer(0.2, samplers[0].gate.set).start()  # B_2 finishes while the update still computes
+    pipeline.prefetch(2, last_step=3, computing=_Weights(1, update))
+    assert len(scored) == 2
+    update.set()
+    pipeline.take(2, 1, lambda: next(draws), last_step=3)
+    assert len(scored) == 2
+    pipeline.close()
+
+
+def test_prefetch_does_not_look_past_the_last_step():
     pipeline, samplers, _, scored = _pipeline(lag=1)
     draws = _draws()
     pipeline.take(1, 0, lambda: next(draws), last_step=2)
-    samplers[0].gate.clear()  # B_2 still sampling
-    pipeline.prefetch(2, last_step=2)
-    assert len(scored) == 1
-    samplers[0].gate.set()
-    pipeline.groups[0].in_flight()
+    pipeline.groups[0].in_flight()  # B_2 sampled
     pipeline.prefetch(3, last_step=2)  # past the last step: nothing
     assert len(scored) == 1
     pipeline.prefetch(2, last_step=2)

@@ -139,8 +139,8 @@ def test_a_lag_2_run_samples_on_two_groups_and_evaluates(tmp_path):
     assert "grpo: mesh {'data': 1, 'fsdp': 1, 'expert': 1, 'tensor': 1} over 1 cpu device(s)" in proc.stderr
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [row["staleness"] for row in rows] == [0.0, 1.0, 2.0, 2.0]
-    # theta_1's move (after step 1, to group 1) is timed in the background and reported by step 2, whose take hands
-    # group 1 its next batch (B_4); theta_2 .. sample nothing
+    # theta_1's move (after step 1, to group 1) runs beside update 2 and is reported by step 2; theta_2 .. sample
+    # nothing
     assert [row["reshard_time_s"] > 0 for row in rows] == [False, True, False, False]
     assert [("eval_accuracy" in row) for row in rows] == [False, True, False, True]  # step 2: B_3, B_4 in flight
     assert all(np.isfinite(row["loss"]) for row in rows)

@@ -36,14 +36,14 @@ from framework.backends.maxtext.sharding import (build_mesh, logical_axis_rules,
                                                 shardings_record, tree_bytes, usable_devices)
 from framework.backends.maxtext.trainers import aot, rollout, startup
 from framework.backends.maxtext.trainers.layout_search import choose_rollout_devices
-from framework.backends.maxtext.trainers.pipeline import (OffPolicyRollouts, group_devices, refuse_lag_change,
-                                                          split_devices)
+from framework.backends.maxtext.trainers.pipeline import (OffPolicyRollouts, group_devices, in_flight_slots,
+                                                          refuse_lag_change, split_devices)
 from framework.backends.maxtext.trainers.checkpointing import (STATE_FILE, host_arrays, key_from_json, key_to_json,
                                                                read_state, write_arrays)
 from framework.data.math import load_split, system_prompt, train_examples
 from framework.backends.maxtext.trainers.evaluation import evaluate
-from framework.backends.maxtext.trainers.preflight import (pick_update_plan, predict_step, preflight_warnings,
-                                                             refuse_out_of_memory, rollout_tp_for)
+from framework.backends.maxtext.trainers.preflight import (predict_step, preflight_warnings, refuse_out_of_memory,
+                                                             resolve_update_plan, rollout_tp_for)
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
 from framework.core.errors import ConfigError, CrucibleError
 from framework.core.records import write_atomic
@@ -84,7 +84,8 @@ class GRPOTrainer(BaseTrainer):
             self.model_dir, param_dtype=self.config.task.param_dtype, dtype=self.config.task.compute_dtype)
         boxed = abstract_params(Transformer(architecture))  # the shapes: the same under every remat policy
         self.weight_bytes = tree_bytes(nn.unbox(boxed))
-        task, remat = self._resolve_update_plan(architecture.hf_config)
+        task, remat = resolve_update_plan(architecture.hf_config, self.config, self.mesh, self.weight_bytes)
+        self.config.task = task
         self.model_config = architecture.for_platform(remat, self.config.attention, self.config.decode_attention,
                                                       kernel_platform())
         model = Transformer(self.model_config, self.mesh, self.rules)
@@ -175,12 +176,12 @@ class GRPOTrainer(BaseTrainer):
         self.params, self.opt_state, update_metrics = self.update.start(self.params, self.opt_state,
                                                                         self.ref_params, arrays)
         if self.off_policy is not None:  # the host decodes and scores the next batch while the devices update
-            self.off_policy.prefetch(step + 1, task.steps)
+            self.off_policy.prefetch(step + 1, task.steps, self.params)
         metrics |= update_metrics()  # waits for the update
         jax.block_until_ready(self.params)
         done = time.perf_counter()
         if self.off_policy is not None:
-            self.off_policy.after_update(step, self.params, task.steps)
+            timing |= self.off_policy.after_update(step, self.params, task.steps)
         metrics |= rollout.completion_metrics(rollouts)
         metrics |= {
             "zero_std_group_fraction": rollout.zero_std_group_fraction(rewards, task.num_generations),
@@ -258,8 +259,9 @@ class GRPOTrainer(BaseTrainer):
         self.rng = key_from_json(checkpoint.state["rng"])
         if self.off_policy is not None:  # the batch sampled ahead, as it was when saved
             self.off_policy.restore(checkpoint, STATE_FILE)
-        else:
+        else:  # a checkpoint of a lag-L run that lost its batches in flight would skip their data
             refuse_lag_change(checkpoint)
+            in_flight_slots(checkpoint, 0)
         self.start_step = checkpoint.step
         self.run.logger.rewind(checkpoint.step)
         log.info("grpo: resumed from %s", checkpoint.path)
@@ -297,23 +299,6 @@ class GRPOTrainer(BaseTrainer):
 
     def _due(self, step: int, every: int) -> bool:
         return every > 0 and (step % every == 0 or step == self.config.task.steps)
-
-    def _resolve_update_plan(self, hf_config: dict) -> tuple[Any, str]:
-        """grpo.micro_batch_size and backend.adapter.remat, auto -> the preflight's pick (logged): the task as
-        the update will run it and its remat policy."""
-        task, remat = self.config.task, self.config.remat
-        if task.micro_batch_size == "auto" or remat == "auto":
-            shards = self.mesh.shape["fsdp"] * self.mesh.shape["expert"] * self.mesh.shape["tensor"]
-            reference = self.weight_bytes / shards if task.beta > 0 else 0.0  # not in the simulator's train memory
-            size, picked = pick_update_plan(hf_config, self.config.hardware, self.config.parallel, self.mesh.size,
-                                            task, remat, resident_bytes=reference)
-            if task.micro_batch_size == "auto":
-                log.info("grpo: micro_batch_size auto -> %d (the preflight's memory estimate)", size)
-            if remat == "auto":
-                log.info("grpo: remat auto -> %s (the preflight's memory estimate at micro-batch %d)", picked, size)
-            self.config.task = task = dataclasses.replace(task, micro_batch_size=size)
-            remat = picked
-        return task, remat
 
     def _preflight(self) -> dict[str, Any]:
         try:

@@ -4,15 +4,15 @@ devices decode, in which rollout layout, and how many train, picked by the prefl
 Every split r | n - r (r = 1 .. n - 1 rollout devices) is tried with every rollout layout on its r devices that the
 config allows (the tp groups dividing r and the model's head counts, the rest replicas, whose data ranks split
 the prompts; a tp the config sets is kept) and the update's `parallel` resolved on the other n - r. Each is
-predicted as it would run (preflight.predict_step with rollout_devices=r: max(rollout, update) + the weight
-move; the micro-batch and remat policy picked for that update layout when they are auto) with its memory per
+predicted as it would run (preflight.predict_step with rollout_devices=r: max(weight move + rollout,
+update); the micro-batch and remat policy picked for that update layout when they are auto) with its memory per
 device, the weight move's second copy on the rollout devices and staging copy on the update devices counted
 (preflight.off_policy_memory). The fastest predicted step whose peak fits MEMORY_HEADROOM of the device wins
 (ties: fewer rollout devices, then smaller tp); the candidates and the choice are logged and go into the run's
 summary (`layout_search_*` keys).
 
 With L >= 2 the rollout devices form L groups (trainers/pipeline.py): only splits whose r L divides are tried,
-each rollout layout on a group's r / L devices, predicted as max(rollout of one batch / L, update) + the move
+each rollout layout on a group's r / L devices, predicted as max((move + rollout of one batch) / L, update)
 (predict_step's rollout_groups); their names read r<r>_g<L>_tp.._dp.. (the layout of one group).
 """
 

@@ -10,8 +10,9 @@ that group's mesh). So B_t, t > L, was sampled by theta_{t-L-1} and trains theta
 versions; B_1 .. B_L have staleness 0 .. L-1. With L = 1 (one group) this is verl's one_step_off_policy recipe:
 B_t, t >= 2, sampled by theta_{t-2}. The PPO ratio is taken against the behaviour policy: the sampler returns the
 log-prob of each sampled token under softmax(logits / temperature) (`Sampler(behaviour_log_probs=True)`), and
-the update uses them as old_log_probs. A step then takes about max(rollout of one batch / L, update) + the
-weight move: L groups pay when one batch's rollout (bounded by the decode steps' latency) outlasts the update.
+the update uses them as old_log_probs. A step then takes about max((weight move + rollout of one
+batch) / L, update): the host does not wait for the move, and L groups pay when one batch's rollout (bounded by
+the decode steps' latency) outlasts the update.
 
 Each group samples in a background thread of its own: JAX releases the GIL while the devices compute, and
 the main thread dispatches the update to the other devices meanwhile. The order in which data and RNG keys
@@ -24,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any, Callable
 
 from framework.core.errors import CheckpointError, ConfigError
@@ -72,6 +73,11 @@ class RolloutAhead:
     def finished(self) -> bool:
         """A batch is in flight and sampled: taking it would not wait."""
         return self._pending is not None and self._pending.done()
+
+    def wait(self, other: Future) -> None:
+        """Until the batch in flight is sampled or `other` is done, whichever comes first."""
+        if self._pending is not None:
+            wait([self._pending, other], return_when=FIRST_COMPLETED)
 
     def put_back(self, sampled: Sampled) -> None:
         """A batch restored from a checkpoint becomes the one in flight."""
@@ -171,7 +177,7 @@ class OffPolicyRollouts:
     `take(step, ...)` gives the batch step `step` trains on and starts sampling B_{step+L}; `prefetch(step + 1)`,
     called while the update computes, does the host's work on the next batch (decoding, `score`) if it is sampled
     already; `after_update` starts moving the new weights to the group that submits next, without waiting (the
-    sampler's program runs after the copy on the devices; a thread times it). Prompts are encoded, completions
+    sampler's program runs after the copy on the devices; a thread times it, the next after_update reports it). Prompts are encoded, completions
     decoded and scored on the calling thread: the tokenizer is not shared with the sampling threads, and
     math-verify's timeouts (signal.alarm) work only in the main thread."""
 
@@ -184,8 +190,8 @@ class OffPolicyRollouts:
         self.policies: list | None = None  # per group, the weights it samples its next batch with
         self.versions: list[int] = []  # per group, the version k of its theta_k
         self.next_step = 0  # the batch the next take returns: the oldest in flight
-        self._timer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weight-move")
-        self._moves: dict[int, Future] = {}  # per group, the seconds its last weight move took, once ready
+        self._timer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="device-wait")  # moves, the update
+        self._moves: list[Future] = []  # the seconds of each weight move not reported yet, once it is ready
 
     def _group(self, batch: int) -> int:
         return (batch - 1) % self.lag
@@ -216,20 +222,23 @@ class OffPolicyRollouts:
                 self._submit(batch, draw)
         group = self._group(step)
         sampled, wait_s = self.groups[group].take()
-        move = self._moves.pop(group, None)  # the move of the weights B_{step+L} samples with (started last step)
         if step + self.lag <= last_step:
             self._submit(step + self.lag, draw)
         self.next_step = step + 1
         rollouts, truncated, scored, reward_s = sampled.prepared or self._prepare(sampled)
         return rollouts, truncated, scored, {
             "rollout_time_s": sampled.rollout_s, "rollout_wait_time_s": wait_s, "reward_time_s": reward_s,
-            "staleness": float(step - 1 - sampled.policy_version),
-            "reshard_time_s": move.result() if move is not None else 0.0}
+            "staleness": float(step - 1 - sampled.policy_version)}
 
-    def prefetch(self, step: int, last_step: int) -> None:
-        """The host's work on B_step now if it is sampled already (it stays in flight, for a checkpoint)."""
+    def prefetch(self, step: int, last_step: int, computing: Any = None) -> None:
+        """The host's work on B_step (it stays in flight, for a checkpoint) as soon as it is sampled, unless the
+        arrays `computing` (the update's new params) are ready first: the host has no time to spare then."""
         group = self.groups[self._group(step)]
-        if step <= last_step and group.finished:
+        if step > last_step or not group.busy:
+            return
+        if computing is not None:
+            group.wait(self._timer.submit(_seconds_until_ready, computing, 0.0))
+        if group.finished:
             sampled = group.in_flight()
             sampled.prepared = sampled.prepared or self._prepare(sampled)
 
@@ -243,16 +252,20 @@ class OffPolicyRollouts:
         scored = self.score(rollouts)
         return rollouts, truncated, scored, time.perf_counter() - started
 
-    def after_update(self, step: int, params: Any, last_step: int) -> None:
+    def after_update(self, step: int, params: Any, last_step: int) -> dict[str, float]:
         """Start moving theta_step to group step mod L, which samples B_{step+L+1} (no move when that batch is past
-        the last step: a resume rebuilds every group's weights from the checkpoint's)."""
-        if step + self.lag >= last_step:
-            return
-        group = step % self.lag
-        started = time.perf_counter()
-        self.policies[group] = self.placements[group].move(params)
-        self.versions[group] = step
-        self._moves[group] = self._timer.submit(_seconds_until_ready, self.policies[group], started)
+        the last step: a resume rebuilds every group's weights from the checkpoint's). Returns the seconds of the
+        moves that finished since the last call (the one started after the previous update, which ran beside
+        this update), without waiting for any."""
+        ready = {move: move.done() for move in self._moves}  # one look each: a move may finish meanwhile
+        finished, self._moves = [m for m in ready if ready[m]], [m for m in ready if not ready[m]]
+        if step + self.lag < last_step:
+            group = step % self.lag
+            started = time.perf_counter()
+            self.policies[group] = self.placements[group].move(params)
+            self.versions[group] = step
+            self._moves.append(self._timer.submit(_seconds_until_ready, self.policies[group], started))
+        return {"reshard_time_s": sum(move.result() for move in finished)}
 
     def settle(self) -> None:
         """Wait until the batches in flight are sampled (they stay in flight): evaluation then decodes alone on the

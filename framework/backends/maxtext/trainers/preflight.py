@@ -14,6 +14,7 @@ The rollout layout's tp, when the config leaves it null, is picked here from a m
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Mapping
 
@@ -118,6 +119,24 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
         staging = staging_bytes_per_device(reshard_bytes, parallel.resolve(devices), rollout or parallel, staged=staged)
         prediction |= off_policy_memory(breakdowns, reshard_bytes, staging, hardware["memory_gb"])
     return prediction
+
+
+def resolve_update_plan(hf_config: Mapping[str, Any], config: Any, mesh: Any, weight_bytes: float
+                        ) -> tuple[GRPOTask, str]:
+    """grpo.micro_batch_size and backend.adapter.remat of a GRPOConfig, auto -> pick_update_plan's pick (logged) on
+    the update's `mesh`: the task as the update will run it and its remat policy."""
+    task, remat = config.task, config.remat
+    if task.micro_batch_size != "auto" and remat != "auto":
+        return task, remat
+    shards = mesh.shape["fsdp"] * mesh.shape["expert"] * mesh.shape["tensor"]
+    reference = weight_bytes / shards if task.beta > 0 else 0.0  # not in the simulator's train memory
+    size, picked = pick_update_plan(hf_config, config.hardware, config.parallel, mesh.size, task, remat,
+                                    resident_bytes=reference)
+    if task.micro_batch_size == "auto":
+        log.info("grpo: micro_batch_size auto -> %d (the preflight's memory estimate)", size)
+    if remat == "auto":
+        log.info("grpo: remat auto -> %s (the preflight's memory estimate at micro-batch %d)", picked, size)
+    return dataclasses.replace(task, micro_batch_size=size), picked
 
 
 def pick_update_plan(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], parallel: ParallelConfig,
