@@ -1,0 +1,179 @@
+"""The simulator's speed and results against another tree of this repository (a base commit), for speed work.
+
+    git worktree add /tmp/simbase <commit>
+    python -m sims.benchmarks.speed_compare timing /tmp/simbase --runs 5 --out DIR   # alternating passes + medians
+    python -m sims.benchmarks.speed_compare medians DIR                              # the table again from DIR
+    python -m sims.benchmarks.speed_compare equality /tmp/simbase --out DIR          # every result equal?
+
+timing: runs `python -m sims.benchmarks.speed --seconds S` (--per-layout: also its --per-layout) RUNS times in
+the base tree and in this one, alternating (base, this, base, ...: the dev CPU is shared, so both see the same
+load), each with its tree on PYTHONPATH; writes each run's output to DIR/base_N.txt and DIR/branch_N.txt
+(single_N.txt for --per-layout) with the 1-minute load average on the first line, then prints the medians
+table (medians).
+equality: dumps every summary field and per-op row of the speed sweep (MODELS x WORKLOADS, dtype bf16/fp8/fp32,
+zero and recompute for training, built-in factors and the calibrated H100 table: 7,168 configurations) in both
+trees through simulate_many (and in this one also through one simulate call per layout), writes them to
+DIR/*.pkl and prints how many configurations are bit-identical and the worst relative difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[2]  # this tree's root (the base tree runs this file by its path)
+MODES = ("prefill", "decode", "train")
+TABLE = "sims/calibration/tables/h100.json"
+
+
+def _run(tree: Path, args: list[str], out: Path) -> None:
+    load = os.getloadavg()[0]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run([sys.executable, *args], cwd=tree, env=env, capture_output=True, text=True, check=True)
+    out.write_text(f"load {load:.2f}\n{done.stdout}")
+
+
+def timing(base: Path, runs: int, seconds: float, per_layout: bool, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    speed = ["-m", "sims.benchmarks.speed", "--seconds", str(seconds)]
+    for n in range(1, runs + 1):
+        _run(base, speed, out / f"base_{n}.txt")
+        _run(HERE, speed, out / f"branch_{n}.txt")
+        if per_layout:
+            _run(HERE, [*speed, "--per-layout"], out / f"single_{n}.txt")
+    print(medians(out))
+
+
+def _read(folder: Path, prefix: str) -> tuple[dict, list[float]]:
+    """(model, mode) -> [(repeated configs/s, first-pass configs/s)] over the runs, and their load averages."""
+    runs, loads = {}, []
+    for path in sorted(folder.glob(f"{prefix}_*.txt")):
+        lines = path.read_text().splitlines()
+        loads.append(float(lines[0].split()[1]))
+        for line in lines[1:]:
+            parts = line.split()
+            if len(parts) == 5 and parts[1] in MODES:
+                runs.setdefault((parts[0], parts[1]), []).append((float(parts[2]), float(parts[4])))
+    return runs, loads
+
+
+def medians(folder: Path) -> str:
+    """The medians table of a timing folder: first-pass and repeated configurations/s, base -> branch."""
+    (base, base_loads), (branch, branch_loads) = _read(folder, "base"), _read(folder, "branch")
+    single, _ = _read(folder, "single")
+    lines = [f"{'model':<18} {'mode':<8} {'first pass: base -> branch':>31}{'  per-layout' if single else ''}"
+             f" {'repeated: base -> branch':>26}  runs"]
+    for key, base_runs in base.items():
+        first = [statistics.median(r[1] for r in runs[key]) for runs in (base, branch)]
+        repeated = [statistics.median(r[0] for r in runs[key]) for runs in (base, branch)]
+        met = "  >= 20k" if first[1] >= 20_000 else ""
+        per_layout = f" {statistics.median(r[1] for r in single[key]):>11,.0f}" if single else ""
+        lines.append(f"{key[0]:<18} {key[1]:<8} {first[0]:>10,.0f} -> {first[1]:>7,.0f} ({first[1] / first[0]:.2f}x)"
+                     f"{per_layout} {repeated[0]:>12,.0f} -> {repeated[1]:>7,.0f}  {len(base_runs)}/{len(branch[key])}{met}")
+    lines.append(f"1-minute load average at each run's start: base {', '.join(f'{x:.2f}' for x in base_loads)}; "
+                 f"branch {', '.join(f'{x:.2f}' for x in branch_loads)}")
+    return "\n".join(lines)
+
+
+def dump(path: Path, per_layout: bool) -> None:
+    """Every result of the equality sweep, from the tree on PYTHONPATH, pickled to `path`."""
+    import yaml
+
+    from sims import simulate, simulate_many
+    from sims.benchmarks.speed import MODELS, REPO, WORKLOADS, sweep_points
+    from sims.hardware import read_hardware_file
+
+    out = []
+    for table in (None, TABLE):
+        hardware = read_hardware_file(REPO / "conf/hardware/h100.yaml")
+        hardware["efficiency_table"], hardware["nodes"] = table, 2
+        for model in MODELS:
+            hf = yaml.safe_load((REPO / f"conf/model/{model}.yaml").read_text())["hf_config"]
+            for workload in WORKLOADS:
+                variants = [{}, {"dtype": "fp8"}, {"dtype": "fp32"}]
+                variants += [{"zero": True}, {"recompute": True}] if workload["mode"] == "train" else []
+                for variant in variants[:1] if table else variants:
+                    points = [(layout, {**workload, "batch": batch, **variant}) for layout, batch in sweep_points()]
+                    if per_layout:
+                        results = [simulate(hf, hardware, layout, point) for layout, point in points]
+                    else:
+                        results = simulate_many(hf, hardware, [lay for lay, _ in points], [p for _, p in points])
+                    for (layout, point), r in zip(points, results):
+                        key = (table, model, workload["mode"], tuple(variant.items()), tuple(layout.items()), point["batch"])
+                        out.append((key, r.summary(), r.breakdown_rows() if r.status == "ok" else []))
+    path.write_bytes(pickle.dumps(out))
+
+
+def compare(first: Path, second: Path) -> str:
+    a, b = pickle.loads(first.read_bytes()), pickle.loads(second.read_bytes())
+    assert [x[0] for x in a] == [x[0] for x in b], "the two dumps hold different configurations"
+    worst, exact = 0.0, 0
+
+    def walk(x, y):
+        nonlocal worst
+        if isinstance(x, dict):
+            assert x.keys() == y.keys()
+            for k in x:
+                walk(x[k], y[k])
+        elif isinstance(x, list):
+            assert len(x) == len(y), (len(x), len(y))
+            for p, q in zip(x, y):
+                walk(p, q)
+        elif isinstance(x, float) and isinstance(y, float):
+            if x != y:
+                worst = max(worst, abs(x - y) / max(abs(x), abs(y)))
+        else:
+            assert x == y, (x, y)
+
+    for (_, s1, r1), (_, s2, r2) in zip(a, b):
+        walk(s1, s2)
+        walk(r1, r2)
+        exact += s1 == s2 and r1 == r2
+    return (f"{first.name} vs {second.name}: {len(a)} configurations, {exact} bit-identical, "
+            f"worst relative difference {worst:.3g}")
+
+
+def equality(base: Path, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    me = str(Path(__file__).resolve())
+    for tree, name, extra in ((base, "base.pkl", []), (HERE, "branch.pkl", []), (HERE, "branch_per_layout.pkl", ["--per-layout"])):
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        subprocess.run([sys.executable, me, "dump", str(out / name), *extra], cwd=tree, env=env, check=True)
+    print(compare(out / "base.pkl", out / "branch.pkl"))
+    print(compare(out / "branch.pkl", out / "branch_per_layout.pkl"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("timing", help="alternating speed runs of the base tree and this one, then the medians")
+    run.add_argument("base", type=Path, help="the base tree's root (e.g. a git worktree of the base commit)")
+    run.add_argument("--runs", type=int, default=5)
+    run.add_argument("--seconds", type=float, default=0.3, help="sims.benchmarks.speed --seconds")
+    run.add_argument("--per-layout", action="store_true", help="also time this tree with one simulate per layout")
+    run.add_argument("--out", type=Path, required=True, help="folder for each run's output")
+    sub.add_parser("medians", help="the medians table of a timing folder").add_argument("folder", type=Path)
+    same = sub.add_parser("equality", help="dump the equality sweep in both trees and compare")
+    same.add_argument("base", type=Path)
+    same.add_argument("--out", type=Path, required=True, help="folder for the dumps")
+    one = sub.add_parser("dump", help="dump the equality sweep of the tree on PYTHONPATH")
+    one.add_argument("path", type=Path)
+    one.add_argument("--per-layout", action="store_true", help="one simulate call per layout, not simulate_many")
+    args = parser.parse_args()
+    if args.command == "timing":
+        timing(args.base.resolve(), args.runs, args.seconds, args.per_layout, args.out.resolve())
+    elif args.command == "medians":
+        print(medians(args.folder))
+    elif args.command == "equality":
+        equality(args.base.resolve(), args.out.resolve())
+    else:
+        dump(args.path, args.per_layout)
+
+
+if __name__ == "__main__":
+    main()
