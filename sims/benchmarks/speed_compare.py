@@ -4,6 +4,7 @@
     python -m sims.benchmarks.speed_compare timing /tmp/simbase --runs 5 --out DIR   # alternating passes + medians
     python -m sims.benchmarks.speed_compare medians DIR                              # the table again from DIR
     python -m sims.benchmarks.speed_compare equality /tmp/simbase --out DIR          # every result equal?
+    python -m sims.benchmarks.speed_compare profile qwen3_8b train [--reps 20]       # where a first pass goes
 
 timing: runs `python -m sims.benchmarks.speed --seconds S` (--per-layout: also its --per-layout) RUNS times in
 the base tree and in this one, alternating (base, this, base, ...: the dev CPU is shared, so both see the same
@@ -14,6 +15,8 @@ equality: dumps every summary field and per-op row of the speed sweep (MODELS x 
 zero and recompute for training, built-in factors and the calibrated H100 table: 7,168 configurations) in both
 trees through simulate_many (and in this one also through one simulate call per layout), writes them to
 DIR/*.pkl and prints how many configurations are bit-identical and the worst relative difference.
+profile: cProfile over REPS first passes of one of the speed benchmark's sweeps through simulate_many (every cache
+cleared before each, the graph kept built, as sims.benchmarks.speed's first pass), functions by cumulative time.
 """
 
 from __future__ import annotations
@@ -148,6 +151,39 @@ def equality(base: Path, out: Path) -> None:
     print(compare(out / "branch.pkl", out / "branch_per_layout.pkl"))
 
 
+def profile(model: str, mode: str, reps: int, top: int) -> None:
+    import cProfile
+    import gc
+    import pstats
+
+    import yaml
+
+    from sims import build_graph, simulate_many
+    from sims.benchmarks.speed import REPO, WORKLOADS, sweep_points
+    from sims.builders import graph_and_counts
+    from sims.cache import clear_caches
+    from sims.hardware import hardware_spec, read_hardware_file
+    from sims.workload import layout_problem, parse_layout, parse_workload
+
+    hardware = read_hardware_file(REPO / "conf/hardware/h100.yaml")
+    hardware["efficiency_table"], hardware["nodes"] = None, 2
+    hf = yaml.safe_load((REPO / f"conf/model/{model}.yaml").read_text())["hf_config"]
+    workload = next(w for w in WORKLOADS if w["mode"] == mode)
+    meta, hw = build_graph(hf, mode).meta, hardware_spec(hardware)
+    points = [(layout, {**workload, "batch": batch}) for layout, batch in sweep_points()]
+    points = [(lay, p) for lay, p in points if layout_problem(meta, hw, parse_layout(lay), parse_workload(p)) is None]
+    profiler = cProfile.Profile()
+    for _ in range(reps):
+        clear_caches()
+        graph_and_counts(hf, mode)
+        gc.collect()
+        profiler.enable()
+        simulate_many(hf, hardware, [lay for lay, _ in points], [p for _, p in points])
+        profiler.disable()
+    print(f"{model} {mode}: {len(points)} configurations, {reps} first passes")
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(top)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -164,11 +200,18 @@ def main() -> None:
     one = sub.add_parser("dump", help="dump the equality sweep of the tree on PYTHONPATH")
     one.add_argument("path", type=Path)
     one.add_argument("--per-layout", action="store_true", help="one simulate call per layout, not simulate_many")
+    prof = sub.add_parser("profile", help="cProfile first passes of one sweep through simulate_many")
+    prof.add_argument("model")
+    prof.add_argument("mode", choices=MODES)
+    prof.add_argument("--reps", type=int, default=20)
+    prof.add_argument("--top", type=int, default=45, help="functions listed")
     args = parser.parse_args()
     if args.command == "timing":
         timing(args.base.resolve(), args.runs, args.seconds, args.per_layout, args.out.resolve())
     elif args.command == "medians":
         print(medians(args.folder))
+    elif args.command == "profile":
+        profile(args.model, args.mode, args.reps, args.top)
     elif args.command == "equality":
         equality(args.base.resolve(), args.out.resolve())
     else:
