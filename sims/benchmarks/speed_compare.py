@@ -2,7 +2,8 @@
 
     git worktree add /tmp/simbase <commit>
     python -m sims.benchmarks.speed_compare timing /tmp/simbase --runs 5 --out DIR   # alternating passes + medians
-    python -m sims.benchmarks.speed_compare medians DIR                              # the table again from DIR
+    python -m sims.benchmarks.speed_compare harness /tmp/simbase --runs 5 --out DIR  # medians of in-process passes
+    python -m sims.benchmarks.speed_compare medians DIR                              # the tables again from DIR
     python -m sims.benchmarks.speed_compare equality /tmp/simbase --out DIR          # every result equal?
     python -m sims.benchmarks.speed_compare profile qwen3_8b train [--reps 20]       # where a first pass goes
 
@@ -11,6 +12,10 @@ the base tree and in this one, alternating (base, this, base, ...: the dev CPU i
 load), each with its tree on PYTHONPATH; writes each run's output to DIR/base_N.txt and DIR/branch_N.txt
 (single_N.txt for --per-layout) with the 1-minute load average on the first line, then prints the medians
 table (medians).
+harness: the same alternation of `speed_compare.py first-passes --reps REPS` (DIR/harness_base_N.txt,
+harness_branch_N.txt): in one process per run, each sweep's median over REPS first passes (every cache cleared, the
+graph kept built, the heap collected), through simulate_many, in us per configuration; steadier than the benchmark's
+single first pass per sweep (whose first sweep, Qwen3-8B prefill, also pays the interpreter's cold start).
 equality: dumps every summary field and per-op row of the speed sweep (MODELS x WORKLOADS, dtype bf16/fp8/fp32,
 zero and recompute for training, built-in factors and the calibrated H100 table: 7,168 configurations) in both
 trees through simulate_many (and in this one also through one simulate call per layout), writes them to
@@ -52,6 +57,30 @@ def timing(base: Path, runs: int, seconds: float, per_layout: bool, out: Path) -
     print(medians(out))
 
 
+def harness(base: Path, runs: int, reps: int, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    passes = [str(Path(__file__).resolve()), "first-passes", "--reps", str(reps)]
+    for n in range(1, runs + 1):
+        _run(base, passes, out / f"harness_base_{n}.txt")
+        _run(HERE, passes, out / f"harness_branch_{n}.txt")
+    print(medians(out))
+
+
+def first_passes(reps: int) -> None:
+    """Per sweep of the speed benchmark, the median over `reps` first passes through simulate_many, in us per
+    configuration (the tree on PYTHONPATH)."""
+    import time
+
+    for model, mode, hf, hardware, points in _sweeps():
+        seconds = []
+        for _ in range(reps):
+            _fresh(hf, mode)
+            start = time.thread_time()
+            _simulate_many(hf, hardware, points)
+            seconds.append((time.thread_time() - start) / len(points))
+        print(f"{model:<18} {mode:<8} {len(points):>3} configs {1e6 * statistics.median(seconds):8.1f} us/config")
+
+
 def _read(folder: Path, prefix: str) -> tuple[dict, list[float]]:
     """(model, mode) -> [(repeated configs/s, first-pass configs/s)] over the runs, and their load averages."""
     runs, loads = {}, []
@@ -66,7 +95,8 @@ def _read(folder: Path, prefix: str) -> tuple[dict, list[float]]:
 
 
 def medians(folder: Path) -> str:
-    """The medians table of a timing folder: first-pass and repeated configurations/s, base -> branch."""
+    """The medians tables of a timing folder: the benchmark's first-pass and repeated configurations/s, base ->
+    branch, and the harness's us per configuration where the folder has its runs."""
     (base, base_loads), (branch, branch_loads) = _read(folder, "base"), _read(folder, "branch")
     single, _ = _read(folder, "single")
     lines = [f"{'model':<18} {'mode':<8} {'first pass: base -> branch':>31}{'  per-layout' if single else ''}"
@@ -78,9 +108,31 @@ def medians(folder: Path) -> str:
         per_layout = f" {statistics.median(r[1] for r in single[key]):>11,.0f}" if single else ""
         lines.append(f"{key[0]:<18} {key[1]:<8} {first[0]:>10,.0f} -> {first[1]:>7,.0f} ({first[1] / first[0]:.2f}x)"
                      f"{per_layout} {repeated[0]:>12,.0f} -> {repeated[1]:>7,.0f}  {len(base_runs)}/{len(branch[key])}{met}")
-    lines.append(f"1-minute load average at each run's start: base {', '.join(f'{x:.2f}' for x in base_loads)}; "
-                 f"branch {', '.join(f'{x:.2f}' for x in branch_loads)}")
+    if base_loads:
+        lines.append(f"1-minute load average at each run's start: base {', '.join(f'{x:.2f}' for x in base_loads)}; "
+                     f"branch {', '.join(f'{x:.2f}' for x in branch_loads)}")
+    (base, base_loads), (branch, branch_loads) = _read_harness(folder, "base"), _read_harness(folder, "branch")
+    if base:
+        lines.append("\nharness (median over runs of each run's median first pass), us per configuration, base -> branch")
+        for key, values in base.items():
+            before, after = statistics.median(values), statistics.median(branch[key])
+            lines.append(f"{key[0]:<18} {key[1]:<8} {before:7.1f} -> {after:7.1f} ({before / after:.2f}x faster; "
+                         f"{1e6 / after:,.0f} configs/s)  {len(values)}/{len(branch[key])}")
+        lines.append(f"1-minute load average at each run's start: base {', '.join(f'{x:.2f}' for x in base_loads)}; "
+                     f"branch {', '.join(f'{x:.2f}' for x in branch_loads)}")
     return "\n".join(lines)
+
+
+def _read_harness(folder: Path, prefix: str) -> tuple[dict, list[float]]:
+    runs, loads = {}, []
+    for path in sorted(folder.glob(f"harness_{prefix}_*.txt")):
+        lines = path.read_text().splitlines()
+        loads.append(float(lines[0].split()[1]))
+        for line in lines[1:]:
+            parts = line.split()
+            if len(parts) == 6 and parts[1] in MODES:
+                runs.setdefault((parts[0], parts[1]), []).append(float(parts[4]))
+    return runs, loads
 
 
 def dump(path: Path, per_layout: bool) -> None:
@@ -151,34 +203,58 @@ def equality(base: Path, out: Path) -> None:
     print(compare(out / "branch.pkl", out / "branch_per_layout.pkl"))
 
 
-def profile(model: str, mode: str, reps: int, top: int) -> None:
-    import cProfile
-    import gc
-    import pstats
-
+def _sweeps(only: tuple[str, str] | None = None):
+    """(model, mode, hf_config, hardware, valid points) of the speed benchmark's sweeps (the tree on PYTHONPATH)."""
     import yaml
 
-    from sims import build_graph, simulate_many
-    from sims.benchmarks.speed import REPO, WORKLOADS, sweep_points
-    from sims.builders import graph_and_counts
-    from sims.cache import clear_caches
+    from sims import build_graph
+    from sims.benchmarks.speed import MODELS, REPO, WORKLOADS, sweep_points
     from sims.hardware import hardware_spec, read_hardware_file
     from sims.workload import layout_problem, parse_layout, parse_workload
 
     hardware = read_hardware_file(REPO / "conf/hardware/h100.yaml")
     hardware["efficiency_table"], hardware["nodes"] = None, 2
-    hf = yaml.safe_load((REPO / f"conf/model/{model}.yaml").read_text())["hf_config"]
-    workload = next(w for w in WORKLOADS if w["mode"] == mode)
-    meta, hw = build_graph(hf, mode).meta, hardware_spec(hardware)
-    points = [(layout, {**workload, "batch": batch}) for layout, batch in sweep_points()]
-    points = [(lay, p) for lay, p in points if layout_problem(meta, hw, parse_layout(lay), parse_workload(p)) is None]
+    hw = hardware_spec(hardware)
+    for model in MODELS:
+        hf = yaml.safe_load((REPO / f"conf/model/{model}.yaml").read_text())["hf_config"]
+        for workload in WORKLOADS:
+            mode = workload["mode"]
+            if only and only != (model, mode):
+                continue
+            meta = build_graph(hf, mode).meta
+            points = [(layout, {**workload, "batch": batch}) for layout, batch in sweep_points()]
+            yield model, mode, hf, hardware, [(lay, p) for lay, p in points
+                                              if layout_problem(meta, hw, parse_layout(lay), parse_workload(p)) is None]
+
+
+def _fresh(hf: dict, mode: str) -> None:
+    """Nothing costed, the graph built, the heap collected: a sweep's first pass starts here."""
+    import gc
+
+    from sims.builders import graph_and_counts
+    from sims.cache import clear_caches
+
+    clear_caches()
+    graph_and_counts(hf, mode)
+    gc.collect()
+
+
+def _simulate_many(hf: dict, hardware: dict, points: list) -> None:
+    from sims import simulate_many
+
+    simulate_many(hf, hardware, [layout for layout, _ in points], [point for _, point in points])
+
+
+def profile(model: str, mode: str, reps: int, top: int) -> None:
+    import cProfile
+    import pstats
+
+    _, _, hf, hardware, points = next(_sweeps((model, mode)))
     profiler = cProfile.Profile()
     for _ in range(reps):
-        clear_caches()
-        graph_and_counts(hf, mode)
-        gc.collect()
+        _fresh(hf, mode)
         profiler.enable()
-        simulate_many(hf, hardware, [lay for lay, _ in points], [p for _, p in points])
+        _simulate_many(hf, hardware, points)
         profiler.disable()
     print(f"{model} {mode}: {len(points)} configurations, {reps} first passes")
     pstats.Stats(profiler).sort_stats("cumulative").print_stats(top)
@@ -200,6 +276,13 @@ def main() -> None:
     one = sub.add_parser("dump", help="dump the equality sweep of the tree on PYTHONPATH")
     one.add_argument("path", type=Path)
     one.add_argument("--per-layout", action="store_true", help="one simulate call per layout, not simulate_many")
+    both = sub.add_parser("harness", help="alternating in-process first-pass medians of the base tree and this one")
+    both.add_argument("base", type=Path)
+    both.add_argument("--runs", type=int, default=5)
+    both.add_argument("--reps", type=int, default=15, help="first passes per sweep and run")
+    both.add_argument("--out", type=Path, required=True)
+    sub.add_parser("first-passes", help="in-process first-pass medians of the tree on PYTHONPATH").add_argument(
+        "--reps", type=int, default=15)
     prof = sub.add_parser("profile", help="cProfile first passes of one sweep through simulate_many")
     prof.add_argument("model")
     prof.add_argument("mode", choices=MODES)
@@ -210,6 +293,10 @@ def main() -> None:
         timing(args.base.resolve(), args.runs, args.seconds, args.per_layout, args.out.resolve())
     elif args.command == "medians":
         print(medians(args.folder))
+    elif args.command == "harness":
+        harness(args.base.resolve(), args.runs, args.reps, args.out.resolve())
+    elif args.command == "first-passes":
+        first_passes(args.reps)
     elif args.command == "profile":
         profile(args.model, args.mode, args.reps, args.top)
     elif args.command == "equality":
