@@ -48,6 +48,9 @@ class Plan:
 
     def __post_init__(self):  # what every binding would otherwise look up again
         self.tokens = self.columns.column(TOKENS)
+        # the per-node arrays as (1 x node) rows: numpy combines one binding's (1 x node) arrays with them at the
+        # speed of equal shapes (with a 1-d array, at that of a broadcast), and a (binding x node) array as fast
+        self.rows = SimpleNamespace(**{name: getattr(self, name)[None] for name in PER_NODE})
 
     def cost(self, ctx: Context) -> "Costs":
         return self.cost_many([ctx])[0]
@@ -82,8 +85,8 @@ def cost_bindings(plans: list[Plan], contexts: list[Context]) -> list[Costs]:
     position = {id(plan): plan for plan in plans}
     distinct = list(position.values())
     first, features = distinct[0], distinct[0].columns.values([ctx.dims for ctx in contexts])
-    if len(distinct) == 1:  # (1 x node) rows: numpy combines them with (binding x node) arrays as fast
-        r, matrices = SimpleNamespace(**{name: getattr(first, name)[None] for name in PER_NODE}), first.work
+    if len(distinct) == 1:
+        r, matrices = first.rows, first.work
     else:
         order = {key: i for i, key in enumerate(position)}
         which = np.array([order[id(plan)] for plan in plans])

@@ -7,11 +7,11 @@
     python -m sims.benchmarks.speed_compare equality /tmp/simbase --out DIR          # every result equal?
     python -m sims.benchmarks.speed_compare profile qwen3_8b train [--reps 20]       # where a first pass goes
 
-timing: runs `python -m sims.benchmarks.speed --seconds S` (--per-layout: also its --per-layout) RUNS times in
-the base tree and in this one, alternating (base, this, base, ...: the dev CPU is shared, so both see the same
-load), each with its tree on PYTHONPATH; writes each run's output to DIR/base_N.txt and DIR/branch_N.txt
-(single_N.txt for --per-layout) with the 1-minute load average on the first line, then prints the medians
-table (medians).
+timing: runs `python -m sims.benchmarks.speed --seconds S` (--per-layout: also its --per-layout, one simulate call
+per layout) RUNS times in the base tree and in this one, alternating (base, this, base, ...: the dev CPU is shared,
+so both see the same load), each with its tree on PYTHONPATH; writes each run's output to DIR/base_N.txt and
+DIR/branch_N.txt (single_base_N.txt and single_branch_N.txt for --per-layout) with the 1-minute load average on the
+first line, then prints the medians table (medians).
 harness: the same alternation of `speed_compare.py first-passes --reps REPS` (DIR/harness_base_N.txt,
 harness_branch_N.txt): in one process per run, each sweep's median over REPS first passes (every cache cleared, the
 graph kept built, the heap collected), through simulate_many, in us per configuration; steadier than the benchmark's
@@ -53,7 +53,8 @@ def timing(base: Path, runs: int, seconds: float, per_layout: bool, out: Path) -
         _run(base, speed, out / f"base_{n}.txt")
         _run(HERE, speed, out / f"branch_{n}.txt")
         if per_layout:
-            _run(HERE, [*speed, "--per-layout"], out / f"single_{n}.txt")
+            _run(base, [*speed, "--per-layout"], out / f"single_base_{n}.txt")
+            _run(HERE, [*speed, "--per-layout"], out / f"single_branch_{n}.txt")
     print(medians(out))
 
 
@@ -96,24 +97,27 @@ def _read(folder: Path, prefix: str) -> tuple[dict, list[float]]:
 
 def medians(folder: Path) -> str:
     """The medians tables of a timing folder: the benchmark's first-pass and repeated configurations/s, base ->
-    branch, and the harness's us per configuration where the folder has its runs."""
-    (base, base_loads), (branch, branch_loads) = _read(folder, "base"), _read(folder, "branch")
-    single, _ = _read(folder, "single")
-    lines = [f"{'model':<18} {'mode':<8} {'first pass: base -> branch':>31}{'  per-layout' if single else ''}"
-             f" {'repeated: base -> branch':>26}  runs"]
-    for key, base_runs in base.items():
-        first = [statistics.median(r[1] for r in runs[key]) for runs in (base, branch)]
-        repeated = [statistics.median(r[0] for r in runs[key]) for runs in (base, branch)]
-        met = "  >= 20k" if first[1] >= 20_000 else ""
-        per_layout = f" {statistics.median(r[1] for r in single[key]):>11,.0f}" if single else ""
-        lines.append(f"{key[0]:<18} {key[1]:<8} {first[0]:>10,.0f} -> {first[1]:>7,.0f} ({first[1] / first[0]:.2f}x)"
-                     f"{per_layout} {repeated[0]:>12,.0f} -> {repeated[1]:>7,.0f}  {len(base_runs)}/{len(branch[key])}{met}")
-    if base_loads:
+    branch (through simulate_many, and one simulate per layout where the folder has those runs), and the harness's
+    us per configuration where it has its runs."""
+    lines = []
+    for title, prefix in (("simulate_many", ""), ("one simulate per layout", "single_")):
+        (base, base_loads), (branch, branch_loads) = _read(folder, f"{prefix}base"), _read(folder, f"{prefix}branch")
+        if not base:
+            continue
+        lines.append(f"{title}\n{'model':<18} {'mode':<8} {'first pass: base -> branch':>31} "
+                     f"{'repeated: base -> branch':>26}  runs")
+        for key, base_runs in base.items():
+            first = [statistics.median(r[1] for r in runs[key]) for runs in (base, branch)]
+            repeated = [statistics.median(r[0] for r in runs[key]) for runs in (base, branch)]
+            met = "  >= 20k" if first[1] >= 20_000 else ""
+            lines.append(f"{key[0]:<18} {key[1]:<8} {first[0]:>10,.0f} -> {first[1]:>7,.0f} "
+                         f"({first[1] / first[0]:.2f}x) {repeated[0]:>12,.0f} -> {repeated[1]:>7,.0f}  "
+                         f"{len(base_runs)}/{len(branch[key])}{met}")
         lines.append(f"1-minute load average at each run's start: base {', '.join(f'{x:.2f}' for x in base_loads)}; "
-                     f"branch {', '.join(f'{x:.2f}' for x in branch_loads)}")
+                     f"branch {', '.join(f'{x:.2f}' for x in branch_loads)}\n")
     (base, base_loads), (branch, branch_loads) = _read_harness(folder, "base"), _read_harness(folder, "branch")
     if base:
-        lines.append("\nharness (median over runs of each run's median first pass), us per configuration, base -> branch")
+        lines.append("harness (median over runs of each run's median first pass), us per configuration, base -> branch")
         for key, values in base.items():
             before, after = statistics.median(values), statistics.median(branch[key])
             lines.append(f"{key[0]:<18} {key[1]:<8} {before:7.1f} -> {after:7.1f} ({before / after:.2f}x faster; "
