@@ -48,9 +48,11 @@ class Plan:
 
     def __post_init__(self):  # what every binding would otherwise look up again
         self.tokens = self.columns.column(TOKENS)
+        self.has_experts, self.has_comm = bool(self.expert_bytes.any()), bool(self.columns.comm.any())
         # the per-node arrays as (1 x node) rows: numpy combines one binding's (1 x node) arrays with them at the
         # speed of equal shapes (with a 1-d array, at that of a broadcast), and a (binding x node) array as fast
         self.rows = SimpleNamespace(**{name: getattr(self, name)[None] for name in PER_NODE})
+        self.comm_row = self.columns.comm[None]
 
     def cost(self, ctx: Context) -> "Costs":
         return self.cost_many([ctx])[0]
@@ -82,9 +84,9 @@ def cost_bindings(plans: list[Plan], contexts: list[Context]) -> list[Costs]:
     arrays, each row equal to its binding costed alone: the product is one matmul of each binding's plan matrix
     with its feature vector, which numpy runs as the same matrix-vector product per binding (BLAS gemv), and the
     rest is elementwise over bindings, with each plan's per-node arrays as its bindings' rows."""
-    position = {id(plan): plan for plan in plans}
+    first, features = plans[0], plans[0].columns.values([ctx.dims for ctx in contexts])
+    position = {id(first): first} if len(plans) == 1 else {id(plan): plan for plan in plans}
     distinct = list(position.values())
-    first, features = distinct[0], distinct[0].columns.values([ctx.dims for ctx in contexts])
     if len(distinct) == 1:
         r, matrices = first.rows, first.work
     else:
@@ -94,14 +96,15 @@ def cost_bindings(plans: list[Plan], contexts: list[Context]) -> list[Costs]:
         matrices = np.stack([p.work for p in distinct])[which]
     work = (matrices @ features[:, :, None]).reshape(len(contexts), 4, -1)  # FLOPs, bytes, inputs, outputs
     flops, nbytes = work[:, 0], work[:, 1] + r.const_bytes
-    if first.expert_bytes.any():  # E * (1 - (1 - k/E)^T) of E experts touched by T tokens (a graph's plans alike)
-        hits = np.array([plan.hit_tokens_per_token for plan in plans])[:, None]
+    if first.has_experts:  # E * (1 - (1 - k/E)^T) of E experts touched by T tokens
+        hits = first.hit_tokens_per_token  # a graph's plans all have experts or none
+        if len(distinct) > 1:
+            hits = np.array([plan.hit_tokens_per_token for plan in plans])[:, None]
         nbytes += r.expert_bytes * (1.0 - r.miss ** (features[:, first.tokens, None] * hits))
     compute_s, memory_s = flops / r.peak, nbytes / r.bandwidth
     time_s = np.maximum(compute_s, memory_s) + r.floor_s
-    comm = first.columns.comm
-    if comm.any():  # collectives take the link model's time: 0 for those that do not run (no latency nor bus)
-        time_s = np.where(comm[None], r.latency_s + r.bus_factor * nbytes / r.bus_bandwidth, time_s)
+    if first.has_comm:  # collectives take the link model's time: 0 for those that do not run (no latency nor bus)
+        time_s = np.where(first.comm_row, r.latency_s + r.bus_factor * nbytes / r.bus_bandwidth, time_s)
     return [Costs(plan, flops[b], nbytes[b], time_s[b], compute_s[b], memory_s[b],
                   plan._measured(ctx, b, flops, nbytes, time_s) if plan.measurable else {}, work[b, 2], work[b, 3])
             for b, (plan, ctx) in enumerate(zip(plans, contexts))]

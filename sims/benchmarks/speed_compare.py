@@ -163,7 +163,8 @@ def dump(path: Path, per_layout: bool) -> None:
                     else:
                         results = simulate_many(hf, hardware, [lay for lay, _ in points], [p for _, p in points])
                     for (layout, point), r in zip(points, results):
-                        key = (table, model, workload["mode"], tuple(variant.items()), tuple(layout.items()), point["batch"])
+                        key = (table, model, workload["mode"], tuple(variant.items()), tuple(layout.items()),
+                               point["batch"])
                         out.append((key, r.summary(), r.breakdown_rows() if r.status == "ok" else []))
     path.write_bytes(pickle.dumps(out))
 
@@ -200,7 +201,8 @@ def compare(first: Path, second: Path) -> str:
 def equality(base: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     me = str(Path(__file__).resolve())
-    for tree, name, extra in ((base, "base.pkl", []), (HERE, "branch.pkl", []), (HERE, "branch_per_layout.pkl", ["--per-layout"])):
+    runs = ((base, "base.pkl", []), (HERE, "branch.pkl", []), (HERE, "branch_per_layout.pkl", ["--per-layout"]))
+    for tree, name, extra in runs:
         env = {**os.environ, "PYTHONPATH": str(tree)}
         subprocess.run([sys.executable, me, "dump", str(out / name), *extra], cwd=tree, env=env, check=True)
     print(compare(out / "base.pkl", out / "branch.pkl"))
