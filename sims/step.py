@@ -8,7 +8,7 @@ table has backward measurements (sims/calibration/backward.py), else 2x; collect
 recompute adds a forward of every decoder-layer op (not of the op types the layers keep). Per micro-batch
 also the loss over the vocabulary (forward + backward, on the last stage) and the weight gradients'
 accumulation into fp32 main grads (every stage), a scanned stack's copies and fsdp's weight gathers and
-gradient scatters (sims/scan_update.py); per step the dp gradient sync and the optimizer (Adam +
+gradient scatters (sims/scan_update.py; these rows per stage: sims/train_rows.py); per step the dp gradient sync and the optimizer (Adam +
 clipping). Inference on fsdp-sharded weights (an FSDP rollout) gathers them every forward pass
 (sims/sharded_forward.py). Nothing overlaps. An eager stack with a measured host_dispatch (sims/stacks.yaml) makes a
 training micro-batch last at least as long as its host takes to launch it.
