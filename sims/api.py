@@ -126,8 +126,8 @@ def simulate_many(
 ) -> list[SimResult]:
     """`simulate` for each layout of a sweep (with one workload, or the workload at the same position of
     `workloads`), costing them together: the hardware spec is parsed once, every binding of the ops (tp, ep,
-    dims per micro-batch, dtype, mode) is costed in one array pass per plan and their stage sums in one per plan
-    and pipeline split. Each result equals the one
+    dims per micro-batch, dtype, mode) is costed in one array pass (whatever its plan) and their stage sums in one
+    per plan and pipeline split. Each result equals the one
     `simulate` returns for its layout alone; bad input raises the ConfigError that call would."""
     if isinstance(layouts, (Mapping, str)) or isinstance(workloads, str):
         raise ConfigError("simulate_many: layouts is a list of layouts ({'tp': .., 'dp': ..}) and workloads one "

@@ -8,7 +8,7 @@ table has backward measurements (sims/calibration/backward.py), else 2x; collect
 recompute adds a forward of every decoder-layer op (not of the op types the layers keep). Per micro-batch
 also the loss over the vocabulary (forward + backward, on the last stage) and the weight gradients'
 accumulation into fp32 main grads (every stage), a scanned stack's copies and fsdp's weight gathers and
-gradient scatters (sims/scan_update.py); per step the dp gradient sync and the optimizer (Adam +
+gradient scatters (sims/scan_update.py; these rows per stage: sims/train_rows.py); per step the dp gradient sync and the optimizer (Adam +
 clipping). Inference on fsdp-sharded weights (an FSDP rollout) gathers them every forward pass
 (sims/sharded_forward.py). Nothing overlaps. An eager stack with a measured host_dispatch (sims/stacks.yaml) makes a
 training micro-batch last at least as long as its host takes to launch it.
@@ -32,15 +32,14 @@ from sims.calculator import (
     send_recv_s,
 )
 from sims.calibration.backward import BackwardRatios
-from sims.train_work import GRAD_ACCUMULATE_BYTES, GRAD_BYTES, TRAIN_BACKWARD_FACTOR, loss_work, optimizer_bytes_per_param
+from sims.train_work import GRAD_BYTES, TRAIN_BACKWARD_FACTOR, optimizer_bytes_per_param
 from sims.hardware import HardwareSpec
 from sims.ir import ComputationalGraph, OpNode
 from sims.memory import local_params
 from sims.op_columns import columns, work_coefficients
-from sims.partition import expert_data_parallel, per_stage, stage_layer_bounds, stage_split
-from sims.scan_update import fsdp_rows, saved_layer_bytes, scan_rows
+from sims.partition import expert_data_parallel, per_stage, stage_split
 from sims.sharded_forward import sharded_forward_rows
-from sims.stacks import DEFAULT_STACK, stack
+from sims.train_rows import extra_op_s, train_stage_rows
 from sims.vector_cost import Costs, costs_for
 from sims.workload import Layout, Workload
 
@@ -161,16 +160,7 @@ def _cost_stages(graph: ComputationalGraph, contexts: list[Context], costs: list
         stage_s = [(split @ c.time_s).tolist() for split, c in zip(split_weights, costs)]
     rows = [[()] * pp] * len(costs)
     if w.mode == "train":
-        rows, saved = [], saved_layer_bytes(graph, ctx, [c.inputs for c in costs], stage_split(graph, pp).matrix)
-        fsdp = fsdp_rows(graph, ctx)  # the same for the bindings of one stage key
-        for b, (one, c) in enumerate(zip(contexts, costs)):
-            stage_rows = [train + scan + shards for train, scan, shards in
-                          zip(_train_rows(graph, one, ratios, heads), scan_rows(graph, one, saved[b]), fsdp)]
-            times = [t + sum(row[5] for row in in_stage) for t, in_stage in zip(stage_s[b], stage_rows)]
-            waits = host_waits_s(graph, one, c, split_weights[b], times)
-            rows.append([in_stage + ((("host_dispatch_wait", "idle", 1, 0.0, 0.0, wait, "host"),) if wait else ())
-                         for in_stage, wait in zip(stage_rows, waits)])
-            stage_s[b] = [t + wait for t, wait in zip(times, waits)]
+        rows, stage_s = train_stage_rows(graph, contexts, costs, ratios, heads, stage_s, split_weights)
     elif w.shard_weights:  # a forward pass on fsdp-sharded weights gathers them first (an FSDP rollout)
         rows = [sharded_forward_rows(graph, one) for one in contexts]
         stage_s = [[t + sum(row[5] for row in in_stage) for t, in_stage in zip(times, stage_rows)]
@@ -182,83 +172,12 @@ def _cost_stages(graph: ComputationalGraph, contexts: list[Context], costs: list
     return ops
 
 
-def host_waits_s(graph: ComputationalGraph, ctx: Context, costs: Costs, weights: np.ndarray,
-                 stage_s: list[float]) -> list[float]:
-    """Per stage, how long one training micro-batch's GPU work waits for the host beyond its kernels'
-    time: an eager stack's host launches every kernel of the forward and the backward (the stack's
-    measured `host_dispatch`: per decoder layer, and per collective call: the tp all-reduces, twice
-    per micro-batch with the backward's), and a micro-batch takes the longer of the two. Zero for a
-    stack without a measured host_dispatch."""
-    dispatch = stack(graph.meta.get("stack", DEFAULT_STACK)).host_dispatch
-    if dispatch is None:
-        return [0.0] * len(stage_s)
-    bounds = stage_layer_bounds(graph.meta["num_layers"], ctx.layout.pp)
-    collectives = np.array([node.is_comm for node in graph.nodes]) & costs.runs
-    calls = (weights @ collectives.astype(float)).tolist()  # executions with the backward's (and recompute's)
-    host = [(bounds[i + 1] - bounds[i]) * dispatch.layer_us * 1e-6 + calls[i] * dispatch.collective_us * 1e-6
-            for i in range(len(stage_s))]
-    return [max(0.0, h - t) for h, t in zip(host, stage_s)]
-
-
 def backward_ratios(graph: ComputationalGraph, hw: HardwareSpec) -> BackwardRatios | None:
     """The efficiency table's backward/forward ratios; None without backward measurements (2x)."""
     measurements = hw.efficiency.backward_measurements
     if not measurements:
         return None
     return _STEP_CACHES.of(hw).get(graph, "backward_ratios", lambda: BackwardRatios(measurements, TRAIN_BACKWARD_FACTOR))
-
-
-def _train_rows(
-    graph: ComputationalGraph, ctx: Context, ratios: BackwardRatios | None, heads: list[bool]
-) -> list[tuple]:
-    """Per stage, one micro-batch's training work outside the graph's nodes: the loss over the
-    vocabulary, forward and backward, where lm_head runs; the weight gradients added into the fp32
-    main grads on every stage (`heads`: whether each stage runs lm_head). The loss depends on the
-    logits a device holds, the accumulation on the parameters it holds: each is kept per what it
-    depends on, so a sweep computes each once."""
-    layout, w, cache = ctx.layout, ctx.workload, _STEP_CACHES.of(ctx.hw)
-    logits = ctx.dims["logit_tokens"]
-    loss = cache.get(graph, ("loss", logits, layout.tp, w.dtype), lambda: _loss_row(graph, ctx, ratios))
-    shards = layout.dp if w.shard_weights else 1  # fsdp accumulates its shard's gradients
-    accumulate = cache.get(graph, ("accumulate", layout.tp, layout.ep, layout.pp, shards, w.dtype),
-                           lambda: _accumulate_rows(graph, ctx))
-    return [(loss, row) if head else (row,) for head, row in zip(heads, accumulate)]
-
-
-def _loss_row(graph: ComputationalGraph, ctx: Context, ratios: BackwardRatios | None) -> tuple:
-    layout, act_bytes = ctx.layout, ctx.precision.act_bytes
-    flops, nbytes = loss_work(ctx.dims["logit_tokens"], graph.meta["vocab_size"], layout.tp, act_bytes)
-    loss_s, loss_bound = extra_op_s("cross_entropy", "elementwise", flops, nbytes, ctx)
-    loss_ratio = ratios.ratio("cross_entropy", "elementwise", loss_s) if ratios else TRAIN_BACKWARD_FACTOR
-    return ("cross_entropy", "elementwise", 1, flops * (1 + TRAIN_BACKWARD_FACTOR),
-            nbytes * (1 + TRAIN_BACKWARD_FACTOR), loss_s * (1 + loss_ratio), loss_bound)
-
-
-def _accumulate_rows(graph: ComputationalGraph, ctx: Context) -> list[tuple]:
-    rows = []
-    for stage in range(ctx.layout.pp):
-        params = sum(local_params(graph, ctx.layout, stage)) / (ctx.layout.dp if ctx.workload.shard_weights else 1)
-        accumulate_bytes = params * GRAD_ACCUMULATE_BYTES
-        accumulate_s, bound = extra_op_s("grad_accumulate", "elementwise", params, accumulate_bytes, ctx)
-        rows.append(("grad_accumulate", "elementwise", 1, params, accumulate_bytes, accumulate_s, bound))
-    return rows
-
-
-def extra_op_s(op: str, op_class: str, flops: float, nbytes: float, ctx: Context) -> tuple[float, str]:
-    """(time, bound) of work that is no graph node (the loss, the grad accumulation, the optimizer):
-    the table's measured curve for `op` when it has one, else the roofline with the op's or its
-    class's efficiency and floor."""
-    hw = ctx.hw
-    eff = hw.efficiency.for_op(op, op_class)
-    compute_s = flops / (ctx.precision.other_peak * eff.compute)
-    memory_s = nbytes / (hw.memory_bytes_per_s * eff.memory)
-    floor_s = eff.floor_us * 1e-6
-    bound = "compute" if compute_s >= memory_s else "memory"
-    dtype = "bf16" if ctx.precision.dtype == "fp8" else ctx.precision.dtype
-    measured = ctx.op_interpolator.time_s(op, dtype, flops, nbytes, floor_s) if ctx.op_interpolator else None
-    if measured is not None:
-        return max(measured, floor_s), bound if measured > floor_s else "floor"
-    return max(compute_s, memory_s) + floor_s, bound if floor_s < max(compute_s, memory_s) else "floor"
 
 
 def _stage_weights(graph: ComputationalGraph, workload: Workload, pp: int) -> tuple:

@@ -3,16 +3,18 @@ predict_op uses) as numpy vectors over the graph's nodes, instead of one Python 
 
 A `Plan` holds, for one (tp, ep, dtype, mode) on one hardware spec, every op's FLOPs and bytes per
 unit of each feature of the bound dims (sims/op_columns.py), the roofline rates, and the collectives'
-link model; its arrays but the collectives are built for every tp size at once and sliced
-(_every_tp_arrays). Costing bindings is then one matrix-vector product per binding (one matmul for all of them:
-Plan.cost_many; cost_together groups a sweep's bindings by plan for api.simulate_many) and the roofline on
-(binding x node) arrays; ops the efficiency table has measured curves for are looked up one by one as in op_cost.
+link model; its arrays but the collectives and the expert bytes are built for every tp size at once, shared by
+every ep > 1, and sliced (_every_tp_arrays). Costing bindings is then one matrix-vector product per binding (one
+matmul for all of them, whatever their plans: cost_bindings; cost_together hands it a sweep's uncosted bindings
+for api.simulate_many) and the roofline on (binding x node) arrays; ops the efficiency table has measured curves
+for are looked up one by one as in op_cost.
 tests/sims/test_sims_vector_cost.py pins plans and op_cost equal, tests/sims/test_sims_many.py bindings costed
 together and alone.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import SimpleNamespace
@@ -44,36 +46,20 @@ class Plan:
     bus_bandwidth: np.ndarray
     measurable: tuple[int, ...]  # nodes the efficiency table may hold measured curves for
 
-    def __post_init__(self):  # what every binding would otherwise test again
-        self.has_experts = bool(self.expert_bytes.any())
-        self.has_comm = bool(self.columns.comm.any())
+    def __post_init__(self):  # what every binding would otherwise look up again
         self.tokens = self.columns.column(TOKENS)
+        self.has_experts, self.has_comm = bool(self.expert_bytes.any()), bool(self.columns.comm.any())
         # the per-node arrays as (1 x node) rows: numpy combines one binding's (1 x node) arrays with them at the
         # speed of equal shapes (with a 1-d array, at that of a broadcast), and a (binding x node) array as fast
-        self.rows = SimpleNamespace(comm=self.columns.comm[None], **{name: getattr(self, name)[None] for name in (
-            "const_bytes", "expert_bytes", "miss", "peak", "bandwidth", "floor_s", "latency_s", "bus_factor",
-            "bus_bandwidth")})
+        self.rows = SimpleNamespace(**{name: getattr(self, name)[None] for name in PER_NODE})
+        self.comm_row = self.columns.comm[None]
 
     def cost(self, ctx: Context) -> "Costs":
         return self.cost_many([ctx])[0]
 
     def cost_many(self, contexts: list[Context]) -> list["Costs"]:
-        """Every op's cost for each context's binding (all of this plan's tp, ep, dtype and mode), as rows of
-        (binding x node) arrays, each row equal to its binding costed alone: the product is one matmul of the
-        plan's matrix with a stack of feature vectors, which numpy runs as the same matrix-vector product per
-        binding (BLAS gemv), and the rest is elementwise over bindings."""
-        r, features = self.rows, self.columns.values([ctx.dims for ctx in contexts])
-        work = (self.work @ features[:, :, None]).reshape(len(contexts), 4, -1)  # FLOPs, bytes, inputs, outputs
-        flops, nbytes = work[:, 0], work[:, 1] + r.const_bytes
-        if self.has_experts:  # E * (1 - (1 - k/E)^T) of E experts touched by T tokens
-            nbytes += r.expert_bytes * (1.0 - r.miss ** (features[:, self.tokens, None] * self.hit_tokens_per_token))
-        compute_s, memory_s = flops / r.peak, nbytes / r.bandwidth
-        time_s = np.maximum(compute_s, memory_s) + r.floor_s
-        if self.has_comm:  # collectives take the link model's time: 0 for those that do not run (no latency nor bus)
-            time_s = np.where(r.comm, r.latency_s + r.bus_factor * nbytes / r.bus_bandwidth, time_s)
-        return [Costs(self, flops[b], nbytes[b], time_s[b], compute_s[b], memory_s[b],
-                      self._measured(ctx, b, flops, nbytes, time_s) if self.measurable else {}, work[b, 2], work[b, 3])
-                for b, ctx in enumerate(contexts)]
+        """Every op's cost for each context's binding (all of this plan's tp, ep, dtype and mode): cost_bindings."""
+        return cost_bindings([self] * len(contexts), contexts)
 
     def _measured(self, ctx: Context, b: int, flops: np.ndarray, nbytes: np.ndarray, time_s: np.ndarray) -> dict:
         """Binding b's ops that the efficiency table has measured curves for: their time, put into time_s[b]."""
@@ -87,6 +73,41 @@ class Plan:
                 measured[i] = seconds
                 time_s[b, i] = max(seconds, floor_s)
         return measured
+
+
+PER_NODE = ("const_bytes", "expert_bytes", "miss", "peak", "bandwidth", "floor_s", "latency_s", "bus_factor",
+            "bus_bandwidth")
+
+
+def cost_bindings(plans: list[Plan], contexts: list[Context]) -> list[Costs]:
+    """Every op's cost for each context's binding under its plan (plans of one graph), as rows of (binding x node)
+    arrays, each row equal to its binding costed alone: the product is one matmul of each binding's plan matrix
+    with its feature vector, which numpy runs as the same matrix-vector product per binding (BLAS gemv), and the
+    rest is elementwise over bindings, with each plan's per-node arrays as its bindings' rows."""
+    first, features = plans[0], plans[0].columns.values([ctx.dims for ctx in contexts])
+    position = {id(first): first} if len(plans) == 1 else {id(plan): plan for plan in plans}
+    distinct = list(position.values())
+    if len(distinct) == 1:
+        r, matrices = first.rows, first.work
+    else:
+        order = {key: i for i, key in enumerate(position)}
+        which = np.array([order[id(plan)] for plan in plans])
+        r = SimpleNamespace(**{name: np.stack([getattr(p, name) for p in distinct])[which] for name in PER_NODE})
+        matrices = np.stack([p.work for p in distinct])[which]
+    work = (matrices @ features[:, :, None]).reshape(len(contexts), 4, -1)  # FLOPs, bytes, inputs, outputs
+    flops, nbytes = work[:, 0], work[:, 1] + r.const_bytes
+    if first.has_experts:  # E * (1 - (1 - k/E)^T) of E experts touched by T tokens
+        hits = first.hit_tokens_per_token  # a graph's plans all have experts or none
+        if len(distinct) > 1:
+            hits = np.array([plan.hit_tokens_per_token for plan in plans])[:, None]
+        nbytes += r.expert_bytes * (1.0 - r.miss ** (features[:, first.tokens, None] * hits))
+    compute_s, memory_s = flops / r.peak, nbytes / r.bandwidth
+    time_s = np.maximum(compute_s, memory_s) + r.floor_s
+    if first.has_comm:  # collectives take the link model's time: 0 for those that do not run (no latency nor bus)
+        time_s = np.where(first.comm_row, r.latency_s + r.bus_factor * nbytes / r.bus_bandwidth, time_s)
+    return [Costs(plan, flops[b], nbytes[b], time_s[b], compute_s[b], memory_s[b],
+                  plan._measured(ctx, b, flops, nbytes, time_s) if plan.measurable else {}, work[b, 2], work[b, 3])
+            for b, (plan, ctx) in enumerate(zip(plans, contexts))]
 
 
 @dataclass
@@ -136,7 +157,7 @@ def costs_for(graph: ComputationalGraph, ctx: Context) -> Costs:
 
 def cost_together(graph: ComputationalGraph, contexts: list[Context]) -> None:
     """Hand each context (one hardware spec) its binding's costs: those costed before, and the others costed
-    together, those of one plan in one (binding x feature) product (api.simulate_many)."""
+    together in one cost_bindings call (api.simulate_many)."""
     cache, by_plan = _CACHES.of(contexts[0].hw), {}
     for ctx in contexts:
         key = _costs_key(ctx)
@@ -144,12 +165,19 @@ def cost_together(graph: ComputationalGraph, contexts: list[Context]) -> None:
         if ctx.costs is None:
             plan_key = (ctx.tp, ctx.ep, ctx.workload.dtype, ctx.workload.mode)
             by_plan.setdefault(plan_key, {}).setdefault(key, []).append(ctx)
+    plans, firsts = [], []
     for bindings in by_plan.values():
-        firsts = [members[0] for members in bindings.values()]
-        for (key, members), costs in zip(bindings.items(), plan_for(graph, firsts[0]).cost_many(firsts)):
-            cache.get(graph, key, lambda: costs)
-            for ctx in members:
-                ctx.costs = costs
+        plan = plan_for(graph, next(iter(bindings.values()))[0])
+        for members in bindings.values():
+            plans.append(plan)
+            firsts.append(members[0])
+    if not firsts:
+        return
+    for (key, members), costs in zip(itertools.chain.from_iterable(b.items() for b in by_plan.values()),
+                                     cost_bindings(plans, firsts)):
+        cache.get(graph, key, lambda: costs)
+        for ctx in members:
+            ctx.costs = costs
 
 
 def _costs_key(ctx: Context) -> tuple:
@@ -167,30 +195,30 @@ _CACHES = PerHardware()  # plans and costs, per parsed hardware spec (and so per
 def _build_plan(graph: ComputationalGraph, ctx: Context) -> Plan:
     cols, tp, ep, w = columns(graph), ctx.tp, ctx.ep, ctx.workload
     sizes, cache = cols.sizes_with(tp), _CACHES.of(ctx.hw)
-    work, const_bytes, expert_bytes, peak, bandwidth = cache.get(
-        graph, ("every tp", sizes, ep, w.dtype, w.mode), lambda: _every_tp_arrays(graph, ctx, sizes))
+    work, const_bytes, peak, bandwidth = cache.get(
+        graph, ("every tp", sizes, ep > 1, w.dtype, w.mode), lambda: _every_tp_arrays(graph, ctx, sizes))
     _, _, floor_s, measurable = cache.get(graph, "efficiency", lambda: _efficiency(graph, ctx))
     latency, factor, bus, runs = _collectives(graph, ctx)
+    # experts split tp ways with ep = 1, else ep ways: each expert's weight bytes if every expert were hit
+    expert_bytes = cols.attrs["expert_weights"] / (tp if ep == 1 else ep) * ctx.precision.gemm_weight_bytes
     row = sizes.index(tp)
-    return Plan(cols, graph.nodes, work[row], const_bytes[row], expert_bytes[row], cols.attrs["miss"],
+    return Plan(cols, graph.nodes, work[row], const_bytes[row], expert_bytes, cols.attrs["miss"],
                 1.0 if ep == 1 else ep / tp, peak, bandwidth, floor_s, runs, latency, factor, bus, measurable)
 
 
 def _every_tp_arrays(graph: ComputationalGraph, ctx: Context, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
-    """A plan's arrays for every tp in `sizes` at once (elementwise in tp: each row equals its tp alone):
-    (tp x 4 node x feature) work, (tp x node) weight and expert bytes, and the (node) rates."""
-    cols, p, ep = columns(graph), ctx.precision, ctx.ep
+    """A plan's arrays for every tp in `sizes` at once (elementwise in tp: each row equals its tp alone), shared
+    by every ep > 1: (tp x 4 node x feature) work, (tp x node) weight bytes, and the (node) rates."""
+    cols, p = columns(graph), ctx.precision
     a = cols.attrs
     compute, memory, _, _ = _CACHES.of(ctx.hw).get(graph, "efficiency", lambda: _efficiency(graph, ctx))
-    flops, moved, io_in, io_out = every_tp_work(graph, sizes, ep > 1, ctx.workload.mode)
+    flops, moved, io_in, io_out = every_tp_work(graph, sizes, ctx.ep > 1, ctx.workload.mode)
     weight_bytes = np.where(cols.mask("gemm"), p.gemm_weight_bytes, p.other_weight_bytes)
     split = 1 / np.array([cols.splits(tp) for tp in sizes])
     const_bytes = a["linear"] * a["weights"] * split * weight_bytes + (a["norm"] > 0) * a["weights"] * p.other_weight_bytes
-    divisors = np.array(sizes) if ep == 1 else np.full(len(sizes), ep)  # experts split tp ways with ep = 1
-    expert_bytes = a["expert_weights"] / divisors[:, None] * p.gemm_weight_bytes
     peak = np.where(a["gemm_weights"] > 0, p.gemm_peak, p.other_peak) * compute
     work = np.concatenate([flops, moved * p.act_bytes, io_in, io_out], axis=1)
-    return work, const_bytes, expert_bytes, peak, ctx.hw.memory_bytes_per_s * memory
+    return work, const_bytes, peak, ctx.hw.memory_bytes_per_s * memory
 
 
 def _efficiency(graph: ComputationalGraph, ctx: Context) -> tuple:

@@ -1,5 +1,5 @@
 """The eager host's launch time as a floor under a training micro-batch (sims/stacks.yaml host_dispatch,
-sims/step.py host_waits_s), by hand on an exact table."""
+sims/train_rows.py host_waits_s), by hand on an exact table."""
 
 import json
 

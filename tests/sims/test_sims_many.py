@@ -14,7 +14,7 @@ from sims.calculator import Context
 from sims.hardware import hardware_spec
 from sims.builders import build_graph
 from sims.op_columns import columns
-from sims.vector_cost import plan_for
+from sims.vector_cost import cost_bindings, plan_for
 from sims.workload import parse_layout, parse_workload
 
 WORKLOADS = (
@@ -105,6 +105,23 @@ def test_bindings_costed_together_equal_each_costed_alone_and_the_matrix_vector_
         for got, product in ((costs.flops, flops), (costs.inputs, inputs), (costs.outputs, outputs)):
             assert np.array_equal(got, product)
     assert layout.tp == 2 and len({tuple(c.dims.values()) for c in contexts}) == 8
+
+
+def test_bindings_of_different_plans_costed_in_one_pass_equal_each_costed_alone():
+    """cost_bindings with bindings of several plans (tp, ep and dtype differing, interleaved): each binding's row
+    takes its own plan's matrix and per-node arrays, bit-identical to it costed alone under its plan."""
+    hw = hardware_spec(hardware("h100", nodes=2))
+    graph = build_graph(model_config("qwen3_30b_a3b"), "decode")
+    contexts = [Context.for_step(graph, hw, parse_layout({"tp": tp, "ep": ep, "dp": 2}),
+                                 parse_workload({"mode": "decode", "context_len": 512, "batch": batch, "dtype": dtype}))
+                for batch, dtype, tp, ep in itertools.product((8, 96), ("bf16", "fp8"), (1, 2, 4), (1, 4))]
+    plans = [plan_for(graph, ctx) for ctx in contexts]
+    for ctx, plan, costs in zip(contexts, plans, cost_bindings(plans, contexts)):
+        alone = plan.cost(ctx)
+        assert costs.plan is plan
+        for field in ("flops", "bytes", "time_s", "compute_s", "memory_s", "inputs", "outputs"):
+            assert np.array_equal(getattr(costs, field), getattr(alone, field)), field
+    assert len({id(plan) for plan in plans}) == 12
 
 
 @pytest.mark.parametrize("stack", ("xla", "megatron_local"))

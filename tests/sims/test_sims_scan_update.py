@@ -94,3 +94,13 @@ def test_fsdp_gathers_the_weights_twice_and_scatters_the_gradients_every_micro_b
 def test_shard_weights_needs_zero(tmp_path):
     with pytest.raises(ConfigError, match="shard_weights needs zero"):
         run(tmp_path, {"dp": 2}, train(1, shard_weights=True), "bad", devices=2)
+
+
+def test_a_training_stage_lists_its_rows_outside_the_graph_in_one_order():
+    """The last stage's rows after the graph's ops: the loss and accumulation, the scan's copies, then fsdp's
+    collectives (sims/train_rows.py; their times add to the stage in this order)."""
+    workload = {"mode": "train", "seq_len": 512, "batch": 8, "microbatches": 2, "shard_weights": True, "zero": True}
+    result = simulate(model_config("qwen3_30b_a3b"), hardware("h100", nodes=2), {"dp": 2, "pp": 2}, workload, stack="xla")
+    names = [row["name"] for row in result.breakdown_rows()]
+    assert names[names.index("lm_head") + 1:names.index("pp_send_recv")] == [
+        "cross_entropy", "grad_accumulate", "scan_copies", "fsdp_weight_gather", "fsdp_grad_scatter"]

@@ -101,7 +101,7 @@ def test_loss_runs_on_the_last_stage_and_accumulation_on_every_one(tmp_path):
     names = {r["name"] for r in result.breakdown_rows()}
     assert "grad_accumulate" in names
     assert ("cross_entropy" in names) == ("lm_head" in names)
-    from sims import step
+    from sims import step, train_rows
     from sims.calculator import Context
     from sims.hardware import hardware_spec
     from sims.workload import parse_workload
@@ -109,7 +109,7 @@ def test_loss_runs_on_the_last_stage_and_accumulation_on_every_one(tmp_path):
     graph = build_graph(cfg, "train")
     ctx = Context.for_step(graph, hardware_spec(hw), parse_layout({"pp": 2}), parse_workload(TRAIN))
     heads = step._stage_weights(graph, ctx.workload, 2)[3]  # which stages run lm_head
-    per_stage = [[row[0] for row in rows] for rows in step._train_rows(graph, ctx, None, heads)]
+    per_stage = [[row[0] for row in rows] for rows in train_rows.train_rows(graph, ctx, None, heads)]
     assert per_stage == [["grad_accumulate"], ["cross_entropy", "grad_accumulate"]]  # lm_head on the last stage
 
 
