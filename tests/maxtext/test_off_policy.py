@@ -264,9 +264,9 @@ def _behaviour_checks(model_dir: str, devices: list) -> dict:
 
 
 def _train_off_policy(pipeline, task, params, update, steps: int) -> tuple[list, list, list, list]:
-    """`steps` steps of the trainer's pipeline in the trainer's order (take, update started, the next batch
-    prefetched, the weights moved without waiting; advantages fixed, problems 4 apart): the weights before each
-    step and after the last (host copies), the batches, their staleness and the losses."""
+    """`steps` steps of the trainer's pipeline in the trainer's order (take, update started, B_{t+L} started, B_{t+1}
+    prefetched, the weights moved without waiting; advantages fixed, problems 4 apart): the weights before each step
+    and after the last (host copies), the batches, their staleness and the losses."""
     import jax
 
     opt_state = update.init_opt_state(params)
@@ -279,6 +279,7 @@ def _train_off_policy(pipeline, task, params, update, steps: int) -> tuple[list,
         stalenesses.append(timing["staleness"])
         params, opt_state, metrics = update.start(params, opt_state, None, _batch(
             rollouts, rollouts.behaviour_log_probs) | {"advantages": advantages})
+        pipeline.start_next(step, lambda: next(draws), steps)
         pipeline.prefetch(step + 1, steps, params)
         losses.append(metrics()["loss"])
         snapshots.append(jax.device_get(params))

@@ -94,6 +94,7 @@ def test_a_sampled_batch_is_scored_during_the_update_once_and_stays_in_flight_fo
     pipeline, samplers, placements, scored = _pipeline(lag=2)
     draws = _draws()
     rollouts, _, score, timing = pipeline.take(1, 0, lambda: next(draws), last_step=6)  # theta_0 samples B_1 .. B_3
+    pipeline.start_next(1, lambda: next(draws), last_step=6)  # B_3, unless the take started it (it waited for B_1)
     assert score == "score of 10 10 10 10" and timing["staleness"] == 0.0
     assert scored[-1][1] is threading.main_thread()
     pipeline.groups[1].in_flight()  # B_2 sampled
@@ -120,6 +121,8 @@ def test_a_sampled_batch_is_scored_during_the_update_once_and_stays_in_flight_fo
 def test_prefetch_waits_for_the_batch_only_while_the_update_computes():
     pipeline, samplers, _, scored = _pipeline(lag=1)
     draws = _draws()
+    samplers[0].gate.clear()  # B_1 .. still sampling when taken: B_2 starts at once
+    threading.Timer(0.2, samplers[0].gate.set).start()
     pipeline.take(1, 0, lambda: next(draws), last_step=3)
     samplers[0].gate.clear()  # B_2 still sampling
     pipeline.prefetch(2, last_step=3)
@@ -141,9 +144,29 @@ def test_prefetch_does_not_look_past_the_last_step():
     pipeline, samplers, _, scored = _pipeline(lag=1)
     draws = _draws()
     pipeline.take(1, 0, lambda: next(draws), last_step=2)
+    pipeline.start_next(1, lambda: next(draws), last_step=2)
     pipeline.groups[0].in_flight()  # B_2 sampled
     pipeline.prefetch(3, last_step=2)  # past the last step: nothing
     assert len(scored) == 1
     pipeline.prefetch(2, last_step=2)
     assert len(scored) == 2
+    pipeline.close()
+
+
+def test_a_batch_sampled_before_its_take_hands_on_its_group_after_the_update_starts_in_draw_order():
+    pipeline, samplers, _, _ = _pipeline(lag=1)
+    draws = _draws()
+    samplers[0].gate.clear()
+    threading.Timer(0.2, samplers[0].gate.set).start()
+    pipeline.take(1, 0, lambda: next(draws), last_step=4)  # waited for B_1: B_2 started at once
+    assert pipeline.groups[0].busy
+    pipeline.groups[0].in_flight()  # B_2 sampled before its take: the update is the longer side
+    pipeline.take(2, 0, lambda: next(draws), last_step=4)
+    assert not pipeline.groups[0].busy  # B_3 waits for start_next (the update's dispatch first)
+    pipeline.start_next(2, lambda: next(draws), last_step=4)
+    assert pipeline.groups[0].busy
+    pipeline.groups[0].in_flight()
+    pipeline.take(3, 0, lambda: next(draws), last_step=4)  # nobody called start_next: the next take starts B_4
+    rollouts, _, _, _ = pipeline.take(4, 0, lambda: next(draws), last_step=4)
+    assert rollouts.references == ["3", "3"]  # B_4 is the fourth draw
     pipeline.close()

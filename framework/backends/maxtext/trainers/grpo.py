@@ -175,7 +175,8 @@ class GRPOTrainer(BaseTrainer):
             arrays["old_log_probs"] = rollouts.behaviour_log_probs
         self.params, self.opt_state, update_metrics = self.update.start(self.params, self.opt_state,
                                                                         self.ref_params, arrays)
-        if self.off_policy is not None:  # the host decodes and scores the next batch while the devices update
+        if self.off_policy is not None:  # B_{step+L} starts; the host scores B_{step+1} while the devices update
+            self.off_policy.start_next(step, self._draw, task.steps)
             self.off_policy.prefetch(step + 1, task.steps, self.params)
         metrics |= update_metrics()  # waits for the update
         jax.block_until_ready(self.params)

@@ -212,23 +212,32 @@ class OffPolicyRollouts:
                                   references(examples, self.sampling.num_samples), truncated)
 
     def take(self, step: int, params: Any, draw: Callable[[], tuple], last_step: int) -> tuple[Any, int, Any, dict]:
-        """(Rollouts of B_step, truncated prompts, their `score`, timing rows); B_{step+L} starts sampling unless
-        past the last step."""
+        """(Rollouts of B_step, truncated prompts, their `score`, timing rows). When B_step was not sampled yet (the
+        rollout is the longer side) B_{step+L} starts sampling at once; otherwise `start_next`, after the update's
+        dispatch, starts it: a sampling thread starting beside that dispatch holds the GIL from it."""
         if self.policies is None:  # the first step of this process: every group holds theta_{step-1}, the params
             self.policies = [placement.policy(params)[0] for placement in self.placements]
             self.versions = [step - 1] * self.lag
         for batch in range(step, min(step + self.lag, last_step + 1)):  # B_1 .. B_L: nothing sampled ahead yet
             if not self.groups[self._group(batch)].busy:
                 self._submit(batch, draw)
-        group = self._group(step)
-        sampled, wait_s = self.groups[group].take()
-        if step + self.lag <= last_step:
-            self._submit(step + self.lag, draw)
+        group = self.groups[self._group(step)]
+        rollout_bound = not group.finished
+        sampled, wait_s = group.take()
+        if rollout_bound:
+            self.start_next(step, draw, last_step)
         self.next_step = step + 1
         rollouts, truncated, scored, reward_s = sampled.prepared or self._prepare(sampled)
         return rollouts, truncated, scored, {
             "rollout_time_s": sampled.rollout_s, "rollout_wait_time_s": wait_s, "reward_time_s": reward_s,
             "staleness": float(step - 1 - sampled.policy_version)}
+
+    def start_next(self, step: int, draw: Callable[[], tuple], last_step: int) -> None:
+        """B_{step+L} to the group B_step freed, unless past the last step or started already (the next take starts
+        it if nobody did: the draws keep their order either way)."""
+        batch = step + self.lag
+        if batch <= last_step and not self.groups[self._group(batch)].busy:
+            self._submit(batch, draw)
 
     def prefetch(self, step: int, last_step: int, computing: Any = None) -> None:
         """The host's work on B_step (it stays in flight, for a checkpoint) as soon as it is sampled, unless the
