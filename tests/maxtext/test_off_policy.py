@@ -51,7 +51,8 @@ def test_lag_and_placement_go_together_with_one_line_errors():
 def test_a_rollout_lag_1_checkpoint_resumed_on_policy_is_refused_and_a_damaged_one_named(tmp_path):
     from types import SimpleNamespace
 
-    from framework.backends.maxtext.trainers.pipeline import IN_FLIGHT, OffPolicyRollouts, refuse_lag_change
+    from framework.backends.maxtext.trainers.in_flight import IN_FLIGHT, refuse_lag_change
+    from framework.backends.maxtext.trainers.pipeline import OffPolicyRollouts
     from framework.core.errors import CheckpointError
 
     refuse_lag_change(SimpleNamespace(state={"rng": []}, path=tmp_path))  # an on-policy checkpoint: fine
@@ -279,8 +280,9 @@ def _train_off_policy(pipeline, task, params, update, steps: int) -> tuple[list,
         stalenesses.append(timing["staleness"])
         params, opt_state, metrics = update.start(params, opt_state, None, _batch(
             rollouts, rollouts.behaviour_log_probs) | {"advantages": advantages})
+        updated = pipeline.watch(params, 0.0)
         pipeline.start_next(step, lambda: next(draws), steps)
-        pipeline.prefetch(step + 1, steps, params)
+        pipeline.prefetch(step + 1, steps, updated)
         losses.append(metrics()["loss"])
         snapshots.append(jax.device_get(params))
         pipeline.after_update(step, params, steps)

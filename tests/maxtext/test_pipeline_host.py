@@ -1,7 +1,7 @@
 """The host side of the off-policy pipeline (trainers/pipeline.py OffPolicyRollouts) with stand-in samplers, so
 the order is checked without a model: a batch already sampled is decoded and scored by `prefetch` while the
 update computes (once, on the calling thread), stays in flight for a checkpoint, and the weight move started by
-`after_update` is not waited for but timed in a thread and reported by the next after_update.
+`after_update` is not waited for within the step but timed in a thread and reported by the next after_update.
 The samplers, encoder and placements here are stand-ins (the real ones: tests/maxtext/test_off_policy.py)."""
 
 from __future__ import annotations
@@ -96,25 +96,28 @@ def test_a_sampled_batch_is_scored_during_the_update_once_and_stays_in_flight_fo
     rollouts, _, score, timing = pipeline.take(1, 0, lambda: next(draws), last_step=6)  # theta_0 samples B_1 .. B_3
     pipeline.start_next(1, lambda: next(draws), last_step=6)  # B_3, unless the take started it (it waited for B_1)
     assert score == "score of 10 10 10 10" and timing["staleness"] == 0.0
+    assert timing["prefetch_time_s"] == 0.0 < timing["reward_time_s"]  # decoded and scored on the step's path
     assert scored[-1][1] is threading.main_thread()
     pipeline.groups[1].in_flight()  # B_2 sampled
     pipeline.prefetch(2, last_step=6)  # while update 1 would compute
     assert len(scored) == 2 and scored[-1][1] is threading.main_thread()
     arrays, state = pipeline.checkpoint_part()  # B_2 (prefetched) and B_3: both still in flight
     assert sorted(state) == ["in_flight", "in_flight_2", "rollout_lag"] and state["in_flight"]["references"] == ["1", "1"]
-    placements[1].copied.clear()  # theta_1's copy to group 1 stays in flight: nothing may wait for it
+    placements[1].copied.clear()  # theta_1's copy to group 1 stays in flight: nothing in the step may wait for it
     started = time.perf_counter()
     assert pipeline.after_update(1, 1, last_step=6) == {"reshard_time_s": 0.0}  # theta_1 -> group 1 (B_4 next)
     assert placements[1].moves == 1 and int(pipeline.policies[1]) == 1
-    _, _, score, timing = pipeline.take(2, 1, lambda: next(draws), last_step=6)  # hands B_4 to group 1
+    _, _, score, timing = pipeline.take(2, 1, lambda: next(draws), last_step=6)
     assert score == "score of 10 10 10 10" and len(scored) == 2  # not scored again
-    assert pipeline.after_update(2, 2, last_step=6) == {"reshard_time_s": 0.0}  # still copying: reported later
-    assert time.perf_counter() - started < 5  # neither after_update nor take waited for the copy
+    assert timing["reward_time_s"] == 0.0 < timing["prefetch_time_s"]  # done while update 1 computed
+    pipeline.start_next(2, lambda: next(draws), last_step=6)  # hands B_4 to group 1 with the weights still moving
+    pipeline.prefetch(3, last_step=6)
+    assert time.perf_counter() - started < 5  # take, start_next and prefetch did not wait for the copy
     placements[1].copied.set()
-    pipeline.take(3, 2, lambda: next(draws), last_step=6)  # B_3: not prefetched, scored now
-    assert len(scored) == 3
-    pipeline._moves[0].result()
-    assert pipeline.after_update(3, 3, last_step=6)["reshard_time_s"] > 0  # theta_1's move, timed in a thread
+    assert pipeline.after_update(2, 2, last_step=6)["reshard_time_s"] > 0  # theta_1's move, timed in a thread
+    assert len(scored) == 3  # B_3 (sampled at once here) scored by prefetch(3)
+    _, _, _, timing = pipeline.take(3, 2, lambda: next(draws), last_step=6)
+    assert len(scored) == 3 and timing["reward_time_s"] == 0.0 < timing["prefetch_time_s"]
     pipeline.close()
 
 
@@ -128,13 +131,18 @@ def test_prefetch_waits_for_the_batch_only_while_the_update_computes():
     pipeline.prefetch(2, last_step=3)
     assert len(scored) == 1
     update = threading.Event()
-    pipeline.prefetch(2, last_step=3, computing=_Weights(1, update.set() or update))  # the update is done: no wait
+    update.set()
+    pipeline.prefetch(2, last_step=3, until=pipeline.watch(_Weights(1, update), 0.0))  # the update is done: no wait
     assert len(scored) == 1
     update.clear()
     threading.Timer(0.2, samplers[0].gate.set).start()  # B_2 finishes while the update still computes
-    pipeline.prefetch(2, last_step=3, computing=_Weights(1, update))
+    started = time.perf_counter()
+    updated = pipeline.watch(_Weights(1, update), started)
+    pipeline.prefetch(2, last_step=3, until=updated)
     assert len(scored) == 2
+    time.sleep(0.1)
     update.set()
+    assert updated.result() >= 0.25  # the update's time, from its dispatch to its arrays ready
     pipeline.take(2, 1, lambda: next(draws), last_step=3)
     assert len(scored) == 2
     pipeline.close()

@@ -44,7 +44,7 @@ def test_rollout_groups_and_their_one_line_refusals():
 
 
 def test_a_checkpoint_resumed_with_another_lag_is_refused(tmp_path):
-    from framework.backends.maxtext.trainers.pipeline import IN_FLIGHT, LAG_KEY, refuse_lag_change
+    from framework.backends.maxtext.trainers.in_flight import IN_FLIGHT, LAG_KEY, refuse_lag_change
 
     lag1 = SimpleNamespace(state={IN_FLIGHT: {}}, path=tmp_path)  # a lag-1 checkpoint: no LAG_KEY
     lag2 = SimpleNamespace(state={IN_FLIGHT: {}, f"{IN_FLIGHT}_2": {}, LAG_KEY: 2}, path=tmp_path)
@@ -64,7 +64,8 @@ def test_a_checkpoint_missing_a_batch_its_data_iterator_drew_is_one_line_naming_
     """A lag-L checkpoint at step t holds the batches its data iterator drew past B_t: L of them, fewer near the
     writing run's last step (a resume that raises grpo.steps samples the rest); a missing or extra slot would skip
     or repeat a batch's data."""
-    from framework.backends.maxtext.trainers.pipeline import IN_FLIGHT, LAG_KEY, OffPolicyRollouts, in_flight_slots
+    from framework.backends.maxtext.trainers.in_flight import IN_FLIGHT, LAG_KEY, in_flight_slots
+    from framework.backends.maxtext.trainers.pipeline import OffPolicyRollouts
     from framework.core.errors import CheckpointError
 
     def checkpoint(drawn: int, *slots: str) -> SimpleNamespace:  # at step 3; 5 items: 2 batches of 2 an epoch

@@ -151,7 +151,7 @@ def time_off_policy(args: argparse.Namespace, task, config, update_layout, mesh,
     import numpy as np
 
     from framework.backends.maxtext.sampler import SamplingParams
-    from framework.backends.maxtext.trainers.pipeline import RolloutAhead
+    from framework.backends.maxtext.trainers.in_flight import RolloutAhead
     from framework.rl.advantages import compute_advantages
 
     sampling = SamplingParams(max_new_tokens=task.max_new_tokens, temperature=task.temperature,

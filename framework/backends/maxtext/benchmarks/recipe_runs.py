@@ -9,7 +9,8 @@ and the run's ratio to the first run's step (`--run` order: put the baseline fir
         --run one_gpu "CUDA_VISIBLE_DEVICES=0 hardware.devices_per_node=1" \\
         --run lag2 "hardware.devices_per_node=4 parallel.rollout.placement=separate grpo.rollout_lag=2"
 
-A run's words NAME=VALUE with an upper-case NAME set its environment; the rest are Hydra overrides. `--cpu`
+A run's words (split as a shell would: quote a value with spaces) NAME=VALUE with an upper-case NAME set its
+environment; the rest are Hydra overrides. `--cpu`
 runs the CPU recipe on forced host devices instead (checks a script without a GPU). Checkpoints and exports
 are deleted after each run; everything else stays in OUT/<name>/ and OUT/<name>.log.
 """
@@ -20,6 +21,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -41,7 +43,7 @@ STEP_KEYS = ("step_time_s", "rollout_time_s", "update_time_s", "reward_time_s", 
 def split_run(words: str) -> tuple[dict[str, str], list[str]]:
     """(environment, overrides) of a run's words."""
     env, overrides = {}, []
-    for word in words.split():
+    for word in shlex.split(words):
         name, _, value = word.partition("=")
         if name.isupper():
             env[name] = value
@@ -86,16 +88,16 @@ def describe(run_dir: Path, name: str) -> list[str]:
 
 
 def ratios(out: Path, names: list[str]) -> list[str]:
-    """Each run's step and its ratio to the first's."""
+    """Each run's step and its ratio to the first run's (none when the first has no step)."""
     lines, base = [], None
-    for name in names:
+    for index, name in enumerate(names):
         try:
             metrics = json.loads((out / name / "summary.json").read_text())["result"]["metrics"]
         except (OSError, KeyError, ValueError):
             lines.append(f"{name}: no summary")
             continue
         step = metrics.get("measured_step_s")
-        base = base or step
+        base = step if index == 0 else base
         ratio = f" -> {base / step:.2f}x {names[0]}" if base and step else ""
         lines.append(f"{name}: {step} s per step (median of steps 2..), predicted "
                      f"{metrics.get('preflight_predicted_step_s')}{ratio}")
@@ -117,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     base = f"{CPU_BASE if args.cpu else GPU_BASE + ' hardware=' + args.hardware} grpo.steps={args.steps}"
-    with open(args.out / "summary.txt", "a") as summary:
+    with open(args.out / "summary.txt", "w") as summary:
         for name, words in args.run:
             for line in run_one(args.out, name, words, base, args.limit_s):
                 print(line, flush=True)

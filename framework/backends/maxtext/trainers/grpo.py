@@ -36,8 +36,8 @@ from framework.backends.maxtext.sharding import (build_mesh, logical_axis_rules,
                                                 shardings_record, tree_bytes, usable_devices)
 from framework.backends.maxtext.trainers import aot, rollout, startup
 from framework.backends.maxtext.trainers.layout_search import choose_rollout_devices
-from framework.backends.maxtext.trainers.pipeline import (OffPolicyRollouts, group_devices, in_flight_slots,
-                                                          refuse_lag_change, split_devices)
+from framework.backends.maxtext.trainers.in_flight import in_flight_slots, refuse_lag_change
+from framework.backends.maxtext.trainers.pipeline import OffPolicyRollouts, group_devices, split_devices
 from framework.backends.maxtext.trainers.checkpointing import (STATE_FILE, host_arrays, key_from_json, key_to_json,
                                                                read_state, write_arrays)
 from framework.data.math import load_split, system_prompt, train_examples
@@ -175,12 +175,14 @@ class GRPOTrainer(BaseTrainer):
             arrays["old_log_probs"] = rollouts.behaviour_log_probs
         self.params, self.opt_state, update_metrics = self.update.start(self.params, self.opt_state,
                                                                         self.ref_params, arrays)
+        updated = None
         if self.off_policy is not None:  # B_{step+L} starts; the host scores B_{step+1} while the devices update
+            updated = self.off_policy.watch(self.params, updating)
             self.off_policy.start_next(step, self._draw, task.steps)
-            self.off_policy.prefetch(step + 1, task.steps, self.params)
+            self.off_policy.prefetch(step + 1, task.steps, updated)
         metrics |= update_metrics()  # waits for the update
         jax.block_until_ready(self.params)
-        done = time.perf_counter()
+        update_s = updated.result() if updated is not None else time.perf_counter() - updating
         if self.off_policy is not None:
             timing |= self.off_policy.after_update(step, self.params, task.steps)
         metrics |= rollout.completion_metrics(rollouts)
@@ -188,11 +190,11 @@ class GRPOTrainer(BaseTrainer):
             "zero_std_group_fraction": rollout.zero_std_group_fraction(rewards, task.num_generations),
             "truncated_prompts": truncated_prompts,
             "learning_rate": float(self.scalars.learning_rate(np.int32((step - 1) * task.ppo_epochs))), **timing,
-            "update_time_s": done - updating,
+            "update_time_s": update_s,
             "step_time_s": time.perf_counter() - started,
             "compile_time_s": self.compile_clock.take(),  # JAX tracing + XLA compile during this step
             "rollout_tokens_per_s": float(rollouts.completion_mask.sum()) / timing["rollout_time_s"],
-            "update_tokens_per_s": task.ppo_epochs * float(rollouts.attention_mask.sum()) / (done - updating),
+            "update_tokens_per_s": task.ppo_epochs * float(rollouts.attention_mask.sum()) / update_s,
         }
         return metrics
 

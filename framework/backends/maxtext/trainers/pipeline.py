@@ -25,87 +25,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
+from framework.backends.maxtext.trainers.in_flight import (LAG_KEY, RolloutAhead, Sampled, in_flight_slots,
+                                                           refuse_lag_change, restored_batch, slot_key)
 from framework.core.errors import CheckpointError, ConfigError
 
-IN_FLIGHT = "in_flight"  # the checkpoint's arrays and state of the (first) batch in flight
-LAG_KEY = "rollout_lag"  # in a checkpoint's state when L >= 2 batches were in flight (absent: lag 1)
-
-
-@dataclasses.dataclass
-class Sampled:
-    """A finished rollout: what `sample` returned, the policy version that sampled it and its seconds; `prepared`:
-    the host's work on it (OffPolicyRollouts._prepare), done once, whenever the host first had time."""
-
-    result: Any
-    policy_version: int
-    rollout_s: float
-    prepared: tuple | None = None
-
-
-class RolloutAhead:
-    """`submit(policy, version, *args)` starts `sample(policy, *args)` on the rollout devices in a background
-    thread; `take()` waits for it and says how long the caller waited. At most one batch is in flight."""
-
-    def __init__(self, sample: Callable[..., Any]):
-        self._sample = sample
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout")
-        self._pending: Future | None = None
-
-    def submit(self, policy: Any, version: int, *args: Any) -> None:
-        if self._pending is not None:
-            raise RuntimeError("rollout pipeline: a batch is already in flight; take() it first")
-        self._pending = self._pool.submit(self._timed, policy, version, args)
-
-    def _timed(self, policy: Any, version: int, args: tuple) -> Sampled:
-        started = time.perf_counter()
-        result = self._sample(policy, *args)
-        return Sampled(result, version, time.perf_counter() - started)
-
-    @property
-    def busy(self) -> bool:
-        """A batch is in flight (finished or not)."""
-        return self._pending is not None
-
-    @property
-    def finished(self) -> bool:
-        """A batch is in flight and sampled: taking it would not wait."""
-        return self._pending is not None and self._pending.done()
-
-    def wait(self, other: Future) -> None:
-        """Until the batch in flight is sampled or `other` is done, whichever comes first."""
-        if self._pending is not None:
-            wait([self._pending, other], return_when=FIRST_COMPLETED)
-
-    def put_back(self, sampled: Sampled) -> None:
-        """A batch restored from a checkpoint becomes the one in flight."""
-        future: Future = Future()
-        future.set_result(sampled)
-        self._pending = future
-
-    def take(self) -> tuple[Sampled, float]:
-        """The in-flight batch (waiting for it) and the seconds waited."""
-        if self._pending is None:
-            raise RuntimeError("rollout pipeline: no batch in flight")
-        started = time.perf_counter()
-        sampled = self._pending.result()  # re-raises the sampling's exception here
-        self._pending = None
-        return sampled, time.perf_counter() - started
-
-    def in_flight(self) -> Sampled | None:
-        """The batch in flight, finished (for a checkpoint); it stays in flight."""
-        if self._pending is None:
-            return None
-        sampled = self._pending.result()
-        self.put_back(sampled)
-        return sampled
-
-    def close(self) -> None:
-        if self._pending is not None:
-            self._pending.exception()  # let the thread finish before the pool goes
-        self._pool.shutdown(wait=True)
 
 
 def check_off_policy(rollout_lag: int, rollout: Any) -> None:
@@ -136,23 +62,6 @@ def check_off_policy(rollout_lag: int, rollout: Any) -> None:
                           f"{2 * rollout_lag}, ..) below the device count (the rest train)")
 
 
-def checkpoint_lag(checkpoint: Any) -> int:
-    """The rollout_lag of the run that wrote `checkpoint`, 0 when it holds no batch in flight."""
-    if IN_FLIGHT not in checkpoint.state:
-        return 0
-    return int(checkpoint.state.get(LAG_KEY, 1))
-
-
-def refuse_lag_change(checkpoint: Any, rollout_lag: int = 0) -> None:
-    """A checkpoint with batches in flight holds those sampled ahead; its data order and RNG are already past
-    them, so resuming it with another lag would skip or reorder batches."""
-    written = checkpoint_lag(checkpoint)
-    if written and written != rollout_lag:
-        raise ConfigError(f"grpo.rollout_lag: {rollout_lag}, but {checkpoint.path} was written by a rollout_lag="
-                          f"{written} run with batches sampled ahead; resume it with grpo.rollout_lag={written} (and "
-                          f"its parallel.rollout)")
-
-
 def split_devices(devices: list, rollout: Any) -> tuple[list, list]:
     """(rollout devices, update devices): with placement separate the first parallel.rollout.devices decode and
     the rest train; shared: all of them do both."""
@@ -177,7 +86,9 @@ class OffPolicyRollouts:
     `take(step, ...)` gives the batch step `step` trains on and starts sampling B_{step+L}; `prefetch(step + 1)`,
     called while the update computes, does the host's work on the next batch (decoding, `score`) if it is sampled
     already; `after_update` starts moving the new weights to the group that submits next, without waiting (the
-    sampler's program runs after the copy on the devices; a thread times it, the next after_update reports it). Prompts are encoded, completions
+    sampler's program runs after the copy on the devices; a thread times it, the next after_update reports it).
+    `watch` times the update's arrays on another thread, so host work inside the update's window (start_next,
+    prefetch) does not count as update time. Prompts are encoded, completions
     decoded and scored on the calling thread: the tokenizer is not shared with the sampling threads, and
     math-verify's timeouts (signal.alarm) work only in the main thread."""
 
@@ -190,8 +101,9 @@ class OffPolicyRollouts:
         self.policies: list | None = None  # per group, the weights it samples its next batch with
         self.versions: list[int] = []  # per group, the version k of its theta_k
         self.next_step = 0  # the batch the next take returns: the oldest in flight
-        self._timer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="device-wait")  # moves, the update
-        self._moves: list[Future] = []  # the seconds of each weight move not reported yet, once it is ready
+        self._move_timer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weight-move")
+        self._update_timer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="update-wait")
+        self._moves: list[Future] = []  # the seconds of the weight move started by the last after_update
 
     def _group(self, batch: int) -> int:
         return (batch - 1) % self.lag
@@ -227,9 +139,11 @@ class OffPolicyRollouts:
         if rollout_bound:
             self.start_next(step, draw, last_step)
         self.next_step = step + 1
-        rollouts, truncated, scored, reward_s = sampled.prepared or self._prepare(sampled)
+        prefetched = sampled.prepared is not None
+        rollouts, truncated, scored, host_s = sampled.prepared or self._prepare(sampled)
         return rollouts, truncated, scored, {
-            "rollout_time_s": sampled.rollout_s, "rollout_wait_time_s": wait_s, "reward_time_s": reward_s,
+            "rollout_time_s": sampled.rollout_s, "rollout_wait_time_s": wait_s,
+            "reward_time_s": 0.0 if prefetched else host_s, "prefetch_time_s": host_s if prefetched else 0.0,
             "staleness": float(step - 1 - sampled.policy_version)}
 
     def start_next(self, step: int, draw: Callable[[], tuple], last_step: int) -> None:
@@ -239,42 +153,46 @@ class OffPolicyRollouts:
         if batch <= last_step and not self.groups[self._group(batch)].busy:
             self._submit(batch, draw)
 
-    def prefetch(self, step: int, last_step: int, computing: Any = None) -> None:
-        """The host's work on B_step (it stays in flight, for a checkpoint) as soon as it is sampled, unless the
-        arrays `computing` (the update's new params) are ready first: the host has no time to spare then."""
+    def watch(self, tree: Any, started: float) -> Future:
+        """The seconds from `started` until the arrays of `tree` are ready (the update's, timed beside the host's
+        other work), on a thread of its own."""
+        return self._update_timer.submit(_seconds_until_ready, tree, started)
+
+    def prefetch(self, step: int, last_step: int, until: Future | None = None) -> None:
+        """The host's work on B_step (it stays in flight, for a checkpoint) as soon as it is sampled, unless `until`
+        (the update's `watch`) is done first: the host has no time to spare then."""
         group = self.groups[self._group(step)]
         if step > last_step or not group.busy:
             return
-        if computing is not None:
-            group.wait(self._timer.submit(_seconds_until_ready, computing, 0.0))
+        if until is not None:
+            group.wait(until)
         if group.finished:
             sampled = group.in_flight()
             sampled.prepared = sampled.prepared or self._prepare(sampled)
 
     def _prepare(self, sampled: Sampled) -> tuple[Any, int, Any, float]:
-        """(Rollouts, truncated prompts, their score, the score's seconds) of a finished batch."""
+        """(Rollouts, truncated prompts, their score, the seconds of decoding and scoring) of a finished batch."""
         from framework.backends.maxtext.trainers.rollout import assemble
 
+        started = time.perf_counter()
         out, refs, truncated = sampled.result
         rollouts = assemble(out, self.encoder, self.samplers[0].eos_token_ids, refs)
-        started = time.perf_counter()
         scored = self.score(rollouts)
         return rollouts, truncated, scored, time.perf_counter() - started
 
     def after_update(self, step: int, params: Any, last_step: int) -> dict[str, float]:
         """Start moving theta_step to group step mod L, which samples B_{step+L+1} (no move when that batch is past
         the last step: a resume rebuilds every group's weights from the checkpoint's). Returns the seconds of the
-        moves that finished since the last call (the one started after the previous update, which ran beside
-        this update), without waiting for any."""
-        ready = {move: move.done() for move in self._moves}  # one look each: a move may finish meanwhile
-        finished, self._moves = [m for m in ready if ready[m]], [m for m in ready if not ready[m]]
+        move started by the previous call, which ran beside this update (done by now: it waits only if not)."""
+        reshard_s = sum(move.result() for move in self._moves)
+        self._moves = []
         if step + self.lag < last_step:
             group = step % self.lag
             started = time.perf_counter()
             self.policies[group] = self.placements[group].move(params)
             self.versions[group] = step
-            self._moves.append(self._timer.submit(_seconds_until_ready, self.policies[group], started))
-        return {"reshard_time_s": sum(move.result() for move in finished)}
+            self._moves.append(self._move_timer.submit(_seconds_until_ready, self.policies[group], started))
+        return {"reshard_time_s": reshard_s}
 
     def settle(self) -> None:
         """Wait until the batches in flight are sampled (they stay in flight): evaluation then decodes alone on the
@@ -294,7 +212,7 @@ class OffPolicyRollouts:
         arrays, state = {}, {}
         for index, sampled in enumerate(self._in_flight()):
             out, refs, truncated = sampled.result
-            key = _slot(index)
+            key = slot_key(index)
             arrays[key] = {field.name: getattr(out, field.name) for field in dataclasses.fields(out)
                            if getattr(out, field.name) is not None}
             state[key] = {"references": refs, "truncated": truncated, "policy_version": sampled.policy_version,
@@ -317,13 +235,16 @@ class OffPolicyRollouts:
         stored = load_file(str(checkpoint.file(state_file))) if slots else {}
         for index, slot in enumerate(slots):
             self.groups[self._group(checkpoint.step + 1 + index)].put_back(
-                _restored(checkpoint.path, checkpoint.state[slot], stored, slot))
+                restored_batch(checkpoint.path, checkpoint.state[slot], stored, slot))
         self.next_step = checkpoint.step + 1
 
     def close(self) -> None:
         for group in self.groups:
             group.close()
-        self._timer.shutdown(wait=True)
+        for move in self._moves:  # a move that failed says so here
+            move.result()
+        self._move_timer.shutdown(wait=True)
+        self._update_timer.shutdown(wait=True)
 
 
 def _seconds_until_ready(tree: Any, started: float) -> float:
@@ -331,45 +252,3 @@ def _seconds_until_ready(tree: Any, started: float) -> float:
 
     jax.block_until_ready(tree)
     return time.perf_counter() - started
-
-
-def in_flight_slots(checkpoint: Any, lag: int) -> list[str]:
-    """The slots of the batches in flight a checkpoint at step t must hold: one per batch its data iterator drew past
-    B_t, oldest first. That is L, or fewer near the writing run's last step (batches past it are never drawn); the
-    checkpoint does not record that run's grpo.steps, but its iterator counts what was drawn, so a resume that raises
-    grpo.steps is told apart from a missing slot, which would skip that batch's data: a CheckpointError."""
-    from framework.data.prompts import batches_drawn
-
-    ahead = batches_drawn(checkpoint.state["data_iterator"]) - checkpoint.step
-    if not 0 <= ahead <= lag:
-        raise CheckpointError(f"{checkpoint.path}: its data iterator is {ahead} batches past step {checkpoint.step}; a "
-                              f"grpo.rollout_lag={lag} checkpoint holds 0 to {lag} batches in flight")
-    expected = [_slot(index) for index in range(ahead)]
-    missing = [slot for slot in expected if slot not in checkpoint.state]
-    unexpected = [_slot(index) for index in range(ahead, lag) if _slot(index) in checkpoint.state]
-    if missing or unexpected:
-        raise CheckpointError(f"{checkpoint.path}: the batch in flight {(missing or unexpected)[0]} is "
-                              f"{'missing' if missing else 'one its data iterator never drew'} (the iterator is "
-                              f"{ahead} batches past step {checkpoint.step}: the checkpoint must hold "
-                              f"{', '.join(expected) or 'none'})")
-    return expected
-
-
-def _slot(index: int) -> str:
-    """The checkpoint key of the index-th batch in flight (oldest first)."""
-    return IN_FLIGHT if index == 0 else f"{IN_FLIGHT}_{index + 1}"
-
-
-def _restored(path: Any, state: dict, stored: dict, key: str) -> Sampled:
-    """One batch in flight from its checkpoint state (checked) and arrays (named `key`/<SampleOutput field>)."""
-    import numpy as np
-
-    from framework.backends.maxtext.sampler import SampleOutput
-
-    prefix = key + "/"
-    arrays = {name[len(prefix):]: value for name, value in stored.items() if name.startswith(prefix)}
-    names = {field.name for field in dataclasses.fields(SampleOutput)}
-    if not arrays or not set(arrays) <= names:
-        raise CheckpointError(f"{path}: the batch in flight is incomplete ({sorted(arrays)})")
-    out = SampleOutput(**{name: np.asarray(value) for name, value in arrays.items()})
-    return Sampled((out, state["references"], state["truncated"]), state["policy_version"], state["rollout_s"])

@@ -298,12 +298,13 @@ def off_policy_memory(breakdowns: Mapping[str, Mapping[str, float]], incoming_by
     """Peak GB per device of each side under grpo.rollout_lag >= 1 (a rollout group's devices), from the simulator's
     per-phase breakdowns.
     Rollout devices: the prefill/decode peak (weights, KV cache, activations) plus the incoming copy, as the next
-    weights arrive while the old ones still decode. Update devices: the training peak, or, when the move starts
-    after the update (activations and gradients freed), its weights and optimizer state plus the staging copy."""
+    weights arrive while the old ones still decode. Update devices: the training peak plus the staging copy: the
+    host does not wait for the move (pipeline.OffPolicyRollouts.after_update), so the next update may start while
+    the copy still leaves."""
     rollout_gb = max(sum(breakdowns[name].values()) for name in ROLLOUT_PHASES) + incoming_bytes / 1e9
     train = breakdowns["train"]
     update_peak = max(sum(parts.values()) for name, parts in breakdowns.items() if name not in ROLLOUT_PHASES)
-    update_gb = max(update_peak, train["weights"] + train["optimizer"] + staging_bytes / 1e9)
+    update_gb = update_peak + staging_bytes / 1e9
     return {"preflight_rollout_memory_gb": rollout_gb, "preflight_update_memory_gb": update_gb,
             "preflight_memory_per_device_gb": max(rollout_gb, update_gb),
             "preflight_fits": rollout_gb <= capacity_gb and update_gb <= capacity_gb}

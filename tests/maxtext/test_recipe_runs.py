@@ -1,0 +1,31 @@
+"""benchmarks/recipe_runs.py, the GPU calls' runner: how a run's words split and how runs are compared (its runs
+themselves are the GPU recipe's; checked by hand with --cpu, docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import json
+
+from framework.backends.maxtext.benchmarks.recipe_runs import describe, ratios, split_run
+
+
+def test_a_runs_words_split_into_environment_and_overrides_as_a_shell_would():
+    env, overrides = split_run("CUDA_VISIBLE_DEVICES=0 XLA_FLAGS='--a=1 --b=2' grpo.rollout_lag=2 model=qwen3_8b")
+    assert env == {"CUDA_VISIBLE_DEVICES": "0", "XLA_FLAGS": "--a=1 --b=2"}
+    assert overrides == ["grpo.rollout_lag=2", "model=qwen3_8b"]
+
+
+def _run(root, name, step, rows=()):
+    (root / name).mkdir()
+    metrics = {"measured_step_s": step, "preflight_predicted_step_s": 0.5}
+    (root / name / "summary.json").write_text(json.dumps({"result": {"status": "ok", "metrics": metrics}}))
+    (root / name / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_each_run_is_compared_with_the_first_and_never_with_another(tmp_path):
+    _run(tmp_path, "one_gpu", 0.8)
+    _run(tmp_path, "lag2", 0.2, [{"step_time_s": 0.2, "update_time_s": 0.19}])
+    assert ratios(tmp_path, ["one_gpu", "lag2"])[1].endswith("-> 4.00x one_gpu")
+    lines = ratios(tmp_path, ["missing", "one_gpu", "lag2"])  # no first run: no ratio at all
+    assert lines[0] == "missing: no summary" and not any("x missing" in line for line in lines)
+    described = describe(tmp_path / "lag2", "lag2")
+    assert "measured / predicted 0.400" in described[1] and "(0.2, None, 0.19" in described[2]
