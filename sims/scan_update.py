@@ -26,14 +26,16 @@ from sims.stacks import DEFAULT_STACK, stack
 from sims.train_work import GRAD_BYTES
 
 
-def saved_layer_bytes(graph: ComputationalGraph, ctx: Context, inputs: list[np.ndarray], counts: np.ndarray) -> list[list[float]]:
-    """Per binding (its input elements per op in `inputs`) and stage, the bytes one micro-batch's decoder layers save
-    for the backward without recompute (every layer op's inputs, as sims/memory.py counts them; `counts`: executions
-    per stage and node); 0 under recompute."""
-    if ctx.workload.recompute:
-        return [[0.0] * ctx.layout.pp for _ in inputs]
+def saved_layer_bytes(graph: ComputationalGraph, contexts: list[Context], inputs: list[np.ndarray],
+                      counts: np.ndarray) -> list[list[float]]:
+    """Per binding (its context, of one pp and recompute, and its input elements per op in `inputs`) and stage, the
+    bytes one micro-batch's decoder layers save for the backward without recompute (every layer op's inputs, as
+    sims/memory.py counts them; `counts`: executions per stage and node); 0 under recompute."""
+    if contexts[0].workload.recompute:
+        return [[0.0] * contexts[0].layout.pp for _ in inputs]
     in_layer = columns(graph).attrs["in_layer"] > 0
-    return [[e * ctx.precision.act_bytes for e in row] for row in per_stage(counts, [x * in_layer for x in inputs])]
+    elements = per_stage(counts, [x * in_layer for x in inputs])
+    return [[e * ctx.precision.act_bytes for e in row] for ctx, row in zip(contexts, elements)]
 
 
 def scan_rows(graph: ComputationalGraph, ctx: Context, saved_bytes: list[float]) -> list[tuple]:

@@ -129,21 +129,21 @@ def _stages_key(ctx: Context) -> tuple:
 
 def sum_stages_together(graph: ComputationalGraph, contexts: list[Context]) -> None:
     """Sum the stages of many costed contexts' bindings (vector_cost.cost_together) not summed yet, those of one
-    plan and stage key together (api.simulate_many); _stage_ops then finds each."""
+    stage key together whatever their plans (api.simulate_many); _stage_ops then finds each."""
     groups: dict[tuple, dict[int, Context]] = {}
     for ctx in contexts:
         key = _stages_key(ctx)
         if key not in ctx.costs.derived:
-            groups.setdefault((id(ctx.costs.plan), key), {}).setdefault(id(ctx.costs), ctx)
-    for (_, key), members in groups.items():
+            groups.setdefault(key, {}).setdefault(id(ctx.costs), ctx)
+    for key, members in groups.items():
         members = list(members.values())
         for ctx, stages in zip(members, _cost_stages(graph, members, [ctx.costs for ctx in members])):
             ctx.costs.derived[key] = stages
 
 
 def _cost_stages(graph: ComputationalGraph, contexts: list[Context], costs: list[Costs]) -> list[StageOps]:
-    """StageOps of bindings of one plan and stage key: the stage sums of all of them in one matmul (partition.
-    per_stage), the rest per binding."""
+    """StageOps of bindings of one stage key (pp, recompute, fsdp shards; any plans): the stage sums of all of them
+    in one matmul (partition.per_stage), the rest per binding."""
     ctx = contexts[0]
     w, pp, cache = ctx.workload, ctx.layout.pp, _STEP_CACHES.of(ctx.hw)
     passes, weights, counts, heads = cache.get(graph, ("passes", w.mode, w.recompute, w.recompute_keeps, pp),

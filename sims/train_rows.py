@@ -27,17 +27,19 @@ _CACHES = PerHardware()  # loss and accumulation rows, per parsed hardware spec 
 def train_stage_rows(graph: ComputationalGraph, contexts: list[Context], costs: list[Costs],
                       ratios: BackwardRatios | None, heads: list[bool], stage_s: list[list[float]],
                       split_weights: list[np.ndarray]) -> tuple[list, list[list[float]]]:
-    """Per binding of one plan and stage key: each stage's training rows outside the graph (loss, grad
-    accumulation, scan copies, fsdp collectives, host wait) and its time with them. What the key fixes (the
-    accumulation, fsdp's rows, the stack's sections) is looked up once for all of them."""
-    ctx = contexts[0]
-    accumulate, fsdp = _accumulate_rows_of(graph, ctx), fsdp_rows(graph, ctx)
+    """Per binding of one stage key (any plans): each stage's training rows outside the graph (loss, grad
+    accumulation, scan copies, fsdp collectives, host wait) and its time with them. What a plan fixes with the key
+    (the accumulation, fsdp's rows) is looked up once per plan, the stack's sections once for all of them."""
     section = stack(graph.meta.get("stack", DEFAULT_STACK))
     saved = None
     if section.scanned_update is not None:
-        saved = saved_layer_bytes(graph, ctx, [c.inputs for c in costs], stage_split(graph, ctx.layout.pp).matrix)
-    rows, times = [], []
+        saved = saved_layer_bytes(graph, contexts, [c.inputs for c in costs],
+                                  stage_split(graph, contexts[0].layout.pp).matrix)
+    per_plan, rows, times = {}, [], []
     for b, (one, c) in enumerate(zip(contexts, costs)):
+        if id(c.plan) not in per_plan:  # the plan's tp, ep and dtype with the key's pp and fsdp shards
+            per_plan[id(c.plan)] = _accumulate_rows_of(graph, one), fsdp_rows(graph, one)
+        accumulate, fsdp = per_plan[id(c.plan)]
         loss = _loss_of(graph, one, ratios)
         stage_rows = [(loss, row) if head else (row,) for head, row in zip(heads, accumulate)]
         if saved is not None:

@@ -144,3 +144,31 @@ def test_training_rows_of_stacks_with_scanned_updates_and_host_waits_equal_each_
         assert result.summary() == summary and result.breakdown_rows() == rows
         names.update(row["name"] for row in rows)
     assert {"scan_copies", "fsdp_weight_gather"} <= names if stack == "xla" else "host_dispatch_wait" in names
+
+
+def test_stage_sums_of_bindings_of_several_plans_summed_together_equal_each_layout_alone(monkeypatch):
+    """simulate_many sums the stages (and builds the training rows) of one stage key's bindings together whatever
+    their plans (tp, ep, dtype): the xla stack's scanned-update copies take each binding's own activation bytes, the
+    accumulation and fsdp rows each binding's plan's, bit-identical to each layout simulated alone."""
+    import sims.step as step
+
+    groups = []
+    summed = step._cost_stages
+    monkeypatch.setattr(step, "_cost_stages", lambda graph, contexts, costs: groups.append(
+        {id(c.plan) for c in costs}) or summed(graph, contexts, costs))
+    cfg, hw = model_config("qwen3_30b_a3b"), hardware("h100", nodes=2)
+    layouts = [{"tp": tp, "ep": ep, "dp": 4} for tp, ep in itertools.product((1, 2), (1, 4))] * 4
+    workloads = [{"mode": "train", "seq_len": 1024, "batch": 16, "microbatches": 2, "dtype": dtype,
+                  "shard_weights": fsdp, "zero": fsdp}
+                 for dtype, fsdp in itertools.product(("bf16", "fp32"), (False, True)) for _ in range(4)]
+    alone = []
+    for layout, workload in zip(layouts, workloads):
+        clear_caches()
+        result = simulate(cfg, hw, layout, workload, stack="xla")
+        alone.append((result.summary(), result.breakdown_rows()))
+    clear_caches()
+    groups.clear()
+    together = simulate_many(cfg, hw, layouts, workloads, stack="xla")
+    for (summary, rows), result in zip(alone, together):
+        assert result.summary() == summary and result.breakdown_rows() == rows
+    assert len(groups) == 2 and all(len(plans) == 8 for plans in groups)  # plain and fsdp; tp x ep x dtype
