@@ -41,7 +41,9 @@ TABLE = "sims/calibration/tables/h100.json"
 
 def _run(tree: Path, args: list[str], out: Path) -> None:
     load = os.getloadavg()[0]
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    # one BLAS thread: the benchmark reads its own thread's CPU time, which a BLAS worker thread's work would escape
+    env = {**os.environ, "PYTHONPATH": str(tree), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, *args], cwd=tree, env=env, capture_output=True, text=True, check=True)
     out.write_text(f"load {load:.2f}\n{done.stdout}")
 
@@ -185,8 +187,9 @@ def compare(first: Path, second: Path) -> str:
             for p, q in zip(x, y):
                 walk(p, q)
         elif isinstance(x, float) and isinstance(y, float):
-            if x != y:
-                worst = max(worst, abs(x - y) / max(abs(x), abs(y)))
+            if x != y:  # a NaN on either side counts as the worst difference
+                difference = abs(x - y) / max(abs(x), abs(y))
+                worst = max(worst, difference) if difference == difference else float("inf")
         else:
             assert x == y, (x, y)
 
