@@ -147,8 +147,9 @@ class OffPolicyRollouts:
             "staleness": float(step - 1 - sampled.policy_version)}
 
     def start_next(self, step: int, draw: Callable[[], tuple], last_step: int) -> None:
-        """B_{step+L} to the group B_step freed, unless past the last step or started already (the next take starts
-        it if nobody did: the draws keep their order either way)."""
+        """B_{step+L} to the group B_step freed, unless past the last step or started already. The trainer calls it
+        every step; a take that finds it not started starts it (the draws keep their order, but the group then
+        samples with the weights it holds by then)."""
         batch = step + self.lag
         if batch <= last_step and not self.groups[self._group(batch)].busy:
             self._submit(batch, draw)
