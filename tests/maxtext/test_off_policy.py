@@ -101,7 +101,8 @@ def test_separate_devices_receive_their_whole_shard_and_the_preflight_overlaps_t
     rollout_s = separate["preflight_prefill_s"] + separate["preflight_decode_s"]
     update_s = shared["preflight_predicted_step_s"] - rollout_s
     assert separate["preflight_overlapped"] and not shared["preflight_overlapped"]
-    # the move delays the rollout devices only: the update does not wait for it
+    # the move delays the rollout devices only: the update does not wait for it (nothing to gather on one device)
+    assert separate["preflight_stage_s"] == 0.0
     assert separate["preflight_predicted_step_s"] == pytest.approx(max(rollout_s + separate["preflight_reshard_s"],
                                                                        update_s))
     assert separate["preflight_reshard_s"] > 0
@@ -162,8 +163,9 @@ def test_a_two_device_run_overlaps_one_step_off_policy(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())["result"]["metrics"]
     assert summary["preflight_overlapped"] and summary["preflight_reshard_s"] > 0
     assert summary["aot_fallbacks"] == 0  # the executables compiled ahead take the off-policy batch too
-    assert summary["preflight_predicted_step_s"] == pytest.approx(max(summary["preflight_train_s"], summary[
-        "preflight_reshard_s"] + summary["preflight_prefill_s"] + summary["preflight_decode_s"]))
+    assert summary["preflight_predicted_step_s"] == pytest.approx(max(
+        summary["preflight_train_s"] + summary["preflight_stage_s"],
+        summary["preflight_reshard_s"] + summary["preflight_prefill_s"] + summary["preflight_decode_s"]))
 
 
 @pytest.mark.slow

@@ -91,7 +91,7 @@ def test_a_checkpoint_missing_a_batch_its_data_iterator_drew_is_one_line_naming_
 
 def test_l_groups_divide_the_predicted_rollout_and_the_search_tries_only_splits_l_divides():
     from framework.backends.maxtext.trainers.layout_search import search
-    from framework.backends.maxtext.trainers.preflight import predict_step
+    from framework.backends.maxtext.trainers.preflight import predict_step, reshard_seconds
     from tests.maxtext.test_layout_search import _setting
 
     model, weights, hardware, parallel, task = _setting("grpo.rollout_lag=2")
@@ -102,12 +102,15 @@ def test_l_groups_divide_the_predicted_rollout_and_the_search_tries_only_splits_
     two = predict_step(model.hf_config, hardware, parallel.resolve(2), 2, task, parallel.resolve(1), 1e8,
                        rollout_devices=1, rollout_groups=2)
     rollout_s = one["preflight_prefill_s"] + one["preflight_decode_s"]
-    assert two["preflight_predicted_step_s"] == pytest.approx(max(  # the move is off the update's path
-        (two["preflight_reshard_s"] + rollout_s) / 2, two["preflight_train_s"] + two.get("preflight_forward_s", 0.0)))
+    # the move's copy is off the update's path; its staging (a whole bf16 copy gathered on each of the 2 update
+    # devices, each holding half of it) is on it
+    assert two["preflight_stage_s"] == pytest.approx(reshard_seconds(1e8 / 2, hardware))
+    assert two["preflight_predicted_step_s"] == pytest.approx(max((two["preflight_reshard_s"] + rollout_s) / 2,
+        two["preflight_train_s"] + two.get("preflight_forward_s", 0.0) + two["preflight_stage_s"]))
     chosen, candidates = search(model, weights, hardware, parallel, task, "minimal", 4, groups=2)
     assert {c.rollout_devices for c in candidates} == {2} and chosen.name == "r2_g2_tp1_dp1"
     assert chosen.step_s == pytest.approx(max((chosen.prediction["preflight_reshard_s"] + chosen.rollout_s) / 2,
-                                              chosen.update_s))
+                                              chosen.update_s + chosen.prediction["preflight_stage_s"]))
     with pytest.raises(ConfigError, match=r"^parallel.rollout.devices: auto with placement=separate needs 4 or more "
                                           r"devices \(3 here\): one per rollout group \(grpo.rollout_lag=3\)"):
         search(model, weights, hardware, parallel, task, "minimal", 3, groups=3)
@@ -150,8 +153,9 @@ def test_a_lag_2_run_samples_on_two_groups_and_evaluates(tmp_path):
     # each group's sampling program compiled ahead and taken (evaluation's greedy calls on group 0 go through jit)
     assert "aot: compiled rollout_1" in proc.stderr and "aot: rollout_1 runs through jax.jit" not in proc.stderr
     assert summary["aot_unused"] == ""
-    assert summary["preflight_predicted_step_s"] == pytest.approx(max(summary["preflight_train_s"], (
-        summary["preflight_reshard_s"] + summary["preflight_prefill_s"] + summary["preflight_decode_s"]) / 2))
+    assert summary["preflight_predicted_step_s"] == pytest.approx(max(
+        summary["preflight_train_s"] + summary["preflight_stage_s"],
+        (summary["preflight_reshard_s"] + summary["preflight_prefill_s"] + summary["preflight_decode_s"]) / 2))
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ Every split r | n - r (r = 1 .. n - 1 rollout devices) is tried with every rollo
 config allows (the tp groups dividing r and the model's head counts, the rest replicas, whose data ranks split
 the prompts; a tp the config sets is kept) and the update's `parallel` resolved on the other n - r. Each is
 predicted as it would run (preflight.predict_step with rollout_devices=r: max(weight move + rollout,
-update); the micro-batch and remat policy picked for that update layout when they are auto) with its memory per
+update + the move's staging); the micro-batch and remat policy picked for that update layout when they are auto) with its memory per
 device, the weight move's second copy on the rollout devices and staging copy on the update devices counted
 (preflight.off_policy_memory). The fastest predicted step whose peak fits MEMORY_HEADROOM of the device wins
 (ties: fewer rollout devices, then smaller tp); the candidates and the choice are logged and go into the run's

@@ -76,9 +76,9 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
     `rollout`: the resolved rollout layout (None: the update's); `reshard_bytes`: what each device receives
     when the weights move to it (reshard_bytes_per_device). `rollout_devices` > 0: the rollout decodes on
     that many devices of its own while the update trains on `devices` (grpo.rollout_lag=1): the step is
-    max(the move + rollout phases, update phases), instead of their sum with the move (the move overlaps the next
-    update). `rollout_groups` L > 1 (grpo.rollout_lag=L): L such groups of `rollout_devices` each sample a batch at
-    once, so one finishes every (move + rollout) / L seconds. Returns {} when the simulator is not
+    max(the move + rollout phases, update phases + the move's staging gather on the update devices), instead of
+    their sum with the move (the copy overlaps the next update). `rollout_groups` L > 1 (grpo.rollout_lag=L): L such
+    groups of `rollout_devices` each sample a batch at once, so one finishes every (move + rollout) / L seconds. Returns {} when the simulator is not
     installed; raises CrucibleError when it cannot model the run.
     """
     try:
@@ -106,19 +106,22 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
         fits = fits and bool(summary["fits"])
         breakdowns[name] = summary["memory_breakdown_gb"]
     overlapped = rollout_devices > 0
-    if overlapped:  # a batch every (move + rollout) / L seconds from L groups sampling at once; the move is off
-        # the update's path (pipeline.OffPolicyRollouts.after_update does not wait for it)
-        step = max((phase_sums["rollout"] + reshard_s) / rollout_groups, phase_sums["update"])
-    else:
-        step = sum(phase_sums.values()) + reshard_s
-    prediction |= {"preflight_predicted_step_s": step, "preflight_overlapped": overlapped,
+    if not overlapped:
+        prediction["preflight_predicted_step_s"] = sum(phase_sums.values()) + reshard_s
+        return prediction | {"preflight_overlapped": False, "preflight_memory_per_device_gb": memory,
+                             "preflight_fits": fits}
+    update = parallel.resolve(devices)
+    # a rollout group's devices are never the update's: disjoint
+    staged = staging_copies(devices, rollout_devices, disjoint=True) is not None
+    staging = staging_bytes_per_device(reshard_bytes, update, rollout or parallel, staged=staged)
+    # the staged layout is gathered among the update devices (each holds 1 / its shards of it) before the copy
+    stage_s = reshard_seconds(staging * (1 - 1 / (update.fsdp * update.tp)), hardware) if staged else 0.0
+    # a batch every (move + rollout) / L seconds from L groups sampling at once; the move's copy is off the
+    # update's path (pipeline.OffPolicyRollouts.after_update does not wait for it), its staging is not
+    step = max((phase_sums["rollout"] + reshard_s) / rollout_groups, phase_sums["update"] + stage_s)
+    prediction |= {"preflight_predicted_step_s": step, "preflight_stage_s": stage_s, "preflight_overlapped": True,
                    "preflight_memory_per_device_gb": memory, "preflight_fits": fits}
-    if overlapped:  # each side's peak, with the copies the weight move adds
-        # a rollout group's devices are never the update's: disjoint
-        staged = staging_copies(devices, rollout_devices, disjoint=True) is not None
-        staging = staging_bytes_per_device(reshard_bytes, parallel.resolve(devices), rollout or parallel, staged=staged)
-        prediction |= off_policy_memory(breakdowns, reshard_bytes, staging, hardware["memory_gb"])
-    return prediction
+    return prediction | off_policy_memory(breakdowns, reshard_bytes, staging, hardware["memory_gb"])
 
 
 def resolve_update_plan(hf_config: Mapping[str, Any], config: Any, mesh: Any, weight_bytes: float
