@@ -50,7 +50,7 @@ def test_auto_picks_the_fastest_predicted_split_that_fits_and_memory_moves_it():
     assert chosen is min(fitting, key=lambda c: c.step_s)
     for c in candidates:  # each predicted as it runs: max(the move + rollout, update) (the move is off the update's path)
         assert c.step_s == pytest.approx(max(c.rollout_s + c.prediction["preflight_reshard_s"],
-                                             c.update_s + c.prediction["preflight_stage_s"]))
+                                             c.update_s + c.prediction["preflight_stage_s"]))  # (a move < update)
     # a device too small for the chosen split's peak but not for another: the pick moves to the fastest that fits
     smaller = min((c for c in fitting if c.memory_gb < chosen.memory_gb), key=lambda c: c.step_s)
     budget = (smaller.memory_gb + chosen.memory_gb) / 2

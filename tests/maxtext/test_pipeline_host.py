@@ -178,3 +178,28 @@ def test_a_batch_sampled_before_its_take_hands_on_its_group_after_the_update_sta
     rollouts, _, _, _ = pipeline.take(4, 0, lambda: next(draws), last_step=4)
     assert rollouts.references == ["3", "3"]  # B_4 is the fourth draw
     pipeline.close()
+
+
+def test_a_failed_weight_move_is_raised_once_at_close_and_the_timer_threads_end():
+    pipeline, _, placements, _ = _pipeline(lag=1)
+    draws = _draws()
+    pipeline.take(1, 0, lambda: next(draws), last_step=4)
+    pipeline.start_next(1, lambda: next(draws), last_step=4)
+
+    placements[0].move = lambda params: _Failing()
+    pipeline.after_update(1, 1, last_step=4)
+    try:
+        pipeline.close()
+    except RuntimeError as error:
+        assert "copy failed" in str(error)
+    else:
+        raise AssertionError("close() did not raise the failed move")
+    pipeline.close()  # the runtime's cleanup closes again: nothing left to raise
+    assert pipeline._move_timer._shutdown and pipeline._update_timer._shutdown
+
+
+class _Failing:
+    """Moved weights whose copy fails (jax.block_until_ready raises)."""
+
+    def block_until_ready(self):
+        raise RuntimeError("the copy failed")

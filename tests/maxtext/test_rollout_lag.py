@@ -107,6 +107,11 @@ def test_l_groups_divide_the_predicted_rollout_and_the_search_tries_only_splits_
     assert two["preflight_stage_s"] == pytest.approx(reshard_seconds(1e8 / 2, hardware))
     assert two["preflight_predicted_step_s"] == pytest.approx(max((two["preflight_reshard_s"] + rollout_s) / 2,
         two["preflight_train_s"] + two.get("preflight_forward_s", 0.0) + two["preflight_stage_s"]))
+    # a move longer than the update bounds the step: one leaves the update devices per step
+    slow_move = predict_step(model.hf_config, hardware, parallel.resolve(2), 2, task, parallel.resolve(1), 1e13,
+                             rollout_devices=1, rollout_groups=2)
+    assert slow_move["preflight_predicted_step_s"] == pytest.approx(slow_move["preflight_reshard_s"])
+    assert slow_move["preflight_reshard_s"] > slow_move["preflight_train_s"] + slow_move["preflight_stage_s"]
     chosen, candidates = search(model, weights, hardware, parallel, task, "minimal", 4, groups=2)
     assert {c.rollout_devices for c in candidates} == {2} and chosen.name == "r2_g2_tp1_dp1"
     assert chosen.step_s == pytest.approx(max((chosen.prediction["preflight_reshard_s"] + chosen.rollout_s) / 2,

@@ -34,9 +34,9 @@ CPU_BASE = ("recipe=grpo_arithmetic_cpu hardware=cpu grpo.preflight=true hardwar
             "grpo.checkpoint.every=0")
 LOG_LINES = re.compile(r"auto candidate|auto ->|preflight:|rollout mesh|grpo: mesh")
 SUMMARY_KEYS = ("layout_search_choice", "rollout_groups", "micro_batch_size", "remat", "measured_step_s",
-                "preflight_predicted_step_s", "preflight_rollout_memory_gb", "preflight_update_memory_gb",
+                "preflight_predicted_step_s", "preflight_stage_s", "preflight_rollout_memory_gb", "preflight_update_memory_gb",
                 "aot_fallbacks", "staleness")
-STEP_KEYS = ("step_time_s", "rollout_time_s", "update_time_s", "reward_time_s", "reshard_time_s",
+STEP_KEYS = ("step_time_s", "rollout_time_s", "update_time_s", "reward_time_s", "prefetch_time_s", "reshard_time_s",
              "rollout_wait_time_s", "staleness")
 
 

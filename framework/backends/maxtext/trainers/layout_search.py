@@ -58,7 +58,8 @@ class Candidate:
         groups = f" in each of {self.groups} groups" if self.groups > 1 else ""
         return (f"{self.name}: step {self.step_s:.6g} s (rollout {self.rollout_s:.4g} s{groups}, "
                 f"update {self.update_s:.4g} s, "
-                f"move {self.prediction['preflight_reshard_s']:.3g} s), {self.memory_gb:.3g} GB/device"
+                f"move {self.prediction['preflight_reshard_s']:.3g} s, staging "
+                f"{self.prediction.get('preflight_stage_s', 0.0):.3g} s), {self.memory_gb:.3g} GB/device"
                 f"{'' if self.fits else ' (does not fit)'}")
 
     @property

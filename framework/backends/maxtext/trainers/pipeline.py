@@ -88,7 +88,8 @@ class OffPolicyRollouts:
     already; `after_update` starts moving the new weights to the group that submits next, without waiting (the
     sampler's program runs after the copy on the devices; a thread times it, the next after_update reports it).
     `watch` times the update's arrays on another thread, so host work inside the update's window (start_next,
-    prefetch) does not count as update time. Prompts are encoded, completions
+    prefetch) does not count as update time (but for the few ms the thread may wait for the GIL after the arrays
+    are ready while the host scores). Prompts are encoded, completions
     decoded and scored on the calling thread: the tokenizer is not shared with the sampling threads, and
     math-verify's timeouts (signal.alarm) work only in the main thread."""
 
@@ -185,8 +186,8 @@ class OffPolicyRollouts:
         """Start moving theta_step to group step mod L, which samples B_{step+L+1} (no move when that batch is past
         the last step: a resume rebuilds every group's weights from the checkpoint's). Returns the seconds of the
         move started by the previous call, which ran beside this update (done by now: it waits only if not)."""
-        reshard_s = sum(move.result() for move in self._moves)
-        self._moves = []
+        moves, self._moves = self._moves, []
+        reshard_s = sum(move.result() for move in moves)
         if step + self.lag < last_step:
             group = step % self.lag
             started = time.perf_counter()
@@ -240,12 +241,15 @@ class OffPolicyRollouts:
         self.next_step = checkpoint.step + 1
 
     def close(self) -> None:
-        for group in self.groups:
-            group.close()
-        for move in self._moves:  # a move that failed says so here
-            move.result()
-        self._move_timer.shutdown(wait=True)
-        self._update_timer.shutdown(wait=True)
+        moves, self._moves = self._moves, []
+        try:
+            for group in self.groups:
+                group.close()
+            for move in moves:  # a move that failed says so here, once
+                move.result()
+        finally:
+            self._move_timer.shutdown(wait=True)
+            self._update_timer.shutdown(wait=True)
 
 
 def _seconds_until_ready(tree: Any, started: float) -> float:

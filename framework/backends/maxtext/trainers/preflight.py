@@ -114,11 +114,13 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
     # a rollout group's devices are never the update's: disjoint
     staged = staging_copies(devices, rollout_devices, disjoint=True) is not None
     staging = staging_bytes_per_device(reshard_bytes, update, rollout or parallel, staged=staged)
-    # the staged layout is gathered among the update devices (each holds 1 / its shards of it) before the copy
+    # the staged layout is gathered among the update devices before the copy, each holding 1 / its shards of it
+    # (exact for one-device groups and layouts on other axes; an axis both split is charged though held locally)
     stage_s = reshard_seconds(staging * (1 - 1 / (update.fsdp * update.tp)), hardware) if staged else 0.0
     # a batch every (move + rollout) / L seconds from L groups sampling at once; the move's copy is off the
-    # update's path (pipeline.OffPolicyRollouts.after_update does not wait for it), its staging is not
-    step = max((phase_sums["rollout"] + reshard_s) / rollout_groups, phase_sums["update"] + stage_s)
+    # update's path (pipeline.OffPolicyRollouts.after_update does not wait for it), its staging is not; and one
+    # move leaves the update devices per step (after_update waits for the previous one)
+    step = max((phase_sums["rollout"] + reshard_s) / rollout_groups, phase_sums["update"] + stage_s, reshard_s)
     prediction |= {"preflight_predicted_step_s": step, "preflight_stage_s": stage_s, "preflight_overlapped": True,
                    "preflight_memory_per_device_gb": memory, "preflight_fits": fits}
     return prediction | off_policy_memory(breakdowns, reshard_bytes, staging, hardware["memory_gb"])
@@ -305,7 +307,6 @@ def off_policy_memory(breakdowns: Mapping[str, Mapping[str, float]], incoming_by
     host does not wait for the move (pipeline.OffPolicyRollouts.after_update), so the next update may start while
     the copy still leaves."""
     rollout_gb = max(sum(breakdowns[name].values()) for name in ROLLOUT_PHASES) + incoming_bytes / 1e9
-    train = breakdowns["train"]
     update_peak = max(sum(parts.values()) for name, parts in breakdowns.items() if name not in ROLLOUT_PHASES)
     update_gb = update_peak + staging_bytes / 1e9
     return {"preflight_rollout_memory_gb": rollout_gb, "preflight_update_memory_gb": update_gb,
