@@ -282,9 +282,7 @@ def _train_off_policy(pipeline, task, params, update, steps: int) -> tuple[list,
         stalenesses.append(timing["staleness"])
         params, opt_state, metrics = update.start(params, opt_state, None, _batch(
             rollouts, rollouts.behaviour_log_probs) | {"advantages": advantages})
-        updated = pipeline.watch(params, 0.0)
-        pipeline.start_next(step, lambda: next(draws), steps)
-        pipeline.prefetch(step + 1, steps, updated)
+        pipeline.during_update(step, params, lambda: next(draws), steps, 0.0)
         losses.append(metrics()["loss"])
         snapshots.append(jax.device_get(params))
         pipeline.after_update(step, params, steps)

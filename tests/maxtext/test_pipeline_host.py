@@ -11,6 +11,7 @@ import time
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 ROWS, PROMPT, NEW = 2, 3, 4
 
@@ -188,12 +189,8 @@ def test_a_failed_weight_move_is_raised_once_at_close_and_the_timer_threads_end(
 
     placements[0].move = lambda params: _Failing()
     pipeline.after_update(1, 1, last_step=4)
-    try:
+    with pytest.raises(RuntimeError, match="the copy failed"):
         pipeline.close()
-    except RuntimeError as error:
-        assert "copy failed" in str(error)
-    else:
-        raise AssertionError("close() did not raise the failed move")
     pipeline.close()  # the runtime's cleanup closes again: nothing left to raise
     assert pipeline._move_timer._shutdown and pipeline._update_timer._shutdown
 
@@ -203,3 +200,21 @@ class _Failing:
 
     def block_until_ready(self):
         raise RuntimeError("the copy failed")
+
+
+def test_during_the_update_the_next_batch_starts_and_the_one_after_is_scored_before_the_update_ends():
+    """The trainer's order (grpo._train_step): take B_t, dispatch update t, then during_update."""
+    pipeline, samplers, _, scored = _pipeline(lag=1)
+    draws = _draws()
+    pipeline.take(1, 0, lambda: next(draws), last_step=3)
+    pipeline.start_next(1, lambda: next(draws), last_step=3)
+    pipeline.groups[0].in_flight()  # B_2 sampled before its take: its group waits for during_update
+    pipeline.take(2, 0, lambda: next(draws), last_step=3)
+    assert not pipeline.groups[0].busy
+    update = threading.Event()
+    threading.Timer(0.3, update.set).start()
+    updated = pipeline.during_update(2, _Weights(1, update), lambda: next(draws), last_step=3,
+                                     started=time.perf_counter())
+    assert len(scored) == 3 and not updated.done()  # B_3 started, sampled and scored before update 2 ended
+    assert updated.result() >= 0.2
+    pipeline.close()

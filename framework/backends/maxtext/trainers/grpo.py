@@ -177,9 +177,7 @@ class GRPOTrainer(BaseTrainer):
                                                                         self.ref_params, arrays)
         updated = None
         if self.off_policy is not None:  # B_{step+L} starts; the host scores B_{step+1} while the devices update
-            updated = self.off_policy.watch(self.params, updating)
-            self.off_policy.start_next(step, self._draw, task.steps)
-            self.off_policy.prefetch(step + 1, task.steps, updated)
+            updated = self.off_policy.during_update(step, self.params, self._draw, task.steps, updating)
         metrics |= update_metrics()  # waits for the update
         jax.block_until_ready(self.params)
         update_s = updated.result() if updated is not None else time.perf_counter() - updating

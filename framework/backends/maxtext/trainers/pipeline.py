@@ -83,9 +83,9 @@ def group_devices(rollout_devices: list, rollout_lag: int) -> list[list]:
 
 class OffPolicyRollouts:
     """The trainer's side of grpo.rollout_lag=L (the module doc), one sampler and placement per rollout group:
-    `take(step, ...)` gives the batch step `step` trains on and starts sampling B_{step+L}; `prefetch(step + 1)`,
-    called while the update computes, does the host's work on the next batch (decoding, `score`) if it is sampled
-    already; `after_update` starts moving the new weights to the group that submits next, without waiting (the
+    `take(step, ...)` gives the batch step `step` trains on; `during_update` (start_next, then prefetch), called
+    while the update computes, starts sampling B_{step+L} and does the host's work on the next batch (decoding,
+    `score`) if it is sampled by then; `after_update` starts moving the new weights to the group that submits next, without waiting (the
     sampler's program runs after the copy on the devices; a thread times it, the next after_update reports it).
     `watch` times the update's arrays on another thread, so host work inside the update's window (start_next,
     prefetch) does not count as update time (but for the few ms the thread may wait for the GIL after the arrays
@@ -104,7 +104,7 @@ class OffPolicyRollouts:
         self.next_step = 0  # the batch the next take returns: the oldest in flight
         self._move_timer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weight-move")
         self._update_timer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="update-wait")
-        self._moves: list[Future] = []  # the seconds of the weight move started by the last after_update
+        self._move: Future | None = None  # the seconds of the weight move started by the last after_update
 
     def _group(self, batch: int) -> int:
         return (batch - 1) % self.lag
@@ -155,6 +155,16 @@ class OffPolicyRollouts:
         if batch <= last_step and not self.groups[self._group(batch)].busy:
             self._submit(batch, draw)
 
+    def during_update(self, step: int, params: Any, draw: Callable[[], tuple], last_step: int,
+                      started: float) -> Future:
+        """The host's part while update `step` computes on the devices (`params`, its new weights, dispatched at
+        `started`): B_{step+L} starts, then B_{step+1} is decoded and scored if it lands before the update ends.
+        Returns the update's seconds from dispatch to ready (`watch`)."""
+        updated = self.watch(params, started)
+        self.start_next(step, draw, last_step)
+        self.prefetch(step + 1, last_step, updated)
+        return updated
+
     def watch(self, tree: Any, started: float) -> Future:
         """The seconds from `started` until the arrays of `tree` are ready (the update's, timed beside the host's
         other work), on a thread of its own."""
@@ -186,14 +196,14 @@ class OffPolicyRollouts:
         """Start moving theta_step to group step mod L, which samples B_{step+L+1} (no move when that batch is past
         the last step: a resume rebuilds every group's weights from the checkpoint's). Returns the seconds of the
         move started by the previous call, which ran beside this update (done by now: it waits only if not)."""
-        moves, self._moves = self._moves, []
-        reshard_s = sum(move.result() for move in moves)
+        move, self._move = self._move, None
+        reshard_s = move.result() if move is not None else 0.0
         if step + self.lag < last_step:
             group = step % self.lag
             started = time.perf_counter()
             self.policies[group] = self.placements[group].move(params)
             self.versions[group] = step
-            self._moves.append(self._move_timer.submit(_seconds_until_ready, self.policies[group], started))
+            self._move = self._move_timer.submit(_seconds_until_ready, self.policies[group], started)
         return {"reshard_time_s": reshard_s}
 
     def settle(self) -> None:
@@ -241,11 +251,11 @@ class OffPolicyRollouts:
         self.next_step = checkpoint.step + 1
 
     def close(self) -> None:
-        moves, self._moves = self._moves, []
+        move, self._move = self._move, None
         try:
             for group in self.groups:
                 group.close()
-            for move in moves:  # a move that failed says so here, once
+            if move is not None:  # a move that failed says so here, once
                 move.result()
         finally:
             self._move_timer.shutdown(wait=True)

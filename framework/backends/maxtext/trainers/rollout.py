@@ -100,11 +100,9 @@ class RolloutPlacement:
 
     def policy(self, params: Any) -> tuple[Any, float]:
         """The params in the rollout layout and the seconds the resharding took (blocked until ready)."""
-        if self.same_as_update:
-            return params, 0.0
         started = time.perf_counter()
-        moved = jax.block_until_ready(self._move(params))
-        return moved, time.perf_counter() - started
+        moved = jax.block_until_ready(self.move(params))
+        return moved, 0.0 if self.same_as_update else time.perf_counter() - started
 
 
 def group_placements(layout: ParallelConfig, groups: list[list], update_mesh: Mesh, boxed_params: Any,
