@@ -28,6 +28,7 @@ from framework.backends.maxtext.sharding import LogicalRules, constrain
 
 Array = jax.Array
 _KERNEL_INIT = nn.initializers.normal(stddev=0.02)  # HF initializer_range; real weights are loaded
+LOGITS_AXES = ("activation_batch", "activation_length", "activation_vocab")
 
 
 @flax.struct.dataclass
@@ -297,8 +298,7 @@ class Transformer(nn.Module):
             logits = self.embed_tokens.attend(hidden)
         else:
             logits = self.lm_head(hidden)
-        return constrain(logits.astype(jnp.float32), ("activation_batch", "activation_length", "activation_vocab"),
-                         self.mesh, self.rules)
+        return constrain(logits.astype(jnp.float32), LOGITS_AXES, self.mesh, self.rules)
 
 
 def _row_rotations(lead: Array, length: int) -> tuple[Array, Array]:

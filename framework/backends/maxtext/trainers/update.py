@@ -8,6 +8,7 @@ forward passes taken before the first update.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import jax
@@ -20,8 +21,9 @@ from framework.tasks.common import OptimizerConfig
 from framework.tasks.grpo import GRPOTask
 from framework.backends.maxtext.grpo.loss import grpo_loss, masked_mean
 from framework.backends.maxtext.models.rope import positions_from_mask
-from framework.backends.maxtext.models.transformer import Transformer
-from framework.backends.maxtext.sharding import LogicalRules, put
+from framework.backends.maxtext.models.transformer import LOGITS_AXES, Transformer
+from framework.backends.maxtext.models.vocab_projection import head_kernel, target_log_probs
+from framework.backends.maxtext.sharding import LogicalRules, constrain, put
 from framework.core.errors import DataError
 
 Array = jax.Array
@@ -34,7 +36,7 @@ def completion_log_probs(model: Transformer, params: Any, input_ids: Array, atte
     """Log-prob of each completion token and the policy's entropy there, both float32 [B, T].
 
     `input_ids` is [B, P + T]: prompts, then completions. Only the T completion positions go
-    through the vocabulary projection, `chunk_size` positions at a time and rematerialised in the
+    through the vocabulary projection, `chunk_size` positions at a time and recomputed in the
     backward pass, so at most [B, chunk_size, V] logits are alive. With completion_length = L - 1 it is
     the log-prob of every next token of the sequence.
     """
@@ -49,13 +51,13 @@ def completion_log_probs(model: Transformer, params: Any, input_ids: Array, atte
     hidden = jnp.pad(hidden, ((0, 0), (0, padded - completion_length), (0, 0)))
     targets = jnp.pad(targets, ((0, 0), (0, padded - completion_length)))
 
-    @jax.checkpoint
+    kernel = head_kernel(model.config, params)
+    layout = functools.partial(constrain, logical_axes=LOGITS_AXES, mesh=model.mesh, rules=model.rules)
+
     def chunk_stats(hidden_chunk: Array, target_chunk: Array) -> tuple[Array, Array]:
-        logits = model.apply({"params": params}, hidden_chunk, method=Transformer.logits) / temperature
-        log_z = jax.nn.logsumexp(logits, axis=-1)
-        picked = jnp.take_along_axis(logits, target_chunk[..., None], axis=-1)[..., 0]
-        entropy = log_z - jnp.sum(jax.nn.softmax(logits, axis=-1) * logits, axis=-1)
-        return picked - log_z, jax.lax.stop_gradient(entropy)
+        # The backward recomputes the chunk's logits (models/vocab_projection.py): at most one chunk's are alive.
+        log_probs, entropy = target_log_probs(hidden_chunk, kernel, target_chunk, temperature, layout)
+        return log_probs, jax.lax.stop_gradient(entropy)
 
     def by_chunk(x: Array) -> Array:
         return x.reshape(batch, padded // chunk, chunk, *x.shape[2:]).swapaxes(0, 1)
