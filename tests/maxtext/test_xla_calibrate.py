@@ -114,3 +114,13 @@ def test_a_layouts_file_without_its_remat_takes_the_one_given():
     path = REPO_ROOT / "framework/backends/maxtext/benchmarks/results/h200x2_2026-11-26_s10_callB/layouts_2gpu_mb128.json"
     assert {report["remat"] for _, report in runs(path)} == {"none"}
     assert {report["remat"] for _, report in runs(path, "full")} == {"full"}
+
+
+def test_other_models_replace_the_plans_models_and_are_held_out_as_whole_steps():
+    plan = xla_calibrate.with_models(xla_calibrate.FULL, ["qwen2_5_1_5b_instruct"])
+    assert plan["models"] == {"qwen2_5_1_5b_instruct": ("qwen2_5_1_5b_instruct", None)}
+    (name, (conf_name, layers), cases), = plan["held_out"]
+    assert (name, conf_name, layers) == ("qwen2_5_1_5b_instruct", "qwen2_5_1_5b_instruct", None)
+    assert {c["mode"] for c in cases} == {"prefill", "decode"}
+    assert plan["workloads"] == xla_calibrate.FULL["workloads"]  # the same calibration points
+    assert xla_calibrate.model_config(conf_name, layers)["hidden_size"] == 1536
