@@ -124,3 +124,20 @@ def test_other_models_replace_the_plans_models_and_are_held_out_as_whole_steps()
     assert {c["mode"] for c in cases} == {"prefill", "decode"}
     assert plan["workloads"] == xla_calibrate.FULL["workloads"]  # the same calibration points
     assert xla_calibrate.model_config(conf_name, layers)["hidden_size"] == 1536
+
+
+def test_a_run_with_its_own_rollout_devices_is_predicted_overlapped():
+    """A run.py GRPO run that decoded on devices of its own (grpo.rollout_lag=1, placement separate) is re-predicted
+    as the preflight predicts it: the rollout on its mesh beside the update, the step about the longer phase."""
+    from pathlib import Path
+
+    from framework.backends.maxtext.benchmarks.xla_repredict import phases, runs
+    from framework.core.paths import REPO_ROOT
+
+    run_dir = REPO_ROOT / "framework/backends/maxtext/benchmarks/results/h200x4_2026-11-27_s15_pipeline/call5/q15b/lag1_1_5b"
+    [(_, report)] = runs(Path(run_dir / "summary.json"))
+    assert (report["devices"], report["rollout_devices"], report["rollout_groups"]) == (2, 2, 1)
+    assert report["rollout_mesh"] == {"data": 2, "fsdp": 1, "expert": 1, "tensor": 1}
+    predicted = phases(report, None)
+    assert max(predicted["rollout_s"], predicted["update_s"]) <= predicted["step_s"]
+    assert predicted["step_s"] < 0.9 * (predicted["rollout_s"] + predicted["update_s"])  # overlapped, not summed

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -39,24 +40,33 @@ def runs(path: Path, remat: str | None = None) -> list[tuple[str, dict]]:
 
 
 def run_report(run_dir: Path) -> dict:
-    """A GRPO run's shapes (its config.yaml) and phase times (the median over steps after the first,
-    which compiles) in a grpo_step report's keys. Its layout must be one device (the meshes are not kept)."""
+    """A GRPO run's shapes (its config.yaml), meshes (its shardings.json) and phase times (the median over steps
+    after the first, which compiles) in a grpo_step report's keys. A run whose rollout decodes on devices of its
+    own (parallel.rollout.placement=separate) also gives how many per group and the groups (grpo.rollout_lag)."""
     from omegaconf import OmegaConf
 
     summary = json.loads((run_dir / "summary.json").read_text())
     if summary["world_size"] != 1:
-        raise SystemExit(f"{run_dir}: only one-device runs are re-predicted from a summary")
+        raise SystemExit(f"{run_dir}: only single-process runs are re-predicted from a summary")
     config = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
     grpo, metrics = config["grpo"], summary["result"]["metrics"]
+    if not (run_dir / "shardings.json").exists():
+        raise SystemExit(f"{run_dir}: no shardings.json (the run's meshes); cannot tell its layout")
+    meshes = json.loads((run_dir / "shardings.json").read_text())
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     timed = [row for row in steps if "step_time_s" in row][1:]
     measured = {phase: statistics.median(row[f"{phase[:-2]}_time_s"] for row in timed)
                 for phase in ("rollout_s", "update_s", "step_s")}
-    return {"model": summary["model"], "hardware": summary["hardware"], "devices": 1,
-            "prompts": grpo["prompts_per_step"], "generations": grpo["num_generations"],
-            "prompt_tokens": grpo["max_prompt_tokens"], "new_tokens": grpo["max_new_tokens"],
-            "micro_batch": metrics["micro_batch_size"], "dtype": grpo["compute_dtype"],
-            "remat": metrics.get("remat", config["backend"]["adapter"]["remat"]), **measured}
+    report = {"model": summary["model"], "hardware": summary["hardware"], "devices": math.prod(meshes["mesh"].values()),
+              "update_mesh": meshes["mesh"], "rollout_mesh": meshes["rollout_mesh"],
+              "prompts": grpo["prompts_per_step"], "generations": grpo["num_generations"],
+              "prompt_tokens": grpo["max_prompt_tokens"], "new_tokens": grpo["max_new_tokens"],
+              "micro_batch": metrics["micro_batch_size"], "dtype": grpo["compute_dtype"],
+              "remat": metrics.get("remat", config["backend"]["adapter"]["remat"]), **measured}
+    if (config["parallel"].get("rollout") or {}).get("placement") == "separate":
+        groups = max(1, grpo.get("rollout_lag", 0))
+        report.update(rollout_groups=groups, rollout_devices=math.prod(meshes["rollout_mesh"].values()))
+    return report
 
 
 def parallel_of(mesh: dict | None):
@@ -76,14 +86,34 @@ def phases(report: dict, table: str | None) -> dict:
                               micro_batch=report["micro_batch"], dtype=report["dtype"])
     hardware = {**load_conf("hardware", report["hardware"])["hardware"]}
     hardware["efficiency_table"] = {**hardware["efficiency_table"], "xla": table}
-    update = parallel_of(report.get("update_mesh"))
-    prediction = predict_step(load_conf("model", report["model"])["hf_config"], hardware, update,
-                              report.get("devices", 1), grpo_task(args), parallel_of(report.get("rollout_mesh")),
-                              remat=report.get("remat", "none"))
+    update, rollout_layout = parallel_of(report.get("update_mesh")), parallel_of(report.get("rollout_mesh"))
+    hf_config, task = load_conf("model", report["model"])["hf_config"], grpo_task(args)
+    separate = {}
+    if "rollout_groups" in report:  # decoding on devices of its own while the update trains: the preflight's overlap
+        separate = {"reshard_bytes": moved_bytes(hf_config, task, update, rollout_layout),
+                    "rollout_devices": report["rollout_devices"], "rollout_groups": report["rollout_groups"]}
+    prediction = predict_step(hf_config, hardware, update, report.get("devices", 1), task, rollout_layout,
+                              remat=report.get("remat", "none"), **separate)
     rollout = prediction["preflight_prefill_s"] + prediction["preflight_decode_s"]
     update_s = prediction["preflight_train_s"] + prediction.get("preflight_forward_s", 0.0)
-    return {"rollout_s": rollout, "update_s": update_s,
-            "step_s": rollout + update_s + report.get("preflight_reshard_s", 0.0)}
+    step = prediction["preflight_predicted_step_s"] if separate else rollout + update_s + report.get(
+        "preflight_reshard_s", 0.0)
+    return {"rollout_s": rollout, "update_s": update_s, "step_s": step}
+
+
+def moved_bytes(hf_config: dict, task, update, rollout) -> float:
+    """What each rollout device receives per step (as the layout search counts it for a separate rollout)."""
+    from flax import linen as nn
+
+    from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params
+    from framework.backends.maxtext.sharding import tree_bytes
+    from framework.backends.maxtext.trainers.layout_search import _mesh
+    from framework.backends.maxtext.trainers.preflight import reshard_bytes_per_device, rollout_weight_bytes
+
+    model = ModelConfig.from_hf_config(hf_config, param_dtype=task.param_dtype, dtype=task.compute_dtype)
+    weight_bytes = tree_bytes(nn.unbox(abstract_params(Transformer(model))))
+    return reshard_bytes_per_device(rollout_weight_bytes(model, weight_bytes), _mesh(update), _mesh(rollout),
+                                    separate=True)
 
 
 def repredict(files: list[str], table: str, remat_of: dict[str, str] | None = None) -> dict:
