@@ -113,7 +113,7 @@ def simulate(
     a chunked loss projects at a time), loss_len (train: the last positions of each sequence the loss
     takes logits of; None = all), dtype (bf16 | fp8 | fp32), zero (shard optimizer states over dp)."""
     hw = hardware_spec(hardware, stack)
-    result, graph, ctx = _prepare(hf_config, hw, layout, workload, stack)
+    result, graph, ctx = _prepare(hf_config, hw, layout, workload, stack, {})
     return result if ctx is None else _finish(result, graph, hw, ctx)
 
 
@@ -137,8 +137,8 @@ def simulate_many(
     if len(workloads) != len(layouts):
         raise ConfigError(f"simulate_many: {len(layouts)} layouts but {len(workloads)} workloads; give one "
                           "workload or one per layout")
-    hw = hardware_spec(hardware, stack)
-    prepared = [_prepare(hf_config, hw, layout, workload, stack) for layout, workload in zip(layouts, workloads)]
+    hw, graphs = hardware_spec(hardware, stack), {}
+    prepared = [_prepare(hf_config, hw, layout, workload, stack, graphs) for layout, workload in zip(layouts, workloads)]
     by_graph: dict[int, tuple] = {}
     for _, graph, ctx in prepared:
         if ctx is not None:
@@ -150,12 +150,14 @@ def simulate_many(
 
 
 def _prepare(
-    hf_config: Mapping, hw: HardwareSpec, layout: Mapping, workload: Mapping, stack: str
+    hf_config: Mapping, hw: HardwareSpec, layout: Mapping, workload: Mapping, stack: str, graphs: dict
 ) -> tuple[SimResult, ComputationalGraph, Context | None]:
-    """The parsed call: its result (final when the layout cannot run the model: no context), graph and context."""
+    """The parsed call: its result (final when the layout cannot run the model: no context), graph and context.
+    `graphs` keeps the (graph, parameter counts) of each mode for the calls of one sweep (one config's key each)."""
     parsed_layout = parse_layout(layout)
     parsed_workload = parse_workload(workload)
-    graph, counts = graph_and_counts(hf_config, parsed_workload.mode, stack)
+    graph, counts = graphs.get(parsed_workload.mode) or graphs.setdefault(
+        parsed_workload.mode, graph_and_counts(hf_config, parsed_workload.mode, stack))
     result = SimResult(
         status="ok",
         reason="",
