@@ -20,7 +20,7 @@ from sims.builders import build_graph, graph_and_counts
 from sims.calculator import OP_CLASS, Context, op_cost
 from sims.hardware import HardwareSpec, hardware_spec
 from sims.ir import ComputationalGraph
-from sims.memory import estimate_memory
+from sims.memory import activations_together, estimate_memory
 from sims.step import estimate_step, sum_stages_together
 from sims.vector_cost import cost_together
 from sims.stacks import DEFAULT_STACK
@@ -126,8 +126,8 @@ def simulate_many(
 ) -> list[SimResult]:
     """`simulate` for each layout of a sweep (with one workload, or the workload at the same position of
     `workloads`), costing them together: the hardware spec is parsed once, every binding of the ops (tp, ep,
-    dims per micro-batch, dtype, mode) is costed in one array pass (whatever its plan) and their stage sums in one
-    per plan and pipeline split. Each result equals the one
+    dims per micro-batch, dtype, mode) is costed in one array pass (whatever its plan), their stage sums in one
+    per pipeline split, and their activation memory in one per pipeline split. Each result equals the one
     `simulate` returns for its layout alone; bad input raises the ConfigError that call would."""
     if isinstance(layouts, (Mapping, str)) or isinstance(workloads, str):
         raise ConfigError("simulate_many: layouts is a list of layouts ({'tp': .., 'dp': ..}) and workloads one "
@@ -146,6 +146,7 @@ def simulate_many(
     for graph, contexts in by_graph.values():
         cost_together(graph, contexts)
         sum_stages_together(graph, contexts)
+        activations_together(graph, contexts)
     return [result if ctx is None else _finish(result, graph, hw, ctx) for result, graph, ctx in prepared]
 
 
