@@ -49,10 +49,14 @@ class Plan:
     def __post_init__(self):  # what every binding would otherwise look up again
         self.tokens = self.columns.column(TOKENS)
         self.has_experts, self.has_comm = bool(self.expert_bytes.any()), bool(self.columns.comm.any())
-        # the per-node arrays as (1 x node) rows: numpy combines one binding's (1 x node) arrays with them at the
-        # speed of equal shapes (with a 1-d array, at that of a broadcast), and a (binding x node) array as fast
-        self.rows = SimpleNamespace(**{name: getattr(self, name)[None] for name in PER_NODE})
         self.comm_row = self.columns.comm[None]
+
+    @cached_property
+    def rows(self) -> SimpleNamespace:
+        """The per-node arrays as (1 x node) rows, for bindings of this plan alone: numpy combines one binding's
+        (1 x node) arrays with them at the speed of equal shapes (with a 1-d array, at that of a broadcast), and a
+        (binding x node) array as fast. A sweep's bindings of several plans stack the plans' arrays instead."""
+        return SimpleNamespace(**{name: getattr(self, name)[None] for name in PER_NODE})
 
     def cost(self, ctx: Context) -> "Costs":
         return self.cost_many([ctx])[0]
