@@ -60,14 +60,15 @@ def _stage_parts(graph: ComputationalGraph, ctx: Context) -> dict[str, list[floa
 
 
 def _activations(graph: ComputationalGraph, ctx: Context) -> list[float]:
-    """Activation bytes per stage, kept with the binding's costs (with what else they depend on in the key)."""
+    """Activation bytes per stage, kept with the binding's costs (with what else they depend on in the key), and
+    computed once for the bindings of every ep (the same activations: _MEMO)."""
     costs, key = costs_for(graph, ctx), _activations_key(ctx)
     activations = costs.derived.get(key)
     if activations is None:
-        if ctx.workload.mode == "train":
-            activations = costs.derived[key] = _training_activation_bytes(graph, ctx)
-        else:
-            activations = costs.derived[key] = _inference_activation_bytes(graph, ctx)
+        layout, w = ctx.layout, ctx.workload
+        any_ep = (*key, layout.tp, *ctx.dims.values(), w.dtype, w.mode)
+        compute = _training_activation_bytes if w.mode == "train" else _inference_activation_bytes
+        activations = costs.derived[key] = _MEMO.get(graph, any_ep, lambda: compute(graph, ctx))
     return activations
 
 
