@@ -63,8 +63,9 @@ def pass_multipliers(graph: ComputationalGraph, workload: Workload) -> np.ndarra
     if workload.mode != "train":
         return np.ones(len(graph.nodes))
     cols = columns(graph)
-    kept = np.isin(cols.op_types, workload.recompute_keeps)
-    recompute = workload.recompute & (cols.attrs["in_layer"] > 0) & ~kept
+    recompute = workload.recompute & (cols.attrs["in_layer"] > 0)
+    for kept in workload.recompute_keeps:
+        recompute = recompute & ~cols.mask(kept)
     return 1.0 + np.where(cols.comm, 1.0, TRAIN_BACKWARD_FACTOR) + recompute
 
 
