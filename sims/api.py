@@ -20,7 +20,7 @@ from sims.builders import build_graph, graph_and_counts
 from sims.calculator import OP_CLASS, Context, op_cost
 from sims.hardware import HardwareSpec, hardware_spec
 from sims.ir import ComputationalGraph
-from sims.memory import estimate_memory
+from sims.memory import activations_together, estimate_memory
 from sims.step import estimate_step, sum_stages_together
 from sims.vector_cost import cost_together
 from sims.stacks import DEFAULT_STACK
@@ -113,7 +113,7 @@ def simulate(
     a chunked loss projects at a time), loss_len (train: the last positions of each sequence the loss
     takes logits of; None = all), dtype (bf16 | fp8 | fp32), zero (shard optimizer states over dp)."""
     hw = hardware_spec(hardware, stack)
-    result, graph, ctx = _prepare(hf_config, hw, layout, workload, stack)
+    result, graph, ctx = _prepare(hf_config, hw, layout, workload, stack, {})
     return result if ctx is None else _finish(result, graph, hw, ctx)
 
 
@@ -126,8 +126,8 @@ def simulate_many(
 ) -> list[SimResult]:
     """`simulate` for each layout of a sweep (with one workload, or the workload at the same position of
     `workloads`), costing them together: the hardware spec is parsed once, every binding of the ops (tp, ep,
-    dims per micro-batch, dtype, mode) is costed in one array pass (whatever its plan) and their stage sums in one
-    per plan and pipeline split. Each result equals the one
+    dims per micro-batch, dtype, mode) is costed in one array pass (whatever its plan), their stage sums in one
+    per pipeline split, and their activation memory in one per pipeline split. Each result equals the one
     `simulate` returns for its layout alone; bad input raises the ConfigError that call would."""
     if isinstance(layouts, (Mapping, str)) or isinstance(workloads, str):
         raise ConfigError("simulate_many: layouts is a list of layouts ({'tp': .., 'dp': ..}) and workloads one "
@@ -137,8 +137,8 @@ def simulate_many(
     if len(workloads) != len(layouts):
         raise ConfigError(f"simulate_many: {len(layouts)} layouts but {len(workloads)} workloads; give one "
                           "workload or one per layout")
-    hw = hardware_spec(hardware, stack)
-    prepared = [_prepare(hf_config, hw, layout, workload, stack) for layout, workload in zip(layouts, workloads)]
+    hw, graphs = hardware_spec(hardware, stack), {}
+    prepared = [_prepare(hf_config, hw, layout, workload, stack, graphs) for layout, workload in zip(layouts, workloads)]
     by_graph: dict[int, tuple] = {}
     for _, graph, ctx in prepared:
         if ctx is not None:
@@ -146,16 +146,19 @@ def simulate_many(
     for graph, contexts in by_graph.values():
         cost_together(graph, contexts)
         sum_stages_together(graph, contexts)
+        activations_together(graph, contexts)
     return [result if ctx is None else _finish(result, graph, hw, ctx) for result, graph, ctx in prepared]
 
 
 def _prepare(
-    hf_config: Mapping, hw: HardwareSpec, layout: Mapping, workload: Mapping, stack: str
+    hf_config: Mapping, hw: HardwareSpec, layout: Mapping, workload: Mapping, stack: str, graphs: dict
 ) -> tuple[SimResult, ComputationalGraph, Context | None]:
-    """The parsed call: its result (final when the layout cannot run the model: no context), graph and context."""
+    """The parsed call: its result (final when the layout cannot run the model: no context), graph and context.
+    `graphs` keeps the (graph, parameter counts) of each mode for the calls of one sweep (one config's key each)."""
     parsed_layout = parse_layout(layout)
     parsed_workload = parse_workload(workload)
-    graph, counts = graph_and_counts(hf_config, parsed_workload.mode, stack)
+    graph, counts = graphs.get(parsed_workload.mode) or graphs.setdefault(
+        parsed_workload.mode, graph_and_counts(hf_config, parsed_workload.mode, stack))
     result = SimResult(
         status="ok",
         reason="",

@@ -50,25 +50,68 @@ _MEMO = GraphCache(maxsize=16384)
 def _stage_parts(graph: ComputationalGraph, ctx: Context) -> dict[str, list[float]]:
     """Bytes per component on one device of each pipeline stage."""
     layout, workload = ctx.layout, ctx.workload
-    io_key = (layout.tp, *ctx.dims.values(), workload.mode, workload.dtype, layout.pp)
-    weights = _weight_bytes(graph, ctx)
+    weights, activations = _weight_bytes(graph, ctx), _activations(graph, ctx)
     if workload.mode != "train":
-        return {
-            "weights": weights,
-            "kv_cache": _kv_cache_bytes(graph, ctx),
-            "activations": _MEMO.get(graph, ("largest", io_key), lambda: _inference_activation_bytes(graph, ctx)),
-        }
+        return {"weights": weights, "kv_cache": _kv_cache_bytes(graph, ctx), "activations": activations}
     replicas = layout.dp if workload.zero else None  # only zero shards the state over dp
     state_key = ("state", layout.tp, layout.ep, layout.pp, replicas, workload.dtype)
     gradients, optimizer = _MEMO.get(graph, state_key, lambda: _training_state_bytes(graph, layout, workload))
-    return {
-        "weights": weights,
-        "gradients": gradients,
-        "optimizer": optimizer,
-        "activations": _MEMO.get(graph, ("train", io_key, workload.microbatches, workload.recompute,
-                                           workload.recompute_keeps, workload.logits_chunk, workload.loss_len),
-                                 lambda: _training_activation_bytes(graph, ctx)),
-    }
+    return {"weights": weights, "gradients": gradients, "optimizer": optimizer, "activations": activations}
+
+
+def _activations(graph: ComputationalGraph, ctx: Context) -> list[float]:
+    """Activation bytes per stage, kept with the binding's costs (with what else they depend on in the key), and
+    computed once for the bindings of every ep (the same activations: _MEMO)."""
+    costs, key = costs_for(graph, ctx), _activations_key(ctx)
+    activations = costs.derived.get(key)
+    if activations is None:
+        layout, w = ctx.layout, ctx.workload
+        any_ep = (*key, layout.tp, *ctx.dims.values(), w.dtype, w.mode)
+        compute = _training_activation_bytes if w.mode == "train" else _inference_activation_bytes
+        activations = costs.derived[key] = _MEMO.get(graph, any_ep, lambda: compute(graph, ctx))
+    return activations
+
+
+def _activations_key(ctx: Context) -> tuple:
+    w = ctx.workload
+    if w.mode != "train":
+        return ("activations", ctx.layout.pp)
+    return ("activations", ctx.layout.pp, w.microbatches, w.recompute, w.recompute_keeps, w.logits_chunk, w.loss_len)
+
+
+def activations_together(graph: ComputationalGraph, contexts: list[Context]) -> None:
+    """The activation bytes per stage of costed contexts (vector_cost.cost_together) not derived yet, those of one
+    pipeline split computed together as (binding x stage) arrays (api.simulate_many): the same elementwise
+    operations, maxima and matrix-vector products per binding as _inference_activation_bytes and
+    _training_activation_bytes (which a recomputing layer still takes per binding), so each equals it alone."""
+    groups: dict[int, dict[tuple, Context]] = {}
+    for ctx in contexts:
+        key = _activations_key(ctx)
+        if key not in ctx.costs.derived:
+            if ctx.workload.recompute and ctx.workload.mode == "train":
+                _activations(graph, ctx)
+            else:
+                groups.setdefault(ctx.layout.pp, {}).setdefault((id(ctx.costs), key), ctx)
+    for pp, members in groups.items():
+        members = list(members.values())
+        for ctx, activations in zip(members, _activations_of_split(graph, pp, members)):
+            ctx.costs.derived[_activations_key(ctx)] = activations
+
+
+def _activations_of_split(graph: ComputationalGraph, pp: int, contexts: list[Context]) -> list[list[float]]:
+    split, costs = stage_split(graph, pp), [ctx.costs for ctx in contexts]
+    head = columns(graph).index.get("lm_head")
+    heads = np.array([head is not None and bool(counts[head]) for counts in split.counts])
+    logits = np.where(heads, np.array([_logits_per_device(graph, ctx) for ctx in contexts])[:, None], 0.0)
+    act_bytes = np.array([ctx.precision.act_bytes for ctx in contexts])[:, None]
+    inputs = np.stack([c.inputs for c in costs])
+    if contexts[0].workload.mode != "train":
+        io = inputs + np.stack([c.outputs for c in costs])
+        largest = (split.runs * io[:, None, :]).max(axis=2) if pp > 1 else io.max(axis=1)[:, None]
+        return (largest * act_bytes + logits * LOGITS_BYTES).tolist()
+    per_micro_batch = (split.matrix @ inputs[:, :, None])[..., 0]
+    held = np.minimum(pp - np.arange(pp), np.array([ctx.workload.microbatches for ctx in contexts])[:, None])
+    return ((held * per_micro_batch + 0.0) * act_bytes + logits * LOGITS_BYTES).tolist()
 
 
 def _training_state_bytes(graph: ComputationalGraph, layout: Layout, workload: Workload) -> tuple[list, list]:
@@ -95,17 +138,19 @@ def _expert_split(layout: Layout) -> int:
 def _stage_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float, float, float, float]]:
     """Per stage: (non-expert, non-expert GEMM, other, all experts) parameters one device holds, the
     experts before _expert_split. Tp-split weights split by tp_split, the rest whole; a tied lm_head
-    shares the embedding's storage when both sit on one device (pp = 1)."""
-    key = ("params", layout.tp, layout.pp)
-    return _MEMO.get(graph, key, lambda: _count_stage_params(graph, layout))
+    shares the embedding's storage when both sit on one device (pp = 1). Counted for every tp size at once."""
+    sizes = columns(graph).sizes_with(layout.tp)
+    every_tp = _MEMO.get(graph, ("params", sizes, layout.pp), lambda: _count_stage_params(graph, sizes, layout.pp))
+    return every_tp[sizes.index(layout.tp)]
 
 
-def _count_stage_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float, float, float, float]]:
-    cols = columns(graph)
-    apart = layout.pp > 1 and bool(cols.attrs["tied"].any())  # a tied lm_head stored on its own
-    sizes = cols.sizes_with(layout.tp)
+def _count_stage_params(graph: ComputationalGraph, sizes: tuple[int, ...],
+                        pp: int) -> list[list[tuple[float, float, float, float]]]:
+    """_stage_params of every tp in `sizes`: one matmul over the (tp x node x kind) stack, which numpy runs as the
+    same matrix product per tp as for a tp alone (so each equals it bit for bit)."""
+    apart = pp > 1 and bool(columns(graph).attrs["tied"].any())  # a tied lm_head stored on its own
     by_kind = _MEMO.get(graph, ("param kinds", sizes, apart), lambda: _param_kinds(graph, sizes, apart))
-    return [tuple(stage) for stage in (stage_split(graph, layout.pp).matrix @ by_kind[sizes.index(layout.tp)]).tolist()]
+    return [[tuple(stage) for stage in per_tp] for per_tp in (stage_split(graph, pp).matrix @ by_kind).tolist()]
 
 
 def _param_kinds(graph: ComputationalGraph, tp_sizes: tuple[int, ...], tied_apart: bool) -> np.ndarray:
@@ -221,10 +266,14 @@ _LAYER_KINDS = GraphCache(maxsize=256)
 def _logits_elements(graph: ComputationalGraph, ctx: Context) -> list[float]:
     """fp32 logits elements per stage: on the stage that runs lm_head; a chunked loss (logits_chunk)
     holds one chunk of positions per sequence at a time."""
-    head = columns(graph).index.get("lm_head")
+    head, logits = columns(graph).index.get("lm_head"), _logits_per_device(graph, ctx)
+    return [logits if head is not None and counts[head] else 0.0 for counts in stage_counts(graph, ctx.layout.pp)]
+
+
+def _logits_per_device(graph: ComputationalGraph, ctx: Context) -> float:
     logits = ctx.dims["logit_tokens"] * graph.meta["vocab_size"] / ctx.tp
     chunk = ctx.workload.logits_chunk
     if ctx.workload.mode == "train" and chunk is not None:
         positions = loss_positions(ctx.workload)
         logits *= min(chunk, positions) / positions
-    return [logits if head is not None and counts[head] else 0.0 for counts in stage_counts(graph, ctx.layout.pp)]
+    return logits

@@ -58,6 +58,17 @@ def passes(node: OpNode, workload: Workload, num_layers: int) -> tuple[float, fl
     return 1.0 + backward + recompute, model
 
 
+def pass_multipliers(graph: ComputationalGraph, workload: Workload) -> np.ndarray:
+    """passes(node, ...)[0] of every node at once (whole numbers, so the same floats)."""
+    if workload.mode != "train":
+        return np.ones(len(graph.nodes))
+    cols = columns(graph)
+    recompute = workload.recompute & (cols.attrs["in_layer"] > 0)
+    for kept in workload.recompute_keeps:
+        recompute = recompute & ~cols.mask(kept)
+    return 1.0 + np.where(cols.comm, 1.0, TRAIN_BACKWARD_FACTOR) + recompute
+
+
 def estimate_step(
     graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload, ctx: Context | None = None
 ) -> StepEstimate:
@@ -183,7 +194,7 @@ def backward_ratios(graph: ComputationalGraph, hw: HardwareSpec) -> BackwardRati
 def _stage_weights(graph: ComputationalGraph, workload: Workload, pp: int) -> tuple:
     """(pass multiplier per node, executions x multiplier per stage and node, executions per stage
     and node, whether each stage runs lm_head): what a split needs for every binding, looked up once."""
-    multipliers = np.array([passes(node, workload, graph.meta["num_layers"])[0] for node in graph.nodes])
+    multipliers = pass_multipliers(graph, workload)
     split, head = stage_split(graph, pp), columns(graph).index.get("lm_head")
     heads = [head is not None and bool(counts[head]) for counts in split.counts]
     return multipliers, split.matrix * multipliers, split.counts, heads

@@ -49,10 +49,14 @@ class Plan:
     def __post_init__(self):  # what every binding would otherwise look up again
         self.tokens = self.columns.column(TOKENS)
         self.has_experts, self.has_comm = bool(self.expert_bytes.any()), bool(self.columns.comm.any())
-        # the per-node arrays as (1 x node) rows: numpy combines one binding's (1 x node) arrays with them at the
-        # speed of equal shapes (with a 1-d array, at that of a broadcast), and a (binding x node) array as fast
-        self.rows = SimpleNamespace(**{name: getattr(self, name)[None] for name in PER_NODE})
         self.comm_row = self.columns.comm[None]
+
+    @cached_property
+    def rows(self) -> SimpleNamespace:
+        """The per-node arrays as (1 x node) rows, for bindings of this plan alone: numpy combines one binding's
+        (1 x node) arrays with them at the speed of equal shapes (with a 1-d array, at that of a broadcast), and a
+        (binding x node) array as fast. A sweep's bindings of several plans stack the plans' arrays instead."""
+        return SimpleNamespace(**{name: getattr(self, name)[None] for name in PER_NODE})
 
     def cost(self, ctx: Context) -> "Costs":
         return self.cost_many([ctx])[0]
@@ -238,17 +242,20 @@ def _efficiency(graph: ComputationalGraph, ctx: Context) -> tuple:
 
 def _collectives(graph: ComputationalGraph, ctx: Context) -> tuple[np.ndarray, ...]:
     """(latency s, bus factor, bus bytes/s, runs) of every node: calculator.comm_cost's link model."""
-    n = len(graph.nodes)
+    n, cache, training = len(graph.nodes), _CACHES.of(ctx.hw), ctx.workload.mode == "train"
     latency, factor, bus, runs = np.zeros(n), np.zeros(n), np.ones(n), np.ones(n, dtype=bool)
-    for i in np.flatnonzero(columns(graph).comm).tolist():
-        node = graph.nodes[i]
-        group = ctx.tp if node.parallel.group == "tp" else ctx.ep
-        when = node.parallel.when
+    for i, op_type, by_tp, when, inference_only in cache.get(graph, "collectives", lambda: _comm_nodes(graph)):
+        group = ctx.tp if by_tp else ctx.ep
         skipped = (when == "ep_is_1" and ctx.ep > 1) or (when == "ep_gt_1" and ctx.ep == 1)
-        if group <= 1 or skipped or (node.attrs.get("inference_only") and ctx.workload.mode == "train"):
+        if group <= 1 or skipped or (inference_only and training):
             runs[i] = False
             continue
-        link = ("link", node.op_type, group)
-        latency[i], bus[i] = _CACHES.of(ctx.hw).get(graph, link, lambda: link_model(node.op_type, group, group, ctx.hw))
-        factor[i] = BUS_FACTOR[node.op_type](group)
+        latency[i], bus[i], factor[i] = cache.get(graph, ("link", op_type, group), lambda: (
+            *link_model(op_type, group, group, ctx.hw), BUS_FACTOR[op_type](group)))
     return latency, factor, bus, runs
+
+
+def _comm_nodes(graph: ComputationalGraph) -> list[tuple]:
+    """(index, op type, whether its group is tp (else ep), when it runs, inference only) of each collective."""
+    return [(i, node.op_type, node.parallel.group == "tp", node.parallel.when, bool(node.attrs.get("inference_only")))
+            for i, node in enumerate(graph.nodes) if node.is_comm]

@@ -172,3 +172,34 @@ def test_stage_sums_of_bindings_of_several_plans_summed_together_equal_each_layo
     for (summary, rows), result in zip(alone, together):
         assert result.summary() == summary and result.breakdown_rows() == rows
     assert len(groups) == 2 and all(len(plans) == 8 for plans in groups)  # plain and fsdp; tp x ep x dtype
+
+
+def test_activation_memory_of_a_sweep_computed_together_equals_each_layout_alone(monkeypatch):
+    """simulate_many computes the activation bytes of a pipeline split's bindings together (memory.activations_together:
+    one array pass per pp, whatever their plans, dtypes and micro-batches); each equals the layout simulated alone,
+    with a chunked loss (logits_chunk), a loss over the last positions (loss_len) and prefill's largest op too."""
+    import sims.memory as memory
+
+    passes = []
+    together_of_split = memory._activations_of_split
+    monkeypatch.setattr(memory, "_activations_of_split", lambda graph, pp, contexts: passes.append(
+        (pp, len(contexts))) or together_of_split(graph, pp, contexts))
+    cfg, hw = model_config("qwen3_30b_a3b"), hardware("h100", nodes=2)
+    layouts, workloads = [], []
+    for (tp, ep, pp, dp), dtype, extra in itertools.product(
+            ((1, 1, 1, 4), (2, 4, 2, 4), (8, 1, 2, 1)), ("bf16", "fp32"),
+            ({}, {"logits_chunk": 100}, {"loss_len": 300, "microbatches": 4}, {"logits_chunk": 64, "loss_len": 200})):
+        layouts.append({"tp": tp, "ep": ep, "dp": dp, "pp": pp})
+        workloads.append({"mode": "train", "seq_len": 1024, "batch": 16, "microbatches": 2, "dtype": dtype, **extra})
+    layouts += [{"tp": tp, "ep": ep, "dp": 2, "pp": pp} for tp, ep, pp in ((1, 1, 1), (2, 2, 2), (4, 1, 2))]
+    workloads += [{"mode": "prefill", "seq_len": 700, "batch": 4}] * 3
+    alone = []
+    for layout, workload in zip(layouts, workloads):
+        clear_caches()
+        alone.append(simulate(cfg, hw, layout, workload).memory_breakdown_gb)
+    clear_caches()
+    passes.clear()
+    together = simulate_many(cfg, hw, layouts, workloads)
+    for memory_gb, result, layout, workload in zip(alone, together, layouts, workloads):
+        assert result.status == "ok" and result.memory_breakdown_gb == memory_gb, (layout, workload)
+    assert sorted(passes) == [(1, 1), (1, 8), (2, 2), (2, 16)]  # per mode and pp, every binding in one pass

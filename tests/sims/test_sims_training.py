@@ -202,3 +202,23 @@ def test_a_loss_over_the_last_positions_projects_only_those(tmp_path):
                           .memory_breakdown_gb["activations"] for chunk in (None, 16))
     rows = TRAIN["batch"] // TRAIN["microbatches"]
     assert unchunked - chunked == pytest.approx(rows * (32 - 16) * cfg["vocab_size"] * 4 / 1e9)
+
+
+@pytest.mark.parametrize("model", ("qwen3_8b", "qwen3_30b_a3b", "deepseek_v3"))
+def test_pass_multipliers_of_every_node_at_once_equal_passes_per_node(model):
+    """step.pass_multipliers (one array per graph and workload) equals step.passes node by node: inference once,
+    training forward + backward (collectives once more), recompute adding a forward of the layer ops it does not
+    keep."""
+    from sims.step import pass_multipliers, passes
+    from sims.workload import parse_workload
+
+    workloads = [{"mode": "prefill", "seq_len": 64}, {"mode": "train", "seq_len": 64},
+                 {"mode": "train", "seq_len": 64, "recompute": True},
+                 {"mode": "train", "seq_len": 64, "recompute": True, "recompute_keeps": ["gemm"]},
+                 {"mode": "train", "seq_len": 64, "recompute": True, "recompute_keeps": ["attention", "norm"]}]
+    for record in workloads:
+        workload = parse_workload(record)
+        graph = build_graph(model_config(model), workload.mode)
+        expected = [passes(node, workload, graph.meta["num_layers"])[0] for node in graph.nodes]
+        assert pass_multipliers(graph, workload).tolist() == expected, record
+        assert len(set(expected)) >= (3 if workload.recompute else 2 if workload.mode == "train" else 1)

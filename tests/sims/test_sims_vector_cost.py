@@ -11,7 +11,7 @@ from sims import build_graph, simulate
 from sims.cache import clear_caches
 from sims.calculator import Context, op_cost
 from sims.hardware import hardware_spec
-from sims.memory import _param_kinds
+from sims.memory import _count_stage_params, _param_kinds
 from sims.op_columns import _work_coefficients, columns, work_coefficients
 from sims.partition import tp_split
 from sims.vector_cost import _every_tp_arrays, plan_for
@@ -68,7 +68,7 @@ def test_every_op_of_a_plan_costs_what_op_cost_says(model, table):
 
 @pytest.mark.parametrize("model", MODELS)
 def test_every_tp_size_built_at_once_equals_each_tp_alone(model):
-    """Work coefficients, tp splits, parameter kinds and a plan's arrays are built for every tp size of a graph
+    """Work coefficients, tp splits, parameter kinds and counts per stage and a plan's arrays are built for every tp size of a graph
     in one (tp x node) pass; each tp's slice is bit-identical to that tp computed alone (and to tp_split), and a tp
     outside the sizes (no layout_problem check before predict_op) is computed alone."""
     for mode in ("prefill", "decode", "train"):
@@ -84,6 +84,10 @@ def test_every_tp_size_built_at_once_equals_each_tp_alone(model):
             every_tp = _param_kinds(graph, cols.tp_sizes, apart)
             for row, tp in enumerate(cols.tp_sizes):
                 assert np.array_equal(every_tp[row], _param_kinds(graph, (tp,), apart)[0]), (tp, apart)
+        for pp in (1, 2, 3):  # the per-stage parameters of every tp at once (pp > 1 stores a tied head apart)
+            every_tp = _count_stage_params(graph, cols.tp_sizes, pp)
+            for row, tp in enumerate(cols.tp_sizes):
+                assert every_tp[row] == _count_stage_params(graph, (tp,), pp)[0], (mode, tp, pp)
         hw = hardware_spec(hardware("h100", nodes=4))
         for ep, dtype in itertools.product((1, 2), ("bf16", "fp8")):
             workload = parse_workload({**next(w for w in WORKLOADS if w["mode"] == mode), "batch": 8, "dtype": dtype})
