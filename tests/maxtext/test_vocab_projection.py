@@ -42,3 +42,38 @@ def test_the_log_probs_are_a_distribution_over_the_vocabulary():
     probs = jnp.exp(every_token)
     entropy = target_log_probs(hidden, kernel, jnp.zeros(4, jnp.int32), 1.3)[1]
     np.testing.assert_allclose(entropy, -(probs * every_token).sum(axis=0), rtol=1e-5)
+
+
+def test_a_float32_kernel_gets_its_gradient_in_float32_across_chunks():
+    """bf16 hidden states, float32 master weights: the matmuls run in bf16, but each chunk's kernel gradient comes
+    back in float32, so the update's map over chunks adds them up in float32 (not in the compute dtype)."""
+    hidden = jax.random.normal(jax.random.key(3), (4, 2, 3, 8)).astype(jnp.bfloat16)  # [chunks, B, C, H]
+    kernel = jax.random.normal(jax.random.key(4), (8, 13))
+    targets = jax.random.randint(jax.random.key(5), (4, 2, 3), 0, 13)
+
+    def loss(k):
+        log_probs, _ = jax.lax.map(lambda args: target_log_probs(args[0], k, args[1], 1.0), (hidden, targets))
+        return log_probs.sum()
+
+    grad = jax.grad(loss)(kernel)
+    assert grad.dtype == jnp.float32
+    carried = [v.aval for eqn in jax.make_jaxpr(jax.grad(loss))(kernel).eqns if eqn.primitive.name == "scan"
+               for v in eqn.outvars if v.aval.shape == kernel.shape]
+    assert carried and all(aval.dtype == jnp.float32 for aval in carried)
+    reference = jax.grad(lambda k: sum(reference_log_probs(hidden[i], k.astype(jnp.bfloat16), targets[i], 1.0)[0].sum()
+                                       for i in range(4)))(kernel)
+    np.testing.assert_allclose(grad, reference, rtol=0.05, atol=0.05)
+
+
+@pytest.mark.parametrize("model", ["tiny_qwen2", "tiny_llama"])  # tied and untied heads
+def test_the_update_hands_the_head_over_in_the_parameters_dtype(model):
+    from flax import linen as nn
+
+    from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params
+    from framework.backends.maxtext.models.vocab_projection import head_kernel
+    from framework.core.paths import load_conf
+
+    config = ModelConfig.from_hf_config(load_conf("model", model)["hf_config"], param_dtype="float32", dtype="bfloat16")
+    params = nn.unbox(abstract_params(Transformer(config)))
+    kernel = jax.eval_shape(lambda p: head_kernel(config, p), params)
+    assert kernel.dtype == jnp.float32 and kernel.shape == (config.hidden_size, config.vocab_size)

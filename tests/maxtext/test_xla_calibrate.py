@@ -141,3 +141,14 @@ def test_a_run_with_its_own_rollout_devices_is_predicted_overlapped():
     predicted = phases(report, None)
     assert max(predicted["rollout_s"], predicted["update_s"]) <= predicted["step_s"]
     assert predicted["step_s"] < 0.9 * (predicted["rollout_s"] + predicted["update_s"])  # overlapped, not summed
+
+
+def test_saved_held_out_steps_are_re_predicted_with_the_shipped_table():
+    """--repredict (no GPU): the 1.5B whole steps the session-16 H200 run held out, against h200_xla.json, which
+    holds that run's kernels (without them its decode was predicted 23% slow)."""
+    from framework.core.paths import REPO_ROOT
+
+    run = REPO_ROOT / "sims/benchmarks/results/h200_2026-11-28_s16_xla15b/accuracy.json"
+    cases = xla_calibrate.main(["--repredict", str(REPO_ROOT / "sims/calibration/tables/h200_xla.json"), str(run)])
+    decode = {case["name"]: case["error_calibrated"] for case in cases[str(run)] if case["workload"]["mode"] == "decode"}
+    assert len(decode) == 2 and all(abs(error) < 0.10 for error in decode.values()), decode

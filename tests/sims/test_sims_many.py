@@ -191,6 +191,10 @@ def test_activation_memory_of_a_sweep_computed_together_equals_each_layout_alone
             ({}, {"logits_chunk": 100}, {"loss_len": 300, "microbatches": 4}, {"logits_chunk": 64, "loss_len": 200})):
         layouts.append({"tp": tp, "ep": ep, "dp": dp, "pp": pp})
         workloads.append({"mode": "train", "seq_len": 1024, "batch": 16, "microbatches": 2, "dtype": dtype, **extra})
+    # micro-batches against pipeline stages: min(pp - stage, micro-batches) of them are in flight
+    for pp, microbatches in ((2, 1), (4, 8), (4, 2)):
+        layouts.append({"tp": 1, "ep": 1, "dp": 16 // (2 * pp), "pp": pp})
+        workloads.append({"mode": "train", "seq_len": 1024, "batch": 16, "microbatches": microbatches, "dtype": "bf16"})
     layouts += [{"tp": tp, "ep": ep, "dp": 2, "pp": pp} for tp, ep, pp in ((1, 1, 1), (2, 2, 2), (4, 1, 2))]
     workloads += [{"mode": "prefill", "seq_len": 700, "batch": 4}] * 3
     alone = []
@@ -202,4 +206,4 @@ def test_activation_memory_of_a_sweep_computed_together_equals_each_layout_alone
     together = simulate_many(cfg, hw, layouts, workloads)
     for memory_gb, result, layout, workload in zip(alone, together, layouts, workloads):
         assert result.status == "ok" and result.memory_breakdown_gb == memory_gb, (layout, workload)
-    assert sorted(passes) == [(1, 1), (1, 8), (2, 2), (2, 16)]  # per mode and pp, every binding in one pass
+    assert sorted(passes) == [(1, 1), (1, 8), (2, 2), (2, 17), (4, 2)]  # per mode and pp, every binding in one pass

@@ -3,6 +3,7 @@
     python3 -m framework.backends.maxtext.benchmarks.xla_calibrate --out $OUT/xla     # GPU, about 4 minutes
     python -m framework.backends.maxtext.benchmarks.xla_calibrate --tiny --out /tmp/xla   # CPU check, seconds
     python3 -m ...xla_calibrate --models qwen2_5_1_5b_instruct --out DIR   # another model size, GPU
+    python -m ...xla_calibrate --repredict TABLE RUN/accuracy.json ...       # saved held-out steps, no GPU
 
 Calibration: for Qwen2.5-0.5B and Qwen3-8B (conf/model, random weights, one decoder layer) and each
 workload of the plan, the simulator's graph for the `xla` stack is bound to the workload (as
@@ -84,6 +85,23 @@ def with_models(plan: dict, names: list[str]) -> dict:
     workloads and held out as whole steps (a 512-token prefill, decode of 128 x 512 and 16 x 2048)."""
     held_out = tuple((name, (name, None), (prefill(1, 512), decode(128, 512), decode(16, 2048))) for name in names)
     return {**plan, "models": {name: (name, None) for name in names}, "held_out": held_out}
+
+
+def repredict(table: str, reports: list[str]) -> dict:
+    """Saved runs' held-out whole steps (their accuracy.json) predicted with `table`: median / worst and per case."""
+    import statistics
+
+    out = {}
+    for path in reports:
+        report = json.loads(Path(path).read_text())
+        predict(report["cases"], report["models"], report["hardware"], table, "bf16")
+        errors = [abs(case["error_calibrated"]) for case in report["cases"]]
+        print(f"{path}: median {statistics.median(errors):.1%}, worst {max(errors):.1%}")
+        for case in report["cases"]:
+            print(f"  {case['name']:<48} measured {case['time_us']:9.1f} us  predicted "
+                  f"{case['predicted_calibrated_us']:9.1f} us  {case['error_calibrated']:+.1%}")
+        out[path] = report["cases"]
+    return out
 
 
 def model_config(name: str, layers: int | None) -> dict:
@@ -195,14 +213,20 @@ def main(argv: list[str] | None = None) -> dict:
     from sims.benchmarks.torch_fused import markdown, summarise
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="folder for the JSON and Markdown files")
+    parser.add_argument("--out", help="folder for the JSON and Markdown files (required unless --repredict)")
     parser.add_argument("--tiny", action="store_true", help="tiny models and shapes (a CPU check, seconds)")
     parser.add_argument("--hardware", default=None, help="conf/hardware name (default: from the device)")
     parser.add_argument("--models", default=None,
                         help="comma-separated conf/model names to calibrate instead of the plan's (e.g. a size the tables lack)")
+    parser.add_argument("--repredict", nargs="+", default=None, metavar=("TABLE", "ACCURACY_JSON"),
+                        help="no GPU: a table, then saved runs' accuracy.json; their held-out whole steps predicted with it")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="seconds the calibration part may take (default: 190 on a GPU, none with --tiny)")
     args = parser.parse_args(argv)
+    if args.repredict:
+        return repredict(args.repredict[0], args.repredict[1:])
+    if not args.out:
+        parser.error("--out is required (a folder for the measurements, the table and the accuracy report)")
     started = time.perf_counter()
 
     def log(message: str) -> None:

@@ -3,7 +3,9 @@
     python -m framework.backends.maxtext.benchmarks.xla_repredict --table sims/calibration/tables/h100_xla.json \\
         --out DIR framework/backends/maxtext/benchmarks/results/h100_2026-11-26_s9_call10/ours.json ...
 
-Each file is a grpo_step report (one device) or a grpo_layouts report (every layout in it); the task is
+Each file is a grpo_step report (one device), a grpo_layouts report (every layout in it) or a `python run.py`
+run's summary.json (its meshes from shardings.json; a rollout on devices of its own, parallel.rollout.placement
+separate, predicted overlapped with the update over its grpo.rollout_lag groups, as the preflight does); the task is
 rebuilt from the report's shapes (benchmarks/grpo_step.grpo_task) and the preflight (trainers/preflight.py:
 predict_step) predicts it on the report's hardware with `efficiency_table.xla` = null and = --table.
 By phase: rollout = prefill + decode, update = train (+ the extra forward passes; none in these runs);
@@ -66,6 +68,8 @@ def run_report(run_dir: Path) -> dict:
     if (config["parallel"].get("rollout") or {}).get("placement") == "separate":
         groups = max(1, grpo.get("rollout_lag", 0))
         report.update(rollout_groups=groups, rollout_devices=math.prod(meshes["rollout_mesh"].values()))
+    else:  # the weights' move between two layouts on the same devices: the run's own figure (bytes / link)
+        report["preflight_reshard_s"] = metrics.get("preflight_reshard_s", 0.0)
     return report
 
 
@@ -90,7 +94,7 @@ def phases(report: dict, table: str | None) -> dict:
     hf_config, task = load_conf("model", report["model"])["hf_config"], grpo_task(args)
     separate = {}
     if "rollout_groups" in report:  # decoding on devices of its own while the update trains: the preflight's overlap
-        separate = {"reshard_bytes": moved_bytes(hf_config, task, update, rollout_layout),
+        separate = {"reshard_bytes": moved_bytes(hf_config, task, report["update_mesh"], report["rollout_mesh"]),
                     "rollout_devices": report["rollout_devices"], "rollout_groups": report["rollout_groups"]}
     prediction = predict_step(hf_config, hardware, update, report.get("devices", 1), task, rollout_layout,
                               remat=report.get("remat", "none"), **separate)
@@ -101,19 +105,17 @@ def phases(report: dict, table: str | None) -> dict:
     return {"rollout_s": rollout, "update_s": update_s, "step_s": step}
 
 
-def moved_bytes(hf_config: dict, task, update, rollout) -> float:
+def moved_bytes(hf_config: dict, task, update_mesh: dict, rollout_mesh: dict) -> float:
     """What each rollout device receives per step (as the layout search counts it for a separate rollout)."""
     from flax import linen as nn
 
     from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params
     from framework.backends.maxtext.sharding import tree_bytes
-    from framework.backends.maxtext.trainers.layout_search import _mesh
     from framework.backends.maxtext.trainers.preflight import reshard_bytes_per_device, rollout_weight_bytes
 
     model = ModelConfig.from_hf_config(hf_config, param_dtype=task.param_dtype, dtype=task.compute_dtype)
     weight_bytes = tree_bytes(nn.unbox(abstract_params(Transformer(model))))
-    return reshard_bytes_per_device(rollout_weight_bytes(model, weight_bytes), _mesh(update), _mesh(rollout),
-                                    separate=True)
+    return reshard_bytes_per_device(rollout_weight_bytes(model, weight_bytes), update_mesh, rollout_mesh, separate=True)
 
 
 def repredict(files: list[str], table: str, remat_of: dict[str, str] | None = None) -> dict:

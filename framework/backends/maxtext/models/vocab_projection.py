@@ -23,12 +23,11 @@ Array = jax.Array
 
 
 def head_kernel(config: ModelConfig, params: Any) -> Array:
-    """The vocabulary projection as [H, V] in the compute dtype (the tied embedding transposed)."""
+    """The vocabulary projection as [H, V] in the parameters' dtype (the tied embedding transposed); the matmuls
+    cast it to the hidden states' dtype, and its gradient comes back in its own, so chunks add up in float32."""
     if config.tie_word_embeddings:
-        kernel = params["embed_tokens"]["embedding"].T
-    else:
-        kernel = params["lm_head"]["kernel"]
-    return kernel.astype(config.dtype)
+        return params["embed_tokens"]["embedding"].T
+    return params["lm_head"]["kernel"]
 
 
 def _unconstrained(logits: Array) -> Array:
@@ -38,8 +37,8 @@ def _unconstrained(logits: Array) -> Array:
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
 def target_log_probs(hidden: Array, kernel: Array, targets: Array, temperature: float,
                      layout: Callable[[Array], Array] = _unconstrained) -> tuple[Array, Array]:
-    """hidden [..., H] and kernel [H, V] in the compute dtype, targets [...] int -> (log-probs [...],
-    entropy [...]), float32. `layout` constrains the [..., V] logits' sharding (the model's rule for them).
+    """hidden [..., H] in the compute dtype, kernel [H, V] (any float dtype), targets [...] int -> (log-probs
+    [...], entropy [...]), float32; the kernel's gradient in the kernel's dtype. `layout` constrains the [..., V] logits' sharding (the model's rule for them).
     The entropy carries no gradient (the loss reports it; wrap it in stop_gradient all the same)."""
     (log_probs, entropy), _ = _forward(hidden, kernel, targets, temperature, layout)
     return log_probs, entropy
@@ -47,7 +46,7 @@ def target_log_probs(hidden: Array, kernel: Array, targets: Array, temperature: 
 
 def _logits(hidden: Array, kernel: Array, temperature: float, layout: Callable[[Array], Array]) -> Array:
     # The matmul in the compute dtype, as the model's own logits; scaled in float32.
-    return layout(jnp.dot(hidden, kernel).astype(jnp.float32) / temperature)
+    return layout(jnp.dot(hidden, kernel.astype(hidden.dtype)).astype(jnp.float32) / temperature)
 
 
 def _forward(hidden: Array, kernel: Array, targets: Array, temperature: float,
@@ -70,8 +69,8 @@ def _backward(temperature: float, layout: Callable[[Array], Array], residuals: t
     probs = jnp.exp(_logits(hidden, kernel, temperature, layout) - log_z[..., None])
     onehot = jnp.arange(probs.shape[-1]) == targets[..., None]
     d_logits = layout((d_log_probs[..., None] * (onehot - probs) / temperature).astype(hidden.dtype))
-    d_kernel = jnp.einsum("...h,...v->hv", hidden, d_logits)
-    return jnp.dot(d_logits, kernel.T), d_kernel, None
+    d_kernel = jnp.einsum("...h,...v->hv", hidden, d_logits, preferred_element_type=kernel.dtype)
+    return jnp.dot(d_logits, kernel.T.astype(hidden.dtype)), d_kernel, None
 
 
 target_log_probs.defvjp(_forward, _backward)
