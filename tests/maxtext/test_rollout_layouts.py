@@ -87,7 +87,7 @@ def test_the_rollout_tp_is_the_smallest_group_that_fits_beside_the_training_stat
     assert pick_rollout_tp(60 * gb, 1e7, 0, task, 4, 80) == 2
     assert pick_rollout_tp(50 * gb, 1e7, 0, task, 4, 80) == 1
     # the same with the Pallas kernel's cache rounded to 64 slots a row (34 -> 64: 81.9 GB of KV cache)
-    assert pick_rollout_tp(50 * gb, 1e7, 0, task, 4, 80, slots=64) == 2
+    assert pick_rollout_tp(50 * gb, 1e7, 0, task, 4, 80, cache_tokens=task.rows_per_step * 64) == 2
     assert pick_rollout_tp(2 * gb, 1e3, 0, grpo_task("grpo.prompts_per_step=2", "grpo.micro_batch_size=16"),
                            4, 80) == 2  # 2 prompts: at most 2 replicas
     # 14 query / 2 KV heads (Qwen2.5-0.5B): tp=4 would replicate the KV heads, so it is never picked
