@@ -111,6 +111,25 @@ def test_the_trainers_rollout_tp_counts_the_training_state_on_the_update_shards(
     assert rollout_tp_for(model, 72 * gb, fsdp4, task, 80, devices=2) == 2  # fixed axes left 2: at most 2
 
 
+def test_the_rollout_tp_counts_a_shared_prompt_once_per_group():
+    from types import SimpleNamespace
+
+    from framework.backends.maxtext.trainers.preflight import rollout_tp_for
+
+    # 16 prompts x 8 samples of 256 + 256 tokens, 256 KiB of K/V a token: the Pallas kernel's shared prefix holds
+    # 36,864 tokens (9.7 GB), the repeated cache 65,536 (17.2 GB); a quarter of each per device at tp=1
+    task = grpo_task("grpo.max_prompt_tokens=256", "grpo.max_new_tokens=256")
+    fsdp4 = {"data": 1, "fsdp": 4, "expert": 1, "tensor": 1}
+
+    def model(kernel: str) -> SimpleNamespace:
+        return SimpleNamespace(num_layers=64, num_heads=64, num_kv_heads=8, head_dim=128, dtype="bfloat16",
+                               param_dtype="float32", decode_kernel=kernel)
+
+    # 52 GB of float32 weights: 39 GB of state + 26 of rollout weights + 2.4 of shared cache fit in 68; + 4.3 do not
+    assert rollout_tp_for(model("pallas"), 52e9, fsdp4, task, 80) == 1
+    assert rollout_tp_for(model("xla"), 52e9, fsdp4, task, 80) == 2
+
+
 def test_reshard_bytes_per_device_and_their_predicted_seconds():
     from framework.backends.maxtext.trainers.preflight import reshard_bytes_per_device, reshard_seconds
 
