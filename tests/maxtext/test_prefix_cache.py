@@ -52,8 +52,8 @@ def test_cascade_attention_is_attention_over_the_prompt_and_the_rows_own_tokens(
     expected = masked_reference(q, keys, values, live)
     assert out.shape == q.shape
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
-    # K/V outside the live slots must not matter.
-    prefix[0][:, :, prefix_stop:], suffix[1][:, :, suffix_stop:] = 1e4, -1e4
+    # K/V outside the live slots (left padding, past the prompt, unwritten suffix slots) must not matter.
+    prefix[0][1, :, :starts[1]], prefix[1][:, :, prefix_stop:], suffix[0][:, :, suffix_stop:] = 1e4, -1e4, 1e4
     np.testing.assert_allclose(cascade(q, prefix, suffix, starts, prefix_stop, suffix_stop), out, rtol=1e-6, atol=1e-6)
 
 
