@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from framework.backends.maxtext.models import transformer
-from framework.backends.maxtext.models.prefix_cache import SharedPrefix, cascade_attention, kv_cache_tokens, shares_prefix
+from framework.backends.maxtext.models.prefix_cache import (SharedPrefix, cascade_attention, kv_cache_tokens, prompt_shards,
+                                                             shares_prefix)
 from tests.maxtext.test_decode_attention import HEAD_DIM, HEADS, KV_HEADS
 
 
@@ -69,17 +70,50 @@ def masked_reference(q, keys, values, live) -> np.ndarray:
 
 
 def test_the_sampler_shares_the_prefix_only_with_the_kernel_and_several_samples():
-    pallas, xla = SimpleNamespace(decode_kernel="pallas"), SimpleNamespace(decode_kernel="xla")
-    assert shares_prefix(pallas, 3, 2, None, None)
-    assert not shares_prefix(pallas, 3, 1, None, None)  # n = 1: nothing to share, the plain kernel
-    assert not shares_prefix(xla, 3, 2, None, None)
-    # 16 prompts x 8 samples of 256 + 256 tokens: prompts once (256 slots) + rows' suffix (256) vs rows x 512
-    assert kv_cache_tokens(16, 8, 256, 256, "pallas") == 16 * 256 + 128 * 256
-    assert kv_cache_tokens(16, 1, 256, 256, "pallas") == 16 * 512
-    assert kv_cache_tokens(16, 8, 250, 200, "xla") == 128 * 450
+    on, off = SimpleNamespace(decode_kernel="pallas", shared_prefix="on"), SimpleNamespace(decode_kernel="pallas",
+                                                                                           shared_prefix="off")
+    xla = SimpleNamespace(decode_kernel="xla", shared_prefix="on")
+    assert shares_prefix(on, 3, 2, 16, 6, 1)
+    assert not shares_prefix(on, 3, 1, 16, 6, 1)  # n = 1: nothing to share, the plain kernel
+    assert not shares_prefix(xla, 3, 2, 16, 6, 1)
+    assert not shares_prefix(on, 3, 2, 16, 6, None)  # a mesh splits the prompts unlike their rows
+    assert not shares_prefix(off, 16, 8, 2048, 256, 1)
 
 
-def sampled(tiny: dict, prompts, samples: int, shared: bool, eos=(2,), mesh=None, rules=None, temperature=0.0):
+def test_auto_shares_the_prefix_where_it_was_measured_faster():
+    auto = SimpleNamespace(decode_kernel="pallas", shared_prefix="auto")
+    assert not shares_prefix(auto, 16, 8, 256, 256, 1)  # the recipe: 256 + 256 was 4.7% slower shared
+    assert shares_prefix(auto, 16, 8, 1024, 256, 1)  # 1.11x faster
+    assert not shares_prefix(auto, 2, 8, 2048, 256, 1)  # 2 prompts: slower at every length
+    assert not shares_prefix(auto, 32, 8, 1024, 256, 4)  # 8 prompts on each of 4 shards
+    assert shares_prefix(auto, 64, 8, 1024, 256, 4)
+    assert not shares_prefix(auto, 64, 8, 1024, 256, None)
+
+
+def test_the_prompts_shards_are_those_of_the_rows_or_none():
+    def mesh(**shape):
+        return SimpleNamespace(shape={"data": 1, "fsdp": 1, "expert": 1, "tensor": 1, **shape},
+                               size=int(np.prod(list(shape.values()))))
+
+    assert prompt_shards(16, 8, None, None) == 1
+    assert prompt_shards(16, 8, mesh(data=4), None) == 4
+    assert prompt_shards(16, 8, mesh(data=2, tensor=2), None) == 2  # tensor splits heads, not prompts
+    assert prompt_shards(2, 8, mesh(data=4), None) is None  # 2 prompts on dp=4: replicated, their 16 rows split
+
+
+def test_the_kv_cache_counts_the_prompt_once_where_the_sampler_shares_it():
+    auto = SimpleNamespace(decode_kernel="pallas", shared_prefix="auto")
+    # 16 prompts x 8 samples of 1024 + 256 tokens: prompts once (1024 slots) + rows' suffix (256) vs rows x 1280
+    assert kv_cache_tokens(auto, 16, 8, 1024, 256, 1) == 16 * 1024 + 128 * 256
+    assert kv_cache_tokens(auto, 16, 8, 1024, 256, 2) == 128 * 1280  # 8 prompts a shard: auto repeats them
+    assert kv_cache_tokens(auto, 16, 8, 256, 256, 1) == 128 * 512  # the recipe's shapes: repeated
+    on = SimpleNamespace(decode_kernel="pallas", shared_prefix="on")
+    assert kv_cache_tokens(on, 16, 8, 256, 256, 1) == 16 * 256 + 128 * 256
+    assert kv_cache_tokens(on, 16, 1, 256, 256, 1) == 16 * 512
+    assert kv_cache_tokens(SimpleNamespace(decode_kernel="xla", shared_prefix="on"), 16, 8, 250, 200, 1) == 128 * 450
+
+
+def sampled(tiny: dict, prompts, samples: int, shared: str, eos=(2,), mesh=None, rules=None, temperature=0.0):
     """(completion ids, behaviour log-probs, how many times the traced program called cascade_attention)."""
     from framework.backends.maxtext.models import Transformer
     from framework.backends.maxtext.sampler import Sampler, SamplingParams
@@ -94,14 +128,49 @@ def sampled(tiny: dict, prompts, samples: int, shared: bool, eos=(2,), mesh=None
     transformer.cascade_attention = counted
     try:
         jax.clear_caches()  # trace anew, so that the count is this program's
-        model = Transformer(tiny["config"].replace(decode_kernel="pallas"), mesh, rules)
-        sampler = Sampler(model, eos_token_ids=list(eos), pad_token_id=0, prompt_bucket=8,
-                          behaviour_log_probs=True, shared_prefix=shared)
+        model = Transformer(tiny["config"].replace(decode_kernel="pallas", shared_prefix=shared), mesh, rules)
+        sampler = Sampler(model, eos_token_ids=list(eos), pad_token_id=0, prompt_bucket=8, behaviour_log_probs=True)
         out = sampler.generate(tiny["params"], prompts, jax.random.key(0),
                                SamplingParams(max_new_tokens=6, temperature=temperature, num_samples=samples))
     finally:
         transformer.cascade_attention = traced
     return np.asarray(out.completion_ids), np.asarray(out.completion_log_probs), len(calls)
+
+
+def traced_cascade_calls(config, prompts: int, samples: int, prompt_length: int, max_new_tokens: int) -> int:
+    """How many times the sampler's program, traced (not run) for these shapes, calls cascade_attention."""
+    from flax import linen as nn
+
+    from framework.backends.maxtext.models import Transformer, abstract_params
+    from framework.backends.maxtext.sampler import Sampler, SamplingParams
+
+    calls, traced = [], transformer.cascade_attention
+    transformer.cascade_attention = lambda *args: calls.append(1) or traced(*args)
+    try:
+        model = Transformer(config)
+        sampler = Sampler(model, eos_token_ids=[2], pad_token_id=0, prompt_bucket=prompt_length)
+        sampler.lower(nn.unbox(abstract_params(model)), [[5] * prompt_length] * prompts, jax.random.key(0),
+                      SamplingParams(max_new_tokens=max_new_tokens, num_samples=samples))
+    finally:
+        transformer.cascade_attention = traced
+    return len(calls)
+
+
+@pytest.mark.parametrize("setting,prompts,prompt_length,max_new_tokens,shared", [
+    ("auto", 16, 8, 2, True), ("auto", 16, 8, 3, False), ("auto", 4, 8, 2, False), ("off", 16, 8, 2, False),
+    ("on", 4, 8, 3, True)])
+def test_the_sampler_and_the_preflights_kv_count_make_the_same_choice(setting, prompts, prompt_length,
+                                                                      max_new_tokens, shared):
+    from framework.backends.maxtext.models import ModelConfig
+    from tests.maxtext.tiny_checkpoints import model_cfg
+
+    config = ModelConfig.from_hf_config(model_cfg("tiny_qwen2")["hf_config"]).replace(decode_kernel="pallas",
+                                                                                    shared_prefix=setting)
+    calls = traced_cascade_calls(config, prompts, 2, prompt_length, max_new_tokens)
+    assert calls == (config.num_layers if shared else 0)
+    # the kernel's 64-slot blocks: shared, a prompt's 64 and its 2 rows' 64 each; repeated, 2 rows' 64
+    counted = {True: prompts * 64 + prompts * 2 * 64, False: prompts * 2 * 64}[shared]
+    assert kv_cache_tokens(config, prompts, 2, prompt_length, max_new_tokens, 1) == counted
 
 
 @pytest.mark.slow
@@ -111,19 +180,20 @@ def test_a_shared_prefix_decodes_the_tokens_of_the_repeated_cache(tmp_path_facto
 
     tiny = load_tiny("tiny_qwen2", tmp_path_factory.getbasetemp())
     prompts = prompts_of_lengths(3, 11, 1, 7)  # padded to 16: prompts start at different slots
-    repeated, repeated_log_probs, none = sampled(tiny, prompts, 3, shared=False)
-    tokens, log_probs, calls = sampled(tiny, prompts, 3, shared=True)
+    repeated, repeated_log_probs, none = sampled(tiny, prompts, 3, shared="off")
+    tokens, log_probs, calls = sampled(tiny, prompts, 3, shared="on")
     assert none == 0 and calls == tiny["config"].num_layers
     np.testing.assert_array_equal(tokens, repeated)
     np.testing.assert_allclose(log_probs, repeated_log_probs, atol=1e-5)
     # An EOS that one prompt's rows emit mid-way (the others go on), and sampling at temperature 1.
     eos = int(tokens[0, 3])
-    stopped, _, _ = sampled(tiny, prompts, 3, shared=True, eos=(eos,))
+    stopped, _, _ = sampled(tiny, prompts, 3, shared="on", eos=(eos,))
     assert (stopped[:3, 4:] == 0).all() and (stopped[3:, -1] != 0).all()  # the first prompt's rows stopped
-    np.testing.assert_array_equal(stopped, sampled(tiny, prompts, 3, shared=False, eos=(eos,))[0])
-    np.testing.assert_array_equal(sampled(tiny, prompts, 4, shared=True, temperature=1.0)[0],
-                                  sampled(tiny, prompts, 4, shared=False, temperature=1.0)[0])
-    assert sampled(tiny, prompts, 1, shared=True)[2] == 0  # n = 1: the plain kernel
+    np.testing.assert_array_equal(stopped, sampled(tiny, prompts, 3, shared="off", eos=(eos,))[0])
+    np.testing.assert_array_equal(sampled(tiny, prompts, 4, shared="on", temperature=1.0)[0],
+                                  sampled(tiny, prompts, 4, shared="off", temperature=1.0)[0])
+    assert sampled(tiny, prompts, 1, shared="on")[2] == 0  # n = 1: the plain kernel
+    assert sampled(tiny, prompts, 3, shared="auto")[2] == 0  # 4 prompts of 16 + 6 tokens: auto repeats
 
 
 @pytest.mark.slow
@@ -157,8 +227,8 @@ def _on_forced_devices(base: str) -> dict:
             "dp4_2_prompts": (dp4, None, two)}
     equal, calls = {}, {}
     for name, (layout, rules, prompts) in runs.items():
-        expected = sampled(tiny, prompts, 2, shared=False)[0]
-        tokens, _, calls[name] = sampled(tiny, prompts, 2, shared=True, mesh=build_mesh(layout), rules=rules)
+        expected = sampled(tiny, prompts, 2, shared="off")[0]
+        tokens, _, calls[name] = sampled(tiny, prompts, 2, shared="on", mesh=build_mesh(layout), rules=rules)
         equal[name] = bool(np.array_equal(tokens, expected))
     return {"equal": equal, "cascade_calls": calls, "layers": tiny["config"].num_layers}
 

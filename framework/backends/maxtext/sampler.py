@@ -1,8 +1,8 @@
 """Batched autoregressive sampling over a KV cache, compiled once per (batch, prompt bucket, settings).
 
 Prompts are left-padded to a bucketed length; one prefill fills the cache for every prompt, the
-n samples of each prompt share its K/V (models/prefix_cache.py: the Pallas decode kernel, n > 1) or get
-a copy of it each (the XLA path, n = 1, or a mesh that would split a prompt's rows from it), and a `jax.lax.while_loop` decodes one token per
+n samples of each prompt share its K/V (models/prefix_cache.py: the Pallas decode kernel, n > 1, where
+backend.adapter.shared_prefix says so) or get a copy of it each, and a `jax.lax.while_loop` decodes one token per
 step on device (no host round-trip per token) until max_new_tokens or every sequence has emitted EOS.
 Finished sequences emit pad tokens. Output rows are grouped per prompt: rows i*n .. i*n+n-1 are the
 samples of prompt i (the layout GRPO's group advantages expect).
@@ -20,7 +20,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from framework.backends.maxtext.models.decode_attention import cache_slots
-from framework.backends.maxtext.models.prefix_cache import PrefixCache, shares_prefix
+from framework.backends.maxtext.models.prefix_cache import PrefixCache, prompt_shards, shares_prefix
 from framework.backends.maxtext.models.rope import positions_from_mask
 from framework.backends.maxtext.models.transformer import KVCache, Transformer, unstack_layers
 from framework.backends.maxtext.sharding import LogicalRules, cast_floating, put
@@ -81,7 +81,7 @@ class Sampler:
 
     def __init__(self, model: Transformer, *, eos_token_ids: Sequence[int], pad_token_id: int,
                  prompt_bucket: int = 32, mesh: Mesh | None = None, rules: LogicalRules | None = None,
-                 behaviour_log_probs: bool = False, shared_prefix: bool = True) -> None:
+                 behaviour_log_probs: bool = False) -> None:
         if not eos_token_ids:
             raise ConfigError("sampler: eos_token_ids is empty; give the tokenizer's EOS id(s)")
         # The model's activation constraints follow the sampler's mesh (default: the model's own).
@@ -92,8 +92,6 @@ class Sampler:
         self.pad_token_id = int(pad_token_id)
         self.prompt_bucket = max(1, int(prompt_bucket))
         self.behaviour_log_probs = behaviour_log_probs  # a static flag: off, the program is the one before it
-        # False: the prompt's K/V repeated per sample even where it could be shared (the A/B of decode_probe)
-        self.shared_prefix = shared_prefix
         self.program = _generate  # or its ahead-of-time compiled executable (trainers/aot.py)
 
     def generate(self, params: Any, prompts: Sequence[Sequence[int]], rng: Array,
@@ -106,13 +104,13 @@ class Sampler:
                         rng: Array, sampling: SamplingParams) -> SampleOutput:
         """Sample from prompts already left-padded to a common length ([B, P] ids and 0/1 mask)."""
         return self.program(*self._program_args(params, prompt_ids, prompt_mask, rng), sampling=sampling,
-                            with_log_probs=self.behaviour_log_probs, shared_prefix=self.shared_prefix)
+                            with_log_probs=self.behaviour_log_probs)
 
     def lower(self, params: Any, prompts: Sequence[Sequence[int]], rng: Array,
               sampling: SamplingParams) -> jax.stages.Lowered:
         """The sampling program `generate` runs for these prompts, lowered (for its HLO or cost analysis)."""
         return _generate.lower(*self._program_args(params, *self.left_pad(prompts), rng), sampling=sampling,
-                               with_log_probs=self.behaviour_log_probs, shared_prefix=self.shared_prefix)
+                               with_log_probs=self.behaviour_log_probs)
 
     def _program_args(self, params: Any, prompt_ids: np.ndarray | Array, prompt_mask: np.ndarray | Array,
                       rng: Array) -> tuple:
@@ -142,10 +140,9 @@ class Sampler:
         return ids, mask
 
 
-@functools.partial(jax.jit, static_argnames=("model", "sampling", "with_log_probs", "shared_prefix"))
+@functools.partial(jax.jit, static_argnames=("model", "sampling", "with_log_probs"))
 def _generate(model: Transformer, params: Any, prompt_ids: Array, prompt_mask: Array, rng: Array,
-              eos: Array, pad: Array, sampling: SamplingParams, with_log_probs: bool = False,
-              shared_prefix: bool = True) -> SampleOutput:
+              eos: Array, pad: Array, sampling: SamplingParams, with_log_probs: bool = False) -> SampleOutput:
     config = model.config
     batch, prompt_length = prompt_ids.shape
     n = sampling.num_samples
@@ -155,7 +152,8 @@ def _generate(model: Transformer, params: Any, prompt_ids: Array, prompt_mask: A
     variables = {"params": unstack_layers(cast_floating(params, config.dtype))}
 
     positions = positions_from_mask(prompt_mask)
-    shared = shared_prefix and shares_prefix(config, batch, n, model.mesh, model.rules)
+    # Static: the shapes and the model's shared_prefix setting decide (the preflight's KV count asks the same).
+    shared = shares_prefix(config, batch, n, prompt_length, max_new, prompt_shards(batch, n, model.mesh, model.rules))
     # With a shared prefix the prefill's cache holds the prompts only; the suffix comes after it.
     slots = cache_slots(prompt_length, 0 if shared else max_new, config.decode_kernel)
     cache = KVCache.create(config, batch, slots, model.mesh, model.rules)

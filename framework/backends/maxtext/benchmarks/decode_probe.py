@@ -85,8 +85,9 @@ def main(argv: list[str] | None = None) -> dict:
     config = model_config(args)
     model, _, _, params = random_model(config, build_mesh(ParallelConfig(dp=1, fsdp=-1, tp=1, pp=1, ep=1, cp=1)))
     # An EOS id the model cannot emit: every row decodes exactly new_tokens.
-    samplers = {name: Sampler(model, eos_token_ids=[config.vocab_size], pad_token_id=0,
-                              prompt_bucket=args.prompt_tokens, shared_prefix=name == "on")
+    # on/off forced whatever backend.adapter.shared_prefix's auto would pick: the A/B its thresholds come from
+    samplers = {name: Sampler(model.clone(config=config.replace(shared_prefix=name)), eos_token_ids=[config.vocab_size],
+                              pad_token_id=0, prompt_bucket=args.prompt_tokens)
                 for name in PREFIX_CACHE[args.prefix_cache]}
     sampling = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, num_samples=args.generations)
     report = {"device": jax.devices()[0].device_kind, "xla_flags": os.environ.get("XLA_FLAGS", ""), "rows": {}}

@@ -12,12 +12,14 @@ and the suffix holds the step's own).
 
 Under a mesh the rows of one prompt must sit on the shard of that prompt: the rows [i*n, i*n+n) of prompt i
 split over the batch axes as the prompts do only when those axes divide the prompts as they divide the
-rows; when they do not (shares_prefix), the sampler repeats the prompt's K/V per row as before.
+rows; when they do not (prompt_shards), the sampler repeats the prompt's K/V per row as before. Where a shared
+prefix is worth its second kernel call is measured: shares_prefix (backend.adapter.shared_prefix).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import flax
 import jax
@@ -30,6 +32,13 @@ from framework.backends.maxtext.sharding import DEFAULT_RULES, LogicalRules, con
 
 Array = jax.Array
 _MAX_PREFIX_TILE = 64  # queries per prefix tile: one tile holds 8 samples x 7 query heads of a KV head (Qwen2.5)
+# Where shared_prefix=auto shares: measured on one H200 (2026-11-28, docs/benchmarks.md session 16; decode_probe
+# --prefix-cache both, Qwen2.5-0.5B shapes, 256 new tokens), ms a decode step shared vs repeated, 16 prompts x 8:
+# prompt 256: 1.566 vs 1.495 (shared 4.7% slower), 1024: 1.995 vs 2.206 (1.11x faster), 2048: 2.572 vs 3.405
+# (1.32x); 2 prompts x 8: slower at every length (256: 1.033 vs 0.930, 1024: 1.200 vs 1.098, 2048: 1.364 vs
+# 1.317), too few prompts to fill the prefix call's tiles.
+PROMPT_PER_NEW_TOKENS = 4  # the padded prompt at least this many times max_new_tokens
+MIN_PROMPTS_PER_SHARD = 16  # and at least this many prompts on each shard of the batch axes
 
 
 @flax.struct.dataclass
@@ -78,23 +87,38 @@ class PrefixCache:
         return self.keys[i], self.values[i], self.index, prefix
 
 
-def shares_prefix(config: ModelConfig, prompts: int, samples: int, mesh: Mesh | None,
-                  rules: LogicalRules | None) -> bool:
-    """Whether the sampler decodes with a PrefixCache: the Pallas kernel, n > 1, and (under a mesh) the prompts
-    split over the same batch axes as their rows, so that a prompt's rows sit on its shard."""
-    if config.decode_kernel != "pallas" or samples == 1:
+def shares_prefix(config: ModelConfig, prompts: int, samples: int, prompt_length: int, max_new_tokens: int,
+                  shards: int | None) -> bool:
+    """Whether the sampler decodes with a PrefixCache (the one rule: the sampler and the preflight's KV count ask
+    it). Possible: the Pallas kernel, n > 1, and `shards` not None (prompt_shards). config.shared_prefix on: where
+    possible; off: never; auto: where possible and measured faster, a padded prompt of at least
+    PROMPT_PER_NEW_TOKENS x max_new_tokens and at least MIN_PROMPTS_PER_SHARD prompts on each of the `shards`."""
+    if config.shared_prefix == "off" or config.decode_kernel != "pallas" or samples == 1 or shards is None:
         return False
-    return mesh is None or mesh.size == 1 or _batch_axes(prompts, mesh, rules) == _batch_axes(prompts * samples,
-                                                                                              mesh, rules)
+    return config.shared_prefix == "on" or (prompt_length >= PROMPT_PER_NEW_TOKENS * max_new_tokens
+                                            and prompts // shards >= MIN_PROMPTS_PER_SHARD)
 
 
-def kv_cache_tokens(prompts: int, samples: int, prompt_length: int, max_new_tokens: int, decode_kernel: str) -> int:
-    """The K/V entries (per layer and KV head) the sampler's cache holds: the prompt once per group with a
-    shared prefix (Pallas, n > 1), else once per row (the preflight counts it)."""
-    if decode_kernel == "pallas" and samples > 1:
-        return (prompts * cache_slots(prompt_length, 0, decode_kernel)
-                + prompts * samples * cache_slots(0, max_new_tokens, decode_kernel))
-    return prompts * samples * cache_slots(prompt_length, max_new_tokens, decode_kernel)
+def prompt_shards(prompts: int, samples: int, mesh: Mesh | None, rules: LogicalRules | None) -> int | None:
+    """The shards the cache's batch axes split `prompts` over, or None when they do not split them as they split
+    their prompts * samples rows (a prompt's rows would sit off its shard: no shared prefix)."""
+    if mesh is None or mesh.size == 1:
+        return 1
+    axes = _batch_axes(prompts, mesh, rules)
+    if axes != _batch_axes(prompts * samples, mesh, rules):
+        return None
+    return math.prod(mesh.shape[axis] for axis in ((axes,) if isinstance(axes, str) else axes or ()))
+
+
+def kv_cache_tokens(config: ModelConfig, prompts: int, samples: int, prompt_length: int, max_new_tokens: int,
+                    shards: int | None) -> int:
+    """The K/V entries (per layer and KV head) the sampler's cache holds: the prompt once per group where it
+    shares the prefix (shares_prefix), else once per row (the preflight counts it)."""
+    kernel = config.decode_kernel
+    if shares_prefix(config, prompts, samples, prompt_length, max_new_tokens, shards):
+        return (prompts * cache_slots(prompt_length, 0, kernel)
+                + prompts * samples * cache_slots(0, max_new_tokens, kernel))
+    return prompts * samples * cache_slots(prompt_length, max_new_tokens, kernel)
 
 
 def cascade_attention(q: Array, prefix: SharedPrefix, keys: Array, values: Array, stop: Array,

@@ -202,8 +202,7 @@ def _submit_rollout(aot: AheadOfTime, name: str, update: Any, placement: Any, ta
     rng = jax.eval_shape(lambda: jax.random.split(jax.random.key(0))[1])  # a key's shape: nothing on a device
     eos = jax.ShapeDtypeStruct((_EOS_SLOTS,), jnp.int32)  # up to _EOS_SLOTS ids (more: through jax.jit)
     aot.submit(name, _generate, model, policy, ids, ids, rng, eos, np.int32(0), sampling=sampling,
-               with_log_probs=task.rollout_lag > 0, shared_prefix=True,
-               static=(0, "sampling", "with_log_probs", "shared_prefix"))
+               with_log_probs=task.rollout_lag > 0, static=(0, "sampling", "with_log_probs"))
 
 
 def finish_first_step(aot: AheadOfTime | None, update: Any, samplers: list, scalars: Any) -> None:
