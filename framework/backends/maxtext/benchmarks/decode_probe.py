@@ -10,9 +10,10 @@ Rows = prompts x generations (16 x 8 by default) and 2 x generations: if a decod
 the same at both, the step is bound by per-kernel cost, not by the rows' work. `--profile` traces one
 generate with jax.profiler (perfetto trace) and prints each device kernel's count, total microseconds and,
 from the compiled program's HLO, its output shape, op and source line. `--prefix-cache both` times the
-sampler with the prompts' K/V shared by their samples (models/prefix_cache.py; what the Pallas decode path
-does with several samples) and repeated per sample, alternately in one process; each row count then reports
-both and off_s / on_s.
+sampler with the prompts' K/V shared by their samples (models/prefix_cache.py; the Pallas decode path with
+several samples) and repeated per sample, alternately in one process, each forced whatever
+backend.adapter.shared_prefix=auto would pick (its thresholds come from this A/B); each row count then
+reports both and off_s / on_s.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from framework.backends.maxtext.benchmarks.shapes import parse_args
 from framework.core.parallel import ParallelConfig
 
 
-# on: the prompts' K/V shared by their samples where the sampler can (Pallas, n > 1); off: repeated per sample.
+# on: the prompts' K/V shared by their samples wherever the sampler can (Pallas, n > 1); off: repeated per sample.
 PREFIX_CACHE = {"on": ("on",), "off": ("off",), "both": ("on", "off")}
 PREFIX_OPTION = {"--prefix-cache": {"default": "on", "choices": list(PREFIX_CACHE),
                                     "help": "prompt K/V shared per group (on), repeated per row (off), or both timed"}}
@@ -85,7 +86,6 @@ def main(argv: list[str] | None = None) -> dict:
     config = model_config(args)
     model, _, _, params = random_model(config, build_mesh(ParallelConfig(dp=1, fsdp=-1, tp=1, pp=1, ep=1, cp=1)))
     # An EOS id the model cannot emit: every row decodes exactly new_tokens.
-    # on/off forced whatever backend.adapter.shared_prefix's auto would pick: the A/B its thresholds come from
     samplers = {name: Sampler(model.clone(config=config.replace(shared_prefix=name)), eos_token_ids=[config.vocab_size],
                               pad_token_id=0, prompt_bucket=args.prompt_tokens)
                 for name in PREFIX_CACHE[args.prefix_cache]}

@@ -1,7 +1,7 @@
 """Shared-prefix ("cascade") decode attention: a prompt's K/V once for its n samples (as FlashInfer's
 cascade attention and Hydragen).
 
-With the Pallas decode kernel and n > 1 samples per prompt, the sampler keeps each layer's K/V in two
+With the Pallas decode kernel and n > 1 samples per prompt, the sampler can keep each layer's K/V in two
 parts instead of repeating the prompt's for every sample: the prefix [prompts, KV heads, P, D] (the
 prefill's cache, never repeated) and the suffix [prompts * n, KV heads, new slots, D] (each row's decoded
 tokens). A decode step's attention is the log-sum-exp merge of (a) one kernel call over the prefixes, in
