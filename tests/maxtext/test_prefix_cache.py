@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from framework.backends.maxtext.models import transformer
-from framework.backends.maxtext.models.prefix_cache import (SharedPrefix, cascade_attention, kv_cache_tokens, prompt_shards,
-                                                             shares_prefix)
+from framework.backends.maxtext.models.prefix_cache import (SharedPrefix, cascade_attention, kv_cache_tokens,
+                                                             prompt_shards, shares_prefix)
 from tests.maxtext.test_decode_attention import HEAD_DIM, HEADS, KV_HEADS
 
 

@@ -2,8 +2,8 @@
 
 Prompts are left-padded to a bucketed length; one prefill fills the cache for every prompt, the
 n samples of each prompt share its K/V (models/prefix_cache.py: the Pallas decode kernel, n > 1, where
-backend.adapter.shared_prefix says so) or get a copy of it each, and a `jax.lax.while_loop` decodes one token per
-step on device (no host round-trip per token) until max_new_tokens or every sequence has emitted EOS.
+backend.adapter.shared_prefix says so) or get a copy of it each, and a `jax.lax.while_loop` decodes one
+token per step on device (no host round-trip per token) until max_new_tokens or every sequence has emitted EOS.
 Finished sequences emit pad tokens. Output rows are grouped per prompt: rows i*n .. i*n+n-1 are the
 samples of prompt i (the layout GRPO's group advantages expect).
 """
