@@ -145,6 +145,7 @@ CASES: list[tuple[list[str], str]] = [
     ([*GRPO, "grpo.num_generations=1"], "grpo.num_generations: 1 must be >= 2"),
     ([*GRPO, "parallel.cp=2"], "parallel.cp: 2; backend=maxtext has no context parallelism"),
     ([*GRPO, "backend.adapter.decode_attention=flash"], "backend.adapter.decode_attention: 'flash' is not one of"),
+    ([*GRPO, "backend.adapter.shared_prefix=yes"], "backend.adapter.shared_prefix: 'yes' is not one of auto, on, off"),
     ([*GRPO, "backend.adapter.remat=some"], "backend.adapter.remat: 'some' is not one of none, minimal, full, auto"),
     ([*GRPO, "data=chat_sample"], "data=chat_sample: task=grpo needs a math (question/answer) data set"),
     ([*GRPO, "data.train_limit=0"], "data.train_limit: 0 is out of range; valid: >= 1 (or null)"),

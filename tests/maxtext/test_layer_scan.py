@@ -89,6 +89,9 @@ def test_decode_attention_auto_picks_the_pallas_kernel_only_on_a_gpu_in_bfloat16
     assert _config(2).for_platform("none", "auto", "pallas", "cpu").decode_kernel == "pallas"  # asked for
     on_rocm = bf16.for_platform("none", "auto", "auto", "rocm")  # kernels untested there: XLA's
     assert (on_rocm.attention_kernel, on_rocm.decode_kernel) == ("xla", "xla")
+    # backend.adapter.shared_prefix travels as given (its auto is decided at trace time, by the shapes)
+    assert bf16.for_platform("none", "auto", "auto", "gpu").shared_prefix == "auto"
+    assert bf16.for_platform("none", "auto", "auto", "gpu", "off").shared_prefix == "off"
 
 
 def test_kernel_platform_tells_rocm_from_cuda(monkeypatch):

@@ -87,7 +87,7 @@ def test_the_rollout_tp_is_the_smallest_group_that_fits_beside_the_training_stat
     assert pick_rollout_tp(60 * gb, 1e7, 0, task, 4, 80) == 2
     assert pick_rollout_tp(50 * gb, 1e7, 0, task, 4, 80) == 1
     # the same with the Pallas kernel's cache rounded to 64 slots a row (34 -> 64: 81.9 GB of KV cache)
-    assert pick_rollout_tp(50 * gb, 1e7, 0, task, 4, 80, slots=64) == 2
+    assert pick_rollout_tp(50 * gb, 1e7, 0, task, 4, 80, cache_tokens=lambda _: task.rows_per_step * 64) == 2
     assert pick_rollout_tp(2 * gb, 1e3, 0, grpo_task("grpo.prompts_per_step=2", "grpo.micro_batch_size=16"),
                            4, 80) == 2  # 2 prompts: at most 2 replicas
     # 14 query / 2 KV heads (Qwen2.5-0.5B): tp=4 would replicate the KV heads, so it is never picked
@@ -101,7 +101,7 @@ def test_the_trainers_rollout_tp_counts_the_training_state_on_the_update_shards(
 
     task, gb = grpo_task(), 1e9  # beta 0: params + 2 AdamW moments stay, no reference
     model = SimpleNamespace(num_layers=28, num_heads=28, num_kv_heads=4, head_dim=128, dtype="bfloat16",
-                            param_dtype="float32", decode_kernel="pallas")
+                            param_dtype="float32", decode_kernel="pallas", shared_prefix="auto")
     fsdp4 = {"data": 1, "fsdp": 4, "expert": 1, "tensor": 1}
     # the rollout holds the policy cast to bf16: half the float32 weights
     assert rollout_tp_for(model, 2 * gb, fsdp4, task, 80) == 1  # 0.5B in float32: replicas
@@ -109,6 +109,33 @@ def test_the_trainers_rollout_tp_counts_the_training_state_on_the_update_shards(
     assert rollout_tp_for(model, 60 * gb, fsdp4, task, 80) == 2  # 15B: 45 + 30 do not; 45 + 15 do
     assert rollout_tp_for(model, 72 * gb, fsdp4, task, 80) == 4  # 18B: 54 + 18 do not; 54 + 9 do
     assert rollout_tp_for(model, 72 * gb, fsdp4, task, 80, devices=2) == 2  # fixed axes left 2: at most 2
+
+
+def test_the_rollout_tp_counts_a_shared_prompt_once_per_group_where_the_sampler_shares_it():
+    from types import SimpleNamespace
+
+    from framework.backends.maxtext.trainers.preflight import rollout_tp_for
+
+    # 16 prompts x 8 samples of 256 + 256 tokens, 256 KiB of K/V a token: the Pallas kernel's shared prefix holds
+    # 36,864 tokens (9.7 GB), the repeated cache 65,536 (17.2 GB); a quarter of each per device at tp=1
+    task = grpo_task("grpo.max_prompt_tokens=256", "grpo.max_new_tokens=256")
+    fsdp4 = {"data": 1, "fsdp": 4, "expert": 1, "tensor": 1}
+
+    def model(kernel: str, shared_prefix: str = "on") -> SimpleNamespace:
+        return SimpleNamespace(num_layers=64, num_heads=64, num_kv_heads=8, head_dim=128, dtype="bfloat16",
+                               param_dtype="float32", decode_kernel=kernel, shared_prefix=shared_prefix)
+
+    # 52 GB of float32 weights: 39 GB of state + 26 of rollout weights + 2.4 of shared cache fit in 68; + 4.3 do not
+    assert rollout_tp_for(model("pallas"), 52e9, fsdp4, task, 80) == 1
+    assert rollout_tp_for(model("xla"), 52e9, fsdp4, task, 80) == 2
+    # auto: 256 + 256 tokens are not worth sharing (prefix_cache.shares_prefix), nor are 4 prompts a replica
+    assert rollout_tp_for(model("pallas", "auto"), 52e9, fsdp4, task, 80) == 2
+    assert rollout_tp_for(model("pallas", "off"), 52e9, fsdp4, task, 80) == 2
+    # 32 prompts x 8 of 1024 + 256 tokens: auto shares at 16 prompts a replica (tp=2: 6.4 GB of cache a device),
+    # not at 8 (tp=1: 21.5 GB, with 55 GB of state and weights over the 68 GB budget); on shares at tp=1 too
+    long = grpo_task("grpo.prompts_per_step=32", "grpo.max_prompt_tokens=1024", "grpo.max_new_tokens=256")
+    assert rollout_tp_for(model("pallas", "auto"), 44e9, fsdp4, long, 80) == 2
+    assert rollout_tp_for(model("pallas", "on"), 44e9, fsdp4, long, 80) == 1
 
 
 def test_reshard_bytes_per_device_and_their_predicted_seconds():

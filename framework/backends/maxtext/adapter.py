@@ -11,7 +11,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from framework.backends.maxtext.config import ATTENTION_KERNELS, DECODE_KERNELS, REMAT_NAMES, GRPOConfig, check_choice
+from framework.backends.maxtext.config import (ATTENTION_KERNELS, DECODE_KERNELS, REMAT_NAMES, SHARED_PREFIX,
+                                              GRPOConfig, check_choice)
 from framework.core.adapter import BackendAdapter, require_modules
 from framework.core.build import build
 from framework.core.distributed import DistEnv, detect
@@ -35,13 +36,14 @@ class MaxTextAdapter(BackendAdapter):
     patch_modules = ("framework.backends.maxtext.patches",)
 
     def __init__(self, logical_axis_rules: dict, cache_dir: str, remat: str, attention: str, decode_attention: str,
-                 aot_compile: bool):
+                 shared_prefix: str, aot_compile: bool):
         self.logical_axis_rules = to_plain(logical_axis_rules)
         self.cache_dir = str(cache_dir)
         self.remat = check_choice(remat, (*REMAT_NAMES, "auto"), "backend.adapter.remat")
         self.attention = check_choice(attention, ("auto", *ATTENTION_KERNELS), "backend.adapter.attention")
         self.decode_attention = check_choice(decode_attention, ("auto", *DECODE_KERNELS),
                                              "backend.adapter.decode_attention")
+        self.shared_prefix = check_choice(shared_prefix, SHARED_PREFIX, "backend.adapter.shared_prefix")
         if not isinstance(aot_compile, bool):
             raise ConfigError(f"backend.adapter.aot_compile: {aot_compile!r} is not true or false")
         self.aot_compile = aot_compile
@@ -86,7 +88,7 @@ class MaxTextAdapter(BackendAdapter):
             hardware=to_plain(cfg.hardware), parallel=parallel,
             logical_axis_rules=self.logical_axis_rules, cache_dir=self.cache_dir, seed=int(cfg.seed),
             remat=self.remat, attention=self.attention, decode_attention=self.decode_attention,
-            aot_compile=self.aot_compile)
+            shared_prefix=self.shared_prefix, aot_compile=self.aot_compile)
 
 
 def gpu_platform() -> str:

@@ -23,6 +23,8 @@ REMAT_WORKLOADS = {
 REMAT_NAMES = tuple(REMAT_WORKLOADS)
 ATTENTION_KERNELS = ("xla", "cudnn")  # implementations of jax.nn.dot_product_attention
 DECODE_KERNELS = ("xla", "pallas")  # decode-step attention: XLA ops, or models/decode_attention.py
+# The prompt's K/V once per group of samples (models/prefix_cache.py): where worth it, always where possible, never
+SHARED_PREFIX = ("auto", "on", "off")
 
 
 def check_choice(value: str, valid: tuple[str, ...], key: str) -> str:
@@ -45,6 +47,7 @@ class GRPOConfig:
     remat: str  # auto (the preflight picks; trainers/preflight.py:pick_update_plan) | REMAT_NAMES
     attention: str  # auto | models.config.ATTENTION_KERNELS
     decode_attention: str  # auto | DECODE_KERNELS
+    shared_prefix: str  # SHARED_PREFIX (prefix_cache.shares_prefix decides at trace time)
     aot_compile: bool  # compile the first step's programs in background threads during init
 
     def close(self) -> None:

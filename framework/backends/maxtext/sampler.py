@@ -1,8 +1,9 @@
 """Batched autoregressive sampling over a KV cache, compiled once per (batch, prompt bucket, settings).
 
 Prompts are left-padded to a bucketed length; one prefill fills the cache for every prompt, the
-cache is repeated for the n samples of each prompt, and a `jax.lax.while_loop` decodes one token per
-step on device (no host round-trip per token) until max_new_tokens or every sequence has emitted EOS.
+n samples of each prompt share its K/V (models/prefix_cache.py: the Pallas decode kernel, n > 1, where
+backend.adapter.shared_prefix says so) or get a copy of it each, and a `jax.lax.while_loop` decodes one
+token per step on device (no host round-trip per token) until max_new_tokens or every sequence has emitted EOS.
 Finished sequences emit pad tokens. Output rows are grouped per prompt: rows i*n .. i*n+n-1 are the
 samples of prompt i (the layout GRPO's group advantages expect).
 """
@@ -19,6 +20,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from framework.backends.maxtext.models.decode_attention import cache_slots
+from framework.backends.maxtext.models.prefix_cache import PrefixCache, prompt_shards, shares_prefix
 from framework.backends.maxtext.models.rope import positions_from_mask
 from framework.backends.maxtext.models.transformer import KVCache, Transformer, unstack_layers
 from framework.backends.maxtext.sharding import LogicalRules, cast_floating, put
@@ -150,13 +152,19 @@ def _generate(model: Transformer, params: Any, prompt_ids: Array, prompt_mask: A
     variables = {"params": unstack_layers(cast_floating(params, config.dtype))}
 
     positions = positions_from_mask(prompt_mask)
-    cache = KVCache.create(config, batch, cache_slots(prompt_length, max_new, config.decode_kernel), model.mesh,
-                           model.rules)
+    # Static: the shapes and the model's shared_prefix setting decide (the preflight's KV count asks the same).
+    shared = shares_prefix(config, batch, n, prompt_length, max_new, prompt_shards(batch, n, model.mesh, model.rules))
+    # With a shared prefix the prefill's cache holds the prompts only; the suffix comes after it.
+    slots = cache_slots(prompt_length, 0 if shared else max_new, config.decode_kernel)
+    cache = KVCache.create(config, batch, slots, model.mesh, model.rules)
     hidden, cache = model.apply(variables, prompt_ids, positions, prompt_mask, cache,
                                 method=Transformer.hidden_states)
     last_logits = model.apply(variables, hidden[:, -1:], method=Transformer.logits)[:, 0]
 
-    cache = cache.repeat(n)
+    if shared:
+        cache = PrefixCache.after_prefill(cache.keys, cache.values, prompt_mask, n, max_new, model.mesh, model.rules)
+    else:
+        cache = cache.repeat(n)
     last_logits = jnp.repeat(last_logits, n, axis=0)
     next_position = jnp.repeat(positions[:, -1] + 1, n)
     rng, step_rng = jax.random.split(rng)

@@ -3,12 +3,17 @@
     python -m framework.backends.maxtext.benchmarks.decode_probe                # Qwen2.5-0.5B shapes, GPU
     python -m framework.backends.maxtext.benchmarks.decode_probe --profile DIR  # + GPU time per kernel
     XLA_FLAGS=--xla_gpu_enable_command_buffer= python -m ...decode_probe       # an XLA setting's effect
+    python -m framework.backends.maxtext.benchmarks.decode_probe --prefix-cache both  # shared prefix vs repeated
     python -m framework.backends.maxtext.benchmarks.decode_probe --tiny         # CPU check
 
 Rows = prompts x generations (16 x 8 by default) and 2 x generations: if a decode step costs about
 the same at both, the step is bound by per-kernel cost, not by the rows' work. `--profile` traces one
 generate with jax.profiler (perfetto trace) and prints each device kernel's count, total microseconds and,
-from the compiled program's HLO, its output shape, op and source line.
+from the compiled program's HLO, its output shape, op and source line. `--prefix-cache both` times the
+sampler with the prompts' K/V shared by their samples (models/prefix_cache.py; the Pallas decode path with
+several samples) and repeated per sample, alternately in one process, each forced whatever
+backend.adapter.shared_prefix=auto would pick (its thresholds come from this A/B); each row count then
+reports both and off_s / on_s.
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ from framework.backends.maxtext.benchmarks.shapes import parse_args
 from framework.core.parallel import ParallelConfig
 
 
+# on: the prompts' K/V shared by their samples wherever the sampler can (Pallas, n > 1); off: repeated per sample.
+PREFIX_CACHE = {"on": ("on",), "off": ("off",), "both": ("on", "off")}
+PREFIX_OPTION = {"--prefix-cache": {"default": "on", "choices": list(PREFIX_CACHE),
+                                    "help": "prompt K/V shared per group (on), repeated per row (off), or both timed"}}
 _INSTRUCTION = re.compile(r'^\s*(?:ROOT )?%([\w.\-]+) = (.+?) (?:fusion|custom-call)\(.*?'
                           r'metadata=\{op_name="([^"]*)"(?: stack_frame_id=(\d+))?', re.M)
 
@@ -66,7 +75,8 @@ def kernel_table(trace_dir: str, top: int = 40, sources: dict[str, str] | None =
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(__doc__.splitlines()[0], argv, {**OPTIONS, "--profile": {"default": None, "help": "trace dir"}})
+    args = parse_args(__doc__.splitlines()[0], argv, {**OPTIONS, "--profile": {"default": None, "help": "trace dir"},
+                                                      **PREFIX_OPTION})
     import jax
     import numpy as np
 
@@ -76,27 +86,38 @@ def main(argv: list[str] | None = None) -> dict:
     config = model_config(args)
     model, _, _, params = random_model(config, build_mesh(ParallelConfig(dp=1, fsdp=-1, tp=1, pp=1, ep=1, cp=1)))
     # An EOS id the model cannot emit: every row decodes exactly new_tokens.
-    sampler = Sampler(model, eos_token_ids=[config.vocab_size], pad_token_id=0, prompt_bucket=args.prompt_tokens)
+    samplers = {name: Sampler(model.clone(config=config.replace(shared_prefix=name)), eos_token_ids=[config.vocab_size],
+                              pad_token_id=0, prompt_bucket=args.prompt_tokens)
+                for name in PREFIX_CACHE[args.prefix_cache]}
     sampling = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, num_samples=args.generations)
     report = {"device": jax.devices()[0].device_kind, "xla_flags": os.environ.get("XLA_FLAGS", ""), "rows": {}}
     for prompts in dict.fromkeys((args.prompts, 2)):
         ids = np.random.default_rng(0).integers(1, config.vocab_size, (prompts, args.prompt_tokens)).tolist()
-        times = []
+        times = {name: [] for name in samplers}
         for seed in range(1 + args.steps):  # the first call compiles
-            started = time.perf_counter()
-            jax.block_until_ready(sampler.generate(params, ids, jax.random.key(seed), sampling))
-            times.append(time.perf_counter() - started)
-        seconds, rows = statistics.median(times[1:]), prompts * args.generations
-        report["rows"][rows] = {"first_call_s": times[0], "s": seconds, "tokens_per_s": rows * args.new_tokens / seconds,
-                                "ms_per_decode_step": 1e3 * seconds / args.new_tokens}
+            for name, sampler in samplers.items():  # alternated, so that drift slows both alike
+                started = time.perf_counter()
+                jax.block_until_ready(sampler.generate(params, ids, jax.random.key(seed), sampling))
+                times[name].append(time.perf_counter() - started)
+        rows = prompts * args.generations
+        figures = {name: _figures(seconds, rows, args.new_tokens) for name, seconds in times.items()}
+        report["rows"][rows] = figures[args.prefix_cache] if len(figures) == 1 else {
+            **figures, "off_s/on_s": figures["off"]["s"] / figures["on"]["s"]}
     if args.profile:
         ids = np.random.default_rng(0).integers(1, config.vocab_size, (args.prompts, args.prompt_tokens)).tolist()
+        sampler = next(iter(samplers.values()))  # with both: the shared prefix
         with jax.profiler.trace(args.profile, create_perfetto_trace=True):
             jax.block_until_ready(sampler.generate(params, ids, jax.random.key(99), sampling))
         hlo = sampler.lower(params, ids, jax.random.key(99), sampling).compile().as_text()
         report["kernels"] = kernel_table(args.profile, sources=hlo_sources(hlo))
     print(json.dumps(report, indent=1))
     return report
+
+
+def _figures(times: list[float], rows: int, new_tokens: int) -> dict:
+    seconds = statistics.median(times[1:])
+    return {"first_call_s": times[0], "s": seconds, "tokens_per_s": rows * new_tokens / seconds,
+            "ms_per_decode_step": 1e3 * seconds / new_tokens}
 
 
 if __name__ == "__main__":

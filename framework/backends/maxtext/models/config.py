@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from framework.backends.maxtext.config import ATTENTION_KERNELS, DECODE_KERNELS, REMAT_NAMES, check_choice
+from framework.backends.maxtext.config import (ATTENTION_KERNELS, DECODE_KERNELS, REMAT_NAMES, SHARED_PREFIX,
+                                              check_choice)
 from framework.core.errors import ConfigError, DataError
 from framework.core.plain import to_plain
 from framework.models.hf_config import DecoderArchitecture, read_decoder
@@ -38,25 +39,28 @@ class ModelConfig(DecoderArchitecture):
     remat: str = "none"  # transformer.REMAT_POLICIES: none | minimal | full
     attention_kernel: str = "xla"  # jax.nn.dot_product_attention implementation: xla | cudnn
     decode_kernel: str = "xla"  # attention of a decode step: DECODE_KERNELS
+    shared_prefix: str = "auto"  # SHARED_PREFIX: the sampler's prompt K/V per group (prefix_cache.shares_prefix)
 
     def __post_init__(self) -> None:
         check_choice(self.remat, REMAT_NAMES, "backend.adapter.remat")
         check_choice(self.attention_kernel, ATTENTION_KERNELS, "backend.adapter.attention")
         check_choice(self.decode_kernel, DECODE_KERNELS, "backend.adapter.decode_attention")
+        check_choice(self.shared_prefix, SHARED_PREFIX, "backend.adapter.shared_prefix")
         if self.attention_kernel == "cudnn" and self.dtype == "float32":
             raise ConfigError("backend.adapter.attention: cudnn has no float32 kernel; use xla or auto "
                               "with compute dtype float32")
 
-    def for_platform(self, remat: str, attention: str, decode: str, platform: str) -> "ModelConfig":
-        """With the backend's remat policy and attention kernels. auto: on an NVIDIA GPU (platform "gpu",
-        see kernel_platform) in bfloat16, cuDNN flash attention (it has no float32 kernel) and the Pallas
-        decode kernel; else (CPU, TPU, ROCm) XLA's."""
+    def for_platform(self, remat: str, attention: str, decode: str, platform: str,
+                     shared_prefix: str = "auto") -> "ModelConfig":
+        """With the backend's remat policy, attention kernels and shared prefix. auto: on an NVIDIA GPU (platform
+        "gpu", see kernel_platform) in bfloat16, cuDNN flash attention (it has no float32 kernel) and the Pallas
+        decode kernel; else (CPU, TPU, ROCm) XLA's. The shared prefix's auto stays: the sampler's shapes decide it."""
         fused = platform == "gpu" and self.dtype == "bfloat16"
         if attention == "auto":
             attention = "cudnn" if fused else "xla"
         if decode == "auto":
             decode = "pallas" if fused else "xla"
-        return self.replace(remat=remat, attention_kernel=attention, decode_kernel=decode)
+        return self.replace(remat=remat, attention_kernel=attention, decode_kernel=decode, shared_prefix=shared_prefix)
 
     @property
     def hf_config(self) -> dict[str, Any]:

@@ -38,6 +38,12 @@ def cache_slots(prompt_length: int, max_new_tokens: int, decode_kernel: str) -> 
     return -(-slots // CACHE_BLOCK) * CACHE_BLOCK if decode_kernel == "pallas" else slots
 
 
+def kernel_splits(slots: int) -> int:
+    """Sequence parts of a kernel call over `slots` (whole CACHE_BLOCKs): at most MAX_SPLITS, dividing the blocks."""
+    blocks = slots // CACHE_BLOCK
+    return max(s for s in (1, 2, 4, MAX_SPLITS) if blocks % s == 0)
+
+
 def live_slots(attend: Array) -> tuple[Array, Array]:
     """[B] first and one-past-last live slot of each row, from the [B, 1, S] attend mask of a decode
     step (the slots between must all be live, see the module docstring)."""
@@ -67,9 +73,7 @@ def _kernel(q: Array, keys: Array, values: Array, start: Array, stop: Array, *, 
     from jax.experimental.pallas.ops.gpu.decode_attention import gqa
 
     batch, _, heads, head_dim = q.shape
-    blocks = keys.shape[2] // CACHE_BLOCK
-    splits = max(s for s in (1, 2, 4, MAX_SPLITS) if blocks % s == 0)
     # gqa takes [B, S, KVH, D] and swaps to [B, KVH, S, D]: the two swaps cancel in XLA, no copy.
     out = gqa(q[:, 0], keys.swapaxes(1, 2), values.swapaxes(1, 2), start, stop, block_k=CACHE_BLOCK,
-              k_splits=splits, interpret=interpret)
+              k_splits=kernel_splits(keys.shape[2]), interpret=interpret)
     return out.reshape(batch, 1, heads, head_dim)

@@ -23,12 +23,14 @@ from jax.sharding import Mesh
 
 from framework.backends.maxtext.models.config import ModelConfig
 from framework.backends.maxtext.models.decode_attention import CACHE_AXES, decode_attention, live_slots
+from framework.backends.maxtext.models.prefix_cache import PrefixCache, SharedPrefix, cascade_attention
 from framework.backends.maxtext.models.rope import apply_rope, positions_from_mask, rope_inverse_frequencies
 from framework.backends.maxtext.sharding import LogicalRules, constrain
 
 Array = jax.Array
 _KERNEL_INIT = nn.initializers.normal(stddev=0.02)  # HF initializer_range; real weights are loaded
 LOGITS_AXES = ("activation_batch", "activation_length", "activation_vocab")
+LayerCache = tuple[Array, Array, Array, SharedPrefix | None]  # a layer's K/V buffers, write index, shared prefix
 
 
 @flax.struct.dataclass
@@ -55,6 +57,10 @@ class KVCache:
         return cls(keys=tuple(buffer() for _ in range(config.num_layers)),
                    values=tuple(buffer() for _ in range(config.num_layers)),
                    valid=jnp.zeros((batch_size, max_length), bool), index=jnp.zeros((), jnp.int32))
+
+    def layer(self, i: int) -> tuple[Array, Array, Array, None]:
+        """What layer i's attention takes: its buffers, the write index, and no shared prefix."""
+        return self.keys[i], self.values[i], self.index, None
 
     def repeat(self, repeats: int) -> "KVCache":
         """Each sequence `repeats` times in a row (n samples per prompt share one prefill)."""
@@ -97,7 +103,8 @@ class Attention(nn.Module):
     fused kernel (jax.nn.dot_product_attention; cuDNN flash attention on GPU with attention="cudnn").
     Cached: the new keys/values are written into the layer's cache at `index` and the queries attend
     to the slots `attend` allows (left padding, causality); one new token per row with
-    decode_kernel="pallas" runs the fused decode kernel (models/decode_attention.py).
+    decode_kernel="pallas" runs the fused decode kernel (models/decode_attention.py), or with a shared
+    prompt prefix the cascade of two (models/prefix_cache.py).
     """
 
     config: ModelConfig
@@ -106,7 +113,7 @@ class Attention(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array, positions: Array, lengths: Array | None, attend: Array | None,
-                 cache: tuple[Array, Array, Array] | None) -> tuple[Array, tuple[Array, Array] | None]:
+                 cache: LayerCache | None) -> tuple[Array, tuple[Array, Array] | None]:
         c = self.config
         q = _dense((c.num_heads, c.head_dim), ("embed", "heads", "head_dim"), c.qkv_bias, c, "q_proj")(x)
         k = _dense((c.num_kv_heads, c.head_dim), ("embed", "kv_heads", "head_dim"), c.qkv_bias, c, "k_proj")(x)
@@ -122,9 +129,11 @@ class Attention(nn.Module):
         if cache is None:
             out, new_cache = self._packed(q, k, v, lengths), None
         else:
-            keys, values, index = cache
+            keys, values, index, prefix = cache
             keys, values = self._write(keys, k, index), self._write(values, v, index)
-            if c.decode_kernel == "pallas" and q.shape[1] == 1:
+            if prefix is not None:  # a decode step's token: the suffix's live slots are [0, index]
+                out = cascade_attention(q, prefix, keys, values, index + 1, self.mesh, self.rules)
+            elif c.decode_kernel == "pallas" and q.shape[1] == 1:
                 out = decode_attention(q, keys, values, *live_slots(attend), self.mesh, self.rules)
             else:
                 out = self._masked(q, keys, values, attend)
@@ -188,7 +197,7 @@ class DecoderLayer(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array, positions: Array, lengths: Array | None, attend: Array | None,
-                 cache: tuple[Array, Array, Array] | None) -> tuple[Array, tuple[Array, Array] | None]:
+                 cache: LayerCache | None) -> tuple[Array, tuple[Array, Array] | None]:
         c = self.config
         normed = RMSNorm(c.hidden_size, c.rms_norm_eps, "norm", c.dtype, c.param_dtype, name="input_layernorm")(x)
         attn_out, new_cache = Attention(c, self.mesh, self.rules, name="self_attn")(
@@ -261,7 +270,7 @@ class Transformer(nn.Module):
         return self.logits(hidden), cache
 
     def hidden_states(self, input_ids: Array, positions: Array, attention_mask: Array,
-                      cache: KVCache | None = None) -> tuple[Array, KVCache | None]:
+                      cache: KVCache | PrefixCache | None = None) -> tuple[Array, KVCache | PrefixCache | None]:
         """Final-norm hidden states [B, T, H]. With a cache, the T tokens go to slots index..index+T-1.
 
         Without a cache each row's real tokens must be contiguous (left and/or right padding, no
@@ -275,7 +284,8 @@ class Transformer(nn.Module):
             x, _ = self.layers(x, jnp.take_along_axis(positions, to_packed, axis=1),
                                attention_mask.sum(axis=1, dtype=jnp.int32), None, None)
             return self.norm(jnp.take_along_axis(x, from_packed[..., None], axis=1)), None
-        attend, cache = _attend_mask(attention_mask, cache)
+        # A PrefixCache decodes with the cascade kernel, which finds its live slots without a mask.
+        attend, cache = (None, cache) if isinstance(cache, PrefixCache) else _attend_mask(attention_mask, cache)
         x = self._embed(input_ids)
         layer = DecoderLayer(self.config, self.mesh, self.rules, parent=None)
         layers = self.variables["params"]["layers"]
@@ -284,7 +294,7 @@ class Transformer(nn.Module):
         keys, values = [], []
         for i, layer_params in enumerate(layers):  # unrolled: decoding is bound by reading each layer once
             x, (k, v) = layer.apply({"params": layer_params}, x, positions, None, attend,
-                                    (cache.keys[i], cache.values[i], cache.index))
+                                    cache.layer(i))
             keys.append(k)
             values.append(v)
         cache = cache.replace(keys=tuple(keys), values=tuple(values), index=cache.index + input_ids.shape[1])

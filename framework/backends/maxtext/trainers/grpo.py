@@ -87,7 +87,7 @@ class GRPOTrainer(BaseTrainer):
         task, remat = resolve_update_plan(architecture.hf_config, self.config, self.mesh, self.weight_bytes)
         self.config.task = task
         self.model_config = architecture.for_platform(remat, self.config.attention, self.config.decode_attention,
-                                                      kernel_platform())
+                                                      kernel_platform(), self.config.shared_prefix)
         model = Transformer(self.model_config, self.mesh, self.rules)
         self.placements = self._rollout_placements(boxed)  # before any weights load: a bad layout fails fast
         self.placement = self.placements[0]  # the (first) rollout group's: evaluation decodes there

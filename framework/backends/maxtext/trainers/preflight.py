@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from framework.backends.maxtext.config import REMAT_NAMES, REMAT_WORKLOADS
-from framework.backends.maxtext.models.decode_attention import cache_slots
+from framework.backends.maxtext.models.prefix_cache import kv_cache_tokens
 from framework.backends.maxtext.sharding import staging_copies
 from framework.core.dtypes import BYTES, SHORT
 from framework.core.errors import ConfigError, CrucibleError
@@ -214,22 +214,23 @@ def reshard_seconds(bytes_per_device: float, hardware: Mapping[str, Any]) -> flo
 
 
 def pick_rollout_tp(rollout_weight_bytes: float, kv_bytes_per_token: float, resident_bytes: float, task: GRPOTask,
-                    devices: int, memory_gb: float, heads: tuple[int, ...] = (), slots: int | None = None) -> int:
+                    devices: int, memory_gb: float, heads: tuple[int, ...] = (),
+                    cache_tokens: Callable[[int], int] | None = None) -> int:
     """The rollout's tensor-parallel size when `parallel.rollout.tp` is null: the smallest divisor of `devices`
     (the devices the rollout's fixed axes leave) that divides every head count in `heads` (the rules would
     replicate heads a tp does not divide), whose replicas (devices / tp) split the prompts evenly, and whose
     share of the rollout's weights (`rollout_weight_bytes`: the policy cast to the compute dtype)
     and of the KV cache fits beside the training state that stays on the device (`resident_bytes`); the
-    largest such tp when none fits (the preflight's memory check then speaks). `slots`: a row's KV-cache
-    slots (default prompt + new tokens; decode_attention.cache_slots)."""
+    largest such tp when none fits (the preflight's memory check then speaks). `cache_tokens(replicas)`: the step's
+    KV-cache entries per layer and KV head (default rows x (prompt + new tokens); prefix_cache.kv_cache_tokens)."""
     candidates = [tp for tp in range(1, devices + 1)
                   if devices % tp == 0 and task.prompts_per_step % (devices // tp) == 0
                   and all(count % tp == 0 for count in heads)] or [1]
     budget = memory_gb * 1e9 * MEMORY_HEADROOM - resident_bytes
-    cache_tokens = task.rows_per_step * (slots or task.max_prompt_tokens + task.max_new_tokens)
+    cache_tokens = cache_tokens or (lambda _: task.rows_per_step * (task.max_prompt_tokens + task.max_new_tokens))
     for tp in candidates:
         replicas = devices // tp
-        if rollout_weight_bytes / tp + kv_bytes_per_token * cache_tokens / (replicas * tp) <= budget:
+        if rollout_weight_bytes / tp + kv_bytes_per_token * cache_tokens(replicas) / (replicas * tp) <= budget:
             return tp
     return candidates[-1]
 
@@ -252,9 +253,14 @@ def rollout_tp_for(model: Any, weight_bytes: float, update_mesh: Mapping[str, in
     rollout_weights = rollout_weight_bytes(model, weight_bytes) * (2 if separate else 1)
     kv_per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim * BYTES[model.dtype]
     devices = devices or update_mesh["data"] * shards
-    slots = cache_slots(task.max_prompt_tokens, task.max_new_tokens, model.decode_kernel)
+    # The candidates split the prompts evenly over the replicas, so a prompt's rows sit on its shard: the sampler
+    # shares its K/V where prefix_cache.shares_prefix says so for that many prompts a replica.
+    def cache_tokens(replicas: int) -> int:
+        return kv_cache_tokens(model, task.prompts_per_step, task.rows_per_step // task.prompts_per_step,
+                               task.max_prompt_tokens, task.max_new_tokens, replicas)
+
     return pick_rollout_tp(rollout_weights, kv_per_token, resident, task, devices, memory_gb,
-                           heads=(model.num_heads, model.num_kv_heads), slots=slots)
+                           heads=(model.num_heads, model.num_kv_heads), cache_tokens=cache_tokens)
 
 
 def refuse_out_of_memory(prediction: Mapping[str, Any], hardware: Mapping[str, Any], task: GRPOTask) -> None:
