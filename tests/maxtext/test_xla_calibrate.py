@@ -100,6 +100,8 @@ def test_a_run_summary_is_read_as_a_grpo_step_report():
     assert label == "h100_2026-11-26_s10_callA/recipe"
     assert (report["micro_batch"], report["remat"], report["prompts"], report["generations"]) == (128, "full", 16, 8)
     assert report["step_s"] == pytest.approx(summary["measured_step_s"])
+    # one device, the rollout on the update's: no groups of its own, the run's own move time (none here)
+    assert "rollout_groups" not in report and report["preflight_reshard_s"] == summary.get("preflight_reshard_s", 0.0)
     assert 0 < report["rollout_s"] < report["step_s"] and 0 < report["update_s"] < report["step_s"]
 
 

@@ -32,10 +32,12 @@ from framework.backends.maxtext.benchmarks.shapes import parse_args
 from framework.core.parallel import ParallelConfig
 
 
-# on: the prompts' K/V shared by their samples wherever the sampler can (Pallas, n > 1); off: repeated per sample.
-PREFIX_CACHE = {"on": ("on",), "off": ("off",), "both": ("on", "off")}
-PREFIX_OPTION = {"--prefix-cache": {"default": "on", "choices": list(PREFIX_CACHE),
-                                    "help": "prompt K/V shared per group (on), repeated per row (off), or both timed"}}
+# auto: as a run decides (backend.adapter.shared_prefix's default); on: the prompts' K/V shared by their samples
+# wherever the sampler can (Pallas, n > 1); off: repeated per sample; both: on and off timed alternately.
+PREFIX_CACHE = {"auto": ("auto",), "on": ("on",), "off": ("off",), "both": ("on", "off")}
+PREFIX_OPTION = {"--prefix-cache": {"default": "auto", "choices": list(PREFIX_CACHE),
+                                    "help": "as a run decides (auto), shared per group (on), repeated per row (off), "
+                                            "or on and off both timed"}}
 _INSTRUCTION = re.compile(r'^\s*(?:ROOT )?%([\w.\-]+) = (.+?) (?:fusion|custom-call)\(.*?'
                           r'metadata=\{op_name="([^"]*)"(?: stack_frame_id=(\d+))?', re.M)
 

@@ -94,7 +94,7 @@ def repredict(table: str, reports: list[str]) -> dict:
     out = {}
     for path in reports:
         report = json.loads(Path(path).read_text())
-        predict(report["cases"], report["models"], report["hardware"], table, "bf16")
+        predict(report["cases"], report["models"], report["hardware"], table, report.get("dtype", "bf16"))
         errors = [abs(case["error_calibrated"]) for case in report["cases"]]
         print(f"{path}: median {statistics.median(errors):.1%}, worst {max(errors):.1%}")
         for case in report["cases"]:
@@ -217,9 +217,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--tiny", action="store_true", help="tiny models and shapes (a CPU check, seconds)")
     parser.add_argument("--hardware", default=None, help="conf/hardware name (default: from the device)")
     parser.add_argument("--models", default=None,
-                        help="comma-separated conf/model names to calibrate instead of the plan's (e.g. a size the tables lack)")
+                        help="comma-separated conf/model names to calibrate instead of the plan's "
+                             "(e.g. a size the tables lack)")
     parser.add_argument("--repredict", nargs="+", default=None, metavar=("TABLE", "ACCURACY_JSON"),
-                        help="no GPU: a table, then saved runs' accuracy.json; their held-out whole steps predicted with it")
+                        help="no GPU: a table, then saved runs' accuracy.json; their held-out whole steps "
+                             "predicted with it")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="seconds the calibration part may take (default: 190 on a GPU, none with --tiny)")
     args = parser.parse_args(argv)
@@ -261,6 +263,7 @@ def main(argv: list[str] | None = None) -> dict:
             (cases if case["held_out"] else unrolled).append({**case, "model": name})
     predict(cases, models, hardware, str(table), dtype)
     report = {"environment": env, "hardware": hardware, "models": models, "stack": STACK, "table": str(table),
+              "dtype": dtype,
               "summary": summarise(cases), "cases": cases,
               "unrolled_prefill": unrolled, "seconds": time.perf_counter() - started}
     (out / "accuracy.json").write_text(json.dumps(report, indent=1))

@@ -42,8 +42,9 @@ from framework.backends.maxtext.trainers.checkpointing import (STATE_FILE, host_
                                                                read_state, write_arrays)
 from framework.data.math import load_split, system_prompt, train_examples
 from framework.backends.maxtext.trainers.evaluation import evaluate
+from framework.backends.maxtext.models.prefix_cache import prompt_shards
 from framework.backends.maxtext.trainers.preflight import (predict_step, preflight_warnings, refuse_out_of_memory,
-                                                             resolve_update_plan, rollout_tp_for)
+                                                             resolve_update_plan, rollout_tp_for, shares_prompt)
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
 from framework.core.errors import ConfigError, CrucibleError
 from framework.core.records import write_atomic
@@ -304,10 +305,14 @@ class GRPOTrainer(BaseTrainer):
     def _preflight(self) -> dict[str, Any]:
         try:
             reshard_bytes = self.placement.reshard_bytes(self.model_config, self.weight_bytes)
+            task = self.config.task
+            shards = prompt_shards(task.prompts_per_step, task.rows_per_step // task.prompts_per_step,
+                                   self.placement.mesh, self.rules)
             prediction = predict_step(self.model_config.hf_config, self.config.hardware, self.config.parallel,
-                                      self.mesh.size, self.config.task, self.placement.layout, reshard_bytes,
+                                      self.mesh.size, task, self.placement.layout, reshard_bytes,
                                       remat=self.model_config.remat, rollout_devices=self.placement.separate_devices,
-                                      rollout_groups=len(self.placements))
+                                      rollout_groups=len(self.placements),
+                                      shared_prompt=shares_prompt(self.model_config, task, shards))
         except CrucibleError as error:  # advisory: a model the simulator cannot handle still trains
             log.warning("preflight: %s", error)
             return {"preflight_error": str(error)}

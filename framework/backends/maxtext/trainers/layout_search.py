@@ -23,7 +23,8 @@ import logging
 from typing import Any, Mapping
 
 from framework.backends.maxtext.trainers.preflight import (MEMORY_HEADROOM, pick_update_plan, predict_step,
-                                                             reshard_bytes_per_device, rollout_weight_bytes)
+                                                             reshard_bytes_per_device, rollout_weight_bytes,
+                                                             shares_prompt)
 from framework.core.errors import ConfigError, CrucibleError
 from framework.core.parallel import AUTO, ParallelConfig
 from framework.tasks.grpo import GRPOTask
@@ -108,8 +109,10 @@ def predict(model: Any, weight_bytes: float, hardware: Mapping[str, Any], parall
             task = dataclasses.replace(task, micro_batch_size=size)
         moved = reshard_bytes_per_device(rollout_weight_bytes(model, weight_bytes), _mesh(update), _mesh(rollout),
                                          separate=True)
+        shards = rollout.dp * rollout.fsdp  # a candidate splits the prompts evenly over them (rollout_layouts)
         prediction = predict_step(hf, hardware, parallel, update_devices, task, rollout, moved, remat=remat,
-                                  rollout_devices=rollout_devices // groups, rollout_groups=groups)
+                                  rollout_devices=rollout_devices // groups, rollout_groups=groups,
+                                  shared_prompt=shares_prompt(model, task, shards))
     except CrucibleError as error:
         return Candidate(rollout_devices, rollout, update, reason=str(error), groups=groups)
     if not prediction:

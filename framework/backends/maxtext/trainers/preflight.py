@@ -19,7 +19,7 @@ import logging
 from typing import Any, Callable, Mapping
 
 from framework.backends.maxtext.config import REMAT_NAMES, REMAT_WORKLOADS
-from framework.backends.maxtext.models.prefix_cache import kv_cache_tokens
+from framework.backends.maxtext.models.prefix_cache import kv_cache_tokens, shares_prefix
 from framework.backends.maxtext.sharding import staging_copies
 from framework.core.dtypes import BYTES, SHORT
 from framework.core.errors import ConfigError, CrucibleError
@@ -44,21 +44,24 @@ def train_workload(task: GRPOTask, micro_batch: int, zero: bool, remat: str) -> 
             **REMAT_WORKLOADS[remat]}
 
 
-def grpo_phases(task: GRPOTask, zero: bool, remat: str = "none",
-                rollout_sharded: bool = False) -> list[tuple[str, dict, int]]:
+def grpo_phases(task: GRPOTask, zero: bool, remat: str = "none", rollout_sharded: bool = False,
+                shared_prompt: bool = False) -> list[tuple[str, dict, int]]:
     """(name, simulator workload, how many times it runs per step) for one GRPO step; `remat`: the
     update's remat policy (backend.adapter.remat). `rollout_sharded`: the rollout's mesh has fsdp > 1, so
     its prefill and every decode step all-gather the weight shards (sims/sharded_forward.py); the extra
-    forward passes run on the update's mesh and gather likewise when it is fsdp (`zero`)."""
+    forward passes run on the update's mesh and gather likewise when it is fsdp (`zero`). `shared_prompt`: the
+    sampler keeps each prompt's K/V once for its samples (shares_prompt): a decode row holds and reads a 1/n share
+    of it (the merge's second kernel call is not modelled)."""
     dtype = SHORT[task.compute_dtype]
     prompt, new, rows = task.max_prompt_tokens, task.max_new_tokens, task.rows_per_step
+    cached_prompt = -(-prompt * task.prompts_per_step // rows) if shared_prompt else prompt
     sequence = prompt + new
     micro_steps = rows // task.micro_batch_size
     extra_forwards = int(task.ppo_epochs > 1) + int(task.beta > 0)
     rollout = {"dtype": dtype, "zero": rollout_sharded, "shard_weights": rollout_sharded}
     phases = [
         ("prefill", {"mode": "prefill", "batch": task.prompts_per_step, "seq_len": prompt, **rollout}, 1),
-        ("decode", {"mode": "decode", "batch": rows, "context_len": prompt + new // 2, **rollout}, new),
+        ("decode", {"mode": "decode", "batch": rows, "context_len": cached_prompt + new // 2, **rollout}, new),
         ("train", train_workload(task, task.micro_batch_size, zero, remat), task.ppo_epochs),
     ]
     if extra_forwards:
@@ -70,7 +73,7 @@ def grpo_phases(task: GRPOTask, zero: bool, remat: str = "none",
 def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], parallel: ParallelConfig,
                  devices: int, task: GRPOTask, rollout: ParallelConfig | None = None,
                  reshard_bytes: float = 0.0, remat: str = "none", rollout_devices: int = 0,
-                 rollout_groups: int = 1) -> dict[str, Any]:
+                 rollout_groups: int = 1, shared_prompt: bool = False) -> dict[str, Any]:
     """Predicted seconds per GRPO step (and per phase) and the peak memory per device of its phases.
 
     `rollout`: the resolved rollout layout (None: the update's); `reshard_bytes`: what each device receives
@@ -94,7 +97,7 @@ def predict_step(hf_config: Mapping[str, Any], hardware: Mapping[str, Any], para
     prediction: dict[str, Any] = {"preflight_reshard_s": reshard_s}
     phase_sums = {"rollout": 0.0, "update": 0.0}
     memory, fits, breakdowns = 0.0, True, {}
-    for name, workload, repeats in grpo_phases(task, zero, remat, rollout_sharded):
+    for name, workload, repeats in grpo_phases(task, zero, remat, rollout_sharded, shared_prompt):
         phase_layout = rollout_layout if name in ROLLOUT_PHASES else layout
         summary = simulate(hf_config, hardware, phase_layout, workload, stack=stack_for_backend("maxtext")).summary()
         if summary["status"] != "ok":
@@ -233,6 +236,13 @@ def pick_rollout_tp(rollout_weight_bytes: float, kv_bytes_per_token: float, resi
         if rollout_weight_bytes / tp + kv_bytes_per_token * cache_tokens(replicas) / (replicas * tp) <= budget:
             return tp
     return candidates[-1]
+
+
+def shares_prompt(model: Any, task: GRPOTask, shards: int | None) -> bool:
+    """Whether the rollout's sampler keeps each prompt's K/V once for its samples (prefix_cache.shares_prefix) at
+    the step's shapes, its prompts over `shards` batch shards (None: a mesh splits them unlike their rows)."""
+    return shares_prefix(model, task.prompts_per_step, task.rows_per_step // task.prompts_per_step,
+                         task.max_prompt_tokens, task.max_new_tokens, shards)
 
 
 def rollout_weight_bytes(model: Any, weight_bytes: float) -> float:
