@@ -244,3 +244,20 @@ def test_a_run_on_4_devices_takes_the_argmin_of_the_predictions_it_logs(tmp_path
     assert summary["preflight_overlapped"] and summary["preflight_rollout_memory_gb"] > 0
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [row["staleness"] for row in rows] == [0.0, 1.0]
+
+
+def test_a_candidate_whose_sampler_shares_the_prompt_is_predicted_with_it():
+    """Long prompts (2,048 + 256 tokens, 16 prompts x 8): a rollout replica holding all 16 prompts shares their K/V
+    under backend.adapter.shared_prefix=auto (preflight.shares_prompt), so its decode is predicted with a 1/n share of
+    each prompt per row; with `off` the same split decodes the repeated cache, slower."""
+    from framework.backends.maxtext.trainers.layout_search import predict
+
+    decode = {}
+    for setting in ("auto", "off"):
+        model, weights, hardware, parallel, task = _setting("grpo.prompts_per_step=16", "grpo.micro_batch_size=16",
+                                                            "grpo.max_prompt_tokens=2048")
+        model = model.replace(decode_kernel="pallas", shared_prefix=setting)
+        rollout = ParallelConfig(dp=1, fsdp=1, tp=1, pp=1, ep=1, cp=1)
+        decode[setting] = predict(model, weights, hardware, parallel, task, "minimal", 1, rollout, 3).prediction[
+            "preflight_decode_s"]
+    assert decode["auto"] < 0.8 * decode["off"]
