@@ -261,3 +261,28 @@ def test_a_candidate_whose_sampler_shares_the_prompt_is_predicted_with_it():
         decode[setting] = predict(model, weights, hardware, parallel, task, "minimal", 1, rollout, 3).prediction[
             "preflight_decode_s"]
     assert decode["auto"] < 0.8 * decode["off"]
+
+
+@pytest.mark.parametrize("decode_attention,shared", [("pallas", True), ("xla", False)])
+def test_the_search_predicts_with_the_kernels_and_shared_prefix_the_run_will_use(tmp_path, decode_attention, shared):
+    """choose_rollout_devices builds the model from its config.json, then gives it the run's decode kernel and
+    backend.adapter.shared_prefix (as the trainer does): with the Pallas kernel and `on` every candidate's decode
+    holds a shared prompt, with XLA's it cannot."""
+    from types import SimpleNamespace
+
+    from framework.backends.maxtext.trainers import layout_search
+
+    model, _, hardware, parallel, task = _setting("grpo.prompts_per_step=16", "grpo.micro_batch_size=16",
+                                                  "grpo.max_prompt_tokens=2048")
+    (tmp_path / "config.json").write_text(model.hf_config_json)
+    config = SimpleNamespace(parallel=parallel, task=task, hardware=hardware, remat="minimal", attention="auto",
+                             decode_attention=decode_attention, shared_prefix="on",
+                             model_source=SimpleNamespace(metadata=lambda: tmp_path))
+    seen = []
+    original = layout_search.shares_prompt
+    layout_search.shares_prompt = lambda *args: seen.append(original(*args)) or seen[-1]
+    try:
+        layout_search.choose_rollout_devices(config, 3)
+    finally:
+        layout_search.shares_prompt = original
+    assert seen and set(seen) == {shared}

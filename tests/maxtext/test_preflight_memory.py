@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from framework.backends.maxtext.trainers.preflight import refuse_out_of_memory
 from framework.core.build import build
 from framework.core.errors import ConfigError
+from framework.core.parallel import ParallelConfig
 from framework.tasks.grpo import GRPOTask
 from tests.conftest import compose_config
 
@@ -131,3 +134,32 @@ def test_the_update_is_one_optimizer_step_per_epoch_over_accumulated_micro_batch
     rows = simulate(hf, hardware, {"dp": 1}, workload, stack="xla").rows
     counts = {row["name"]: row["count"] for row in rows if row["name"] in ("optimizer_step", "grad_accumulate")}
     assert counts == {"optimizer_step": 1, "grad_accumulate": 8}
+
+
+def test_the_preflights_decode_holds_a_shared_prompt_once_per_group():
+    """Where the sampler shares the prompt (preflight.shares_prompt: prefix_cache.shares_prefix at the step's shapes),
+    the preflight's decode phase holds and reads a 1/n share of it per row, so a long-prompt run it fits is not
+    refused; at the recipe's shapes nothing changes."""
+    from dataclasses import replace
+
+    from framework.backends.maxtext.trainers.preflight import grpo_phases, predict_step, shares_prompt
+    from framework.core.paths import load_conf
+    from tests.maxtext.test_rollout_layouts import grpo_task
+
+    task = replace(grpo_task("grpo.max_prompt_tokens=2048", "grpo.max_new_tokens=256", "grpo.prompts_per_step=16",
+                             "grpo.num_generations=8"), micro_batch_size=16)
+    auto = SimpleNamespace(decode_kernel="pallas", shared_prefix="auto")
+    assert shares_prompt(auto, task, 1) and not shares_prompt(auto, task, 2) and not shares_prompt(auto, task, None)
+    decode = {shared: dict((name, workload) for name, workload, _ in grpo_phases(task, False, shared_prompt=shared))[
+        "decode"] for shared in (False, True)}
+    assert (decode[False]["context_len"], decode[True]["context_len"]) == (2048 + 128, 256 + 128)
+    hf, hardware = load_conf("model", "qwen2_5_0_5b_instruct")["hf_config"], load_conf("hardware", "h100")["hardware"]
+    repeated, shared = (predict_step(hf, hardware, ParallelConfig(dp=1, fsdp=1, tp=1, pp=1, ep=1, cp=1), 1, task,
+                                     shared_prompt=flag) for flag in (False, True))
+    assert shared["preflight_decode_s"] < repeated["preflight_decode_s"]
+    from sims.api import simulate
+
+    memory = {flag: simulate(hf, hardware, {"tp": 1}, workload, stack="xla").memory_per_device_gb
+              for flag, workload in decode.items()}
+    assert memory[True] < memory[False] - 1.0  # 128 rows x 1,792 fewer cached tokens x 12 kB: 2.8 GB
+    assert not shares_prompt(auto, replace(task, max_prompt_tokens=256), 1)  # the GSM8K recipe's 256 + 256

@@ -136,7 +136,8 @@ def test_a_run_with_its_own_rollout_devices_is_predicted_overlapped():
     from framework.backends.maxtext.benchmarks.xla_repredict import phases, runs
     from framework.core.paths import REPO_ROOT
 
-    run_dir = REPO_ROOT / "framework/backends/maxtext/benchmarks/results/h200x4_2026-11-27_s15_pipeline/call5/q15b/lag1_1_5b"
+    results = REPO_ROOT / "framework/backends/maxtext/benchmarks/results"
+    run_dir = results / "h200x4_2026-11-27_s15_pipeline/call5/q15b/lag1_1_5b"
     [(_, report)] = runs(Path(run_dir / "summary.json"))
     assert (report["devices"], report["rollout_devices"], report["rollout_groups"]) == (2, 2, 1)
     assert report["rollout_mesh"] == {"data": 2, "fsdp": 1, "expert": 1, "tensor": 1}
@@ -152,5 +153,6 @@ def test_saved_held_out_steps_are_re_predicted_with_the_shipped_table():
 
     run = REPO_ROOT / "sims/benchmarks/results/h200_2026-11-28_s16_xla15b/accuracy.json"
     cases = xla_calibrate.main(["--repredict", str(REPO_ROOT / "sims/calibration/tables/h200_xla.json"), str(run)])
-    decode = {case["name"]: case["error_calibrated"] for case in cases[str(run)] if case["workload"]["mode"] == "decode"}
+    decode = {case["name"]: case["error_calibrated"] for case in cases[str(run)]
+              if case["workload"]["mode"] == "decode"}
     assert len(decode) == 2 and all(abs(error) < 0.10 for error in decode.values()), decode

@@ -5,7 +5,9 @@
 
 Each file is a grpo_step report (one device), a grpo_layouts report (every layout in it) or a `python run.py`
 run's summary.json (its meshes from shardings.json; a rollout on devices of its own, parallel.rollout.placement
-separate, predicted overlapped with the update over its grpo.rollout_lag groups, as the preflight does); the task is
+separate, predicted overlapped with the update over its grpo.rollout_lag groups, as the preflight does; its decode
+with the repeated prompt cache: runs whose sampler shared the prompt, backend.adapter.shared_prefix, are not told
+apart); the task is
 rebuilt from the report's shapes (benchmarks/grpo_step.grpo_task) and the preflight (trainers/preflight.py:
 predict_step) predicts it on the report's hardware with `efficiency_table.xla` = null and = --table.
 By phase: rollout = prefill + decode, update = train (+ the extra forward passes; none in these runs);

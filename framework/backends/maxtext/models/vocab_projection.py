@@ -38,7 +38,8 @@ def _unconstrained(logits: Array) -> Array:
 def target_log_probs(hidden: Array, kernel: Array, targets: Array, temperature: float,
                      layout: Callable[[Array], Array] = _unconstrained) -> tuple[Array, Array]:
     """hidden [..., H] in the compute dtype, kernel [H, V] (any float dtype), targets [...] int -> (log-probs
-    [...], entropy [...]), float32; the kernel's gradient in the kernel's dtype. `layout` constrains the [..., V] logits' sharding (the model's rule for them).
+    [...], entropy [...]), float32; the kernel's gradient in the kernel's dtype. `layout` constrains the [..., V]
+    logits' sharding (the model's rule for them).
     The entropy carries no gradient (the loss reports it; wrap it in stop_gradient all the same)."""
     (log_probs, entropy), _ = _forward(hidden, kernel, targets, temperature, layout)
     return log_probs, entropy

@@ -109,7 +109,8 @@ def predict(model: Any, weight_bytes: float, hardware: Mapping[str, Any], parall
             task = dataclasses.replace(task, micro_batch_size=size)
         moved = reshard_bytes_per_device(rollout_weight_bytes(model, weight_bytes), _mesh(update), _mesh(rollout),
                                          separate=True)
-        shards = rollout.dp * rollout.fsdp  # a candidate splits the prompts evenly over them (rollout_layouts)
+        # the cache's batch axes (data, fsdp: the mesh's fsdp is fsdp / ep); candidates split the prompts evenly
+        shards = _mesh(rollout)["data"] * _mesh(rollout)["fsdp"]
         prediction = predict_step(hf, hardware, parallel, update_devices, task, rollout, moved, remat=remat,
                                   rollout_devices=rollout_devices // groups, rollout_groups=groups,
                                   shared_prompt=shares_prompt(model, task, shards))
@@ -171,12 +172,15 @@ def choose_rollout_devices(config: Any, total: int) -> tuple[ParallelConfig, dic
         return config.parallel, {}
     from flax import linen as nn
 
-    from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params
+    from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params, kernel_platform
     from framework.backends.maxtext.sharding import tree_bytes
 
     task = config.task
     model = ModelConfig.from_pretrained(config.model_source.metadata(), param_dtype=task.param_dtype,
                                         dtype=task.compute_dtype)  # the model's config.json: no weights needed
+    # the kernels and shared prefix the run's sampler will use (each candidate's remat is picked by the search)
+    model = model.for_platform(model.remat, config.attention, config.decode_attention, kernel_platform(),
+                               config.shared_prefix)
     weight_bytes = tree_bytes(nn.unbox(abstract_params(Transformer(model))))
     chosen, candidates = search(model, weight_bytes, config.hardware, config.parallel, task, config.remat, total,
                                 max(task.rollout_lag, 1))
