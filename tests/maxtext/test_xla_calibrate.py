@@ -156,3 +156,13 @@ def test_saved_held_out_steps_are_re_predicted_with_the_shipped_table():
     decode = {case["name"]: case["error_calibrated"] for case in cases[str(run)]
               if case["workload"]["mode"] == "decode"}
     assert len(decode) == 2 and all(abs(error) < 0.10 for error in decode.values()), decode
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--tiny", "--out", "OUT", "--models", "tiny_qwen2,nosuch"], "--models: nosuch not in conf/model; valid: "),
+    (["--repredict", "sims/calibration/tables/h200_xla.json"], "--repredict takes a table, then one or more"),
+    (["--repredict", "no_table.json", "no_run.json"], "no such file: no_table.json, no_run.json")])
+def test_bad_calibration_arguments_are_one_line_errors(argv, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_:
+        xla_calibrate.main([str(tmp_path) if a == "OUT" else a for a in argv])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err

@@ -226,6 +226,10 @@ def main(argv: list[str] | None = None) -> dict:
                         help="seconds the calibration part may take (default: 190 on a GPU, none with --tiny)")
     args = parser.parse_args(argv)
     if args.repredict:
+        missing = [path for path in args.repredict if not Path(path).is_file()]
+        if len(args.repredict) < 2 or missing:
+            parser.error(f"--repredict takes a table, then one or more accuracy.json files"
+                         f"{'; no such file: ' + ', '.join(missing) if missing else ''}")
         return repredict(args.repredict[0], args.repredict[1:])
     if not args.out:
         parser.error("--out is required (a folder for the measurements, the table and the accuracy report)")
@@ -236,6 +240,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     plan = TINY if args.tiny else FULL
     if args.models:
+        known = sorted(path.stem for path in (REPO_ROOT / "conf" / "model").glob("*.yaml"))
+        unknown = [name for name in args.models.split(",") if name not in known]
+        if unknown:
+            parser.error(f"--models: {', '.join(unknown)} not in conf/model; valid: {', '.join(known)}")
         plan = with_models(plan, args.models.split(","))
     env, hardware, timer = timing_session(args.hardware, plan, log)
     budget = args.budget_s or plan["budget_s"]
