@@ -276,13 +276,15 @@ def test_the_search_predicts_with_the_kernels_and_shared_prefix_the_run_will_use
                                                   "grpo.max_prompt_tokens=2048")
     (tmp_path / "config.json").write_text(model.hf_config_json)
     config = SimpleNamespace(parallel=parallel, task=task, hardware=hardware, remat="minimal", attention="auto",
+                             logical_axis_rules={},
                              decode_attention=decode_attention, shared_prefix="on",
                              model_source=SimpleNamespace(metadata=lambda: tmp_path))
-    seen = []
+    seen, shards = [], []
     original = layout_search.shares_prompt
-    layout_search.shares_prompt = lambda *args: seen.append(original(*args)) or seen[-1]
+    layout_search.shares_prompt = lambda *args: shards.append(args[2]) or seen.append(original(*args)) or seen[-1]
     try:
         layout_search.choose_rollout_devices(config, 3)
     finally:
         layout_search.shares_prompt = original
     assert seen and set(seen) == {shared}
+    assert set(shards) == {1, 2}  # the candidates' batch shards: 1 device, 2 replicas (dp=2) or one tp=2 pair

@@ -113,6 +113,18 @@ def test_the_kv_cache_counts_the_prompt_once_where_the_sampler_shares_it():
     assert kv_cache_tokens(SimpleNamespace(decode_kernel="xla", shared_prefix="on"), 16, 8, 250, 200, 1) == 128 * 450
 
 
+
+def test_the_prompts_shards_of_a_layout_not_yet_built_are_its_meshs():
+    """The layout search asks prompt_shards of a candidate's abstract mesh (no devices): the cache's batch axes as the
+    run's rules map them (data and fsdp by default; the mesh's fsdp is fsdp / ep)."""
+    from framework.backends.maxtext.sharding import DEFAULT_RULES, abstract_mesh, logical_axis_rules
+
+    mesh = abstract_mesh({"data": 1, "fsdp": 2, "expert": 2, "tensor": 2})
+    assert prompt_shards(16, 8, mesh, DEFAULT_RULES) == 2
+    assert prompt_shards(16, 8, abstract_mesh({"data": 2, "fsdp": 2, "expert": 1, "tensor": 1}), DEFAULT_RULES) == 4
+    assert prompt_shards(16, 8, abstract_mesh({"data": 2, "fsdp": 2, "expert": 1, "tensor": 1}),
+                         logical_axis_rules({"cache_batch": "data"})) == 2
+
 def sampled(tiny: dict, prompts, samples: int, shared: str, eos=(2,), mesh=None, rules=None, temperature=0.0):
     """(completion ids, behaviour log-probs, how many times the traced program called cascade_attention)."""
     from framework.backends.maxtext.models import Transformer

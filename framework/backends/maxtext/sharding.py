@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
 from framework.core.errors import BackendError, ConfigError
 from framework.core.parallel import ParallelConfig, RolloutLayout
@@ -88,6 +88,12 @@ def build_mesh(parallel: ParallelConfig, devices: Sequence[jax.Device] | None = 
     shape = tuple(sizes[axis] for axis in MESH_AXES)
     # Auto axes: shardings propagate from the parameter and constraint annotations (GSPMD).
     return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES), devices=devices)
+
+
+def abstract_mesh(sizes: Mapping[str, int]) -> AbstractMesh:
+    """The mesh a layout's {axis: size} (MESH_AXES) would build, without devices: for rules that read its shape
+    (logical_to_spec) before any device is picked."""
+    return AbstractMesh(tuple(sizes[axis] for axis in MESH_AXES), MESH_AXES)
 
 
 def rollout_parallel(rollout: RolloutLayout, devices: int, prompts: int,

@@ -22,6 +22,8 @@ import dataclasses
 import logging
 from typing import Any, Mapping
 
+from framework.backends.maxtext.models.prefix_cache import prompt_shards
+from framework.backends.maxtext.sharding import LogicalRules, abstract_mesh
 from framework.backends.maxtext.trainers.preflight import (MEMORY_HEADROOM, pick_update_plan, predict_step,
                                                              reshard_bytes_per_device, rollout_weight_bytes,
                                                              shares_prompt)
@@ -94,9 +96,10 @@ def _mesh(layout: ParallelConfig) -> dict[str, int]:
 
 
 def predict(model: Any, weight_bytes: float, hardware: Mapping[str, Any], parallel: ParallelConfig, task: GRPOTask,
-            remat: str, rollout_devices: int, rollout: ParallelConfig, total: int, groups: int = 1) -> Candidate:
+            remat: str, rollout_devices: int, rollout: ParallelConfig, total: int, groups: int = 1,
+            rules: LogicalRules | None = None) -> Candidate:
     """One split's prediction: `groups` rollout groups of rollout_devices / groups devices in layout `rollout`,
-    the update's `parallel` on the total - rollout_devices others."""
+    the update's `parallel` on the total - rollout_devices others; `rules` the run's logical axis rules."""
     hf, update_devices = model.hf_config, total - rollout_devices
     try:
         update = parallel.resolve(update_devices)
@@ -109,8 +112,9 @@ def predict(model: Any, weight_bytes: float, hardware: Mapping[str, Any], parall
             task = dataclasses.replace(task, micro_batch_size=size)
         moved = reshard_bytes_per_device(rollout_weight_bytes(model, weight_bytes), _mesh(update), _mesh(rollout),
                                          separate=True)
-        # the cache's batch axes (data, fsdp: the mesh's fsdp is fsdp / ep); candidates split the prompts evenly
-        shards = _mesh(rollout)["data"] * _mesh(rollout)["fsdp"]
+        # what the sampler will ask on the candidate's mesh (prefix_cache.prompt_shards)
+        shards = prompt_shards(task.prompts_per_step, task.rows_per_step // task.prompts_per_step,
+                               abstract_mesh(_mesh(rollout)), rules)
         prediction = predict_step(hf, hardware, parallel, update_devices, task, rollout, moved, remat=remat,
                                   rollout_devices=rollout_devices // groups, rollout_groups=groups,
                                   shared_prompt=shares_prompt(model, task, shards))
@@ -126,7 +130,8 @@ def predict(model: Any, weight_bytes: float, hardware: Mapping[str, Any], parall
 
 
 def search(model: Any, weight_bytes: float, hardware: Mapping[str, Any], parallel: ParallelConfig, task: GRPOTask,
-           remat: str, total: int, groups: int = 1) -> tuple[Candidate, list[Candidate]]:
+           remat: str, total: int, groups: int = 1, rules: LogicalRules | None = None
+           ) -> tuple[Candidate, list[Candidate]]:
     """(the chosen candidate, every candidate compared) over `total` devices, the rollout in `groups` groups
     (grpo.rollout_lag); a ConfigError naming parallel.rollout.devices when none can run or none fits."""
     if total < groups + 1:
@@ -139,7 +144,7 @@ def search(model: Any, weight_bytes: float, hardware: Mapping[str, Any], paralle
                                           (model.num_heads, model.num_kv_heads))
         if not layouts:
             candidates.append(Candidate(count, None, None, reason=reason, groups=groups))
-        candidates += [predict(model, weight_bytes, hardware, parallel, task, remat, count, layout, total, groups)
+        candidates += [predict(model, weight_bytes, hardware, parallel, task, remat, count, layout, total, groups, rules)
                        for layout in layouts]
     ranked = sorted((c for c in candidates if c.fits), key=lambda c: (c.step_s, c.rollout_devices, c.rollout.tp))
     reasons = "; ".join(c.row() for c in candidates)
@@ -173,7 +178,7 @@ def choose_rollout_devices(config: Any, total: int) -> tuple[ParallelConfig, dic
     from flax import linen as nn
 
     from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params, kernel_platform
-    from framework.backends.maxtext.sharding import tree_bytes
+    from framework.backends.maxtext.sharding import logical_axis_rules, tree_bytes
 
     task = config.task
     model = ModelConfig.from_pretrained(config.model_source.metadata(), param_dtype=task.param_dtype,
@@ -182,8 +187,9 @@ def choose_rollout_devices(config: Any, total: int) -> tuple[ParallelConfig, dic
     model = model.for_platform(model.remat, config.attention, config.decode_attention, kernel_platform(),
                                config.shared_prefix)
     weight_bytes = tree_bytes(nn.unbox(abstract_params(Transformer(model))))
+    rules = logical_axis_rules(config.logical_axis_rules, "backend.adapter.logical_axis_rules")
     chosen, candidates = search(model, weight_bytes, config.hardware, config.parallel, task, config.remat, total,
-                                max(task.rollout_lag, 1))
+                                max(task.rollout_lag, 1), rules)
     for candidate in candidates:
         log.info("grpo: %s auto candidate %s", KEY, candidate.row())
     log.info("grpo: %s auto -> %d (rollout dp=%d tp=%d%s | update on %d: %s), predicted %.4g s per step", KEY,
