@@ -34,7 +34,7 @@ Array = jax.Array
 _MAX_PREFIX_TILE = 64  # queries per prefix tile: one tile holds 8 samples x 7 query heads of a KV head (Qwen2.5)
 # Where shared_prefix=auto shares: measured on one H200 (2026-11-28, docs/benchmarks.md session 16; decode_probe
 # --prefix-cache both, Qwen2.5-0.5B shapes, 256 new tokens), ms a decode step shared vs repeated, 16 prompts x 8:
-# prompt 256: 1.566 vs 1.495 (shared 4.7% slower), 1024: 1.995 vs 2.206 (1.11x faster), 2048: 2.572 vs 3.405
+# prompt 256: 1.566 vs 1.495 (shared 4.7% slower), 512 (session 17, another H200): 1.691 vs 1.695 (1.00x), 1024: 1.995 vs 2.206 (1.11x faster), 2048: 2.572 vs 3.405
 # (1.32x); 2 prompts x 8: slower at every length (256: 1.033 vs 0.930, 1024: 1.200 vs 1.098, 2048: 1.364 vs
 # 1.317), too few prompts to fill the prefix call's tiles.
 PROMPT_PER_NEW_TOKENS = 4  # the padded prompt at least this many times max_new_tokens
