@@ -13,6 +13,14 @@ A run's words (split as a shell would: quote a value with spaces) NAME=VALUE wit
 environment; the rest are Hydra overrides. `--cpu`
 runs the CPU recipe on forced host devices instead (checks a script without a GPU). Checkpoints and exports
 are deleted after each run; everything else stays in OUT/<name>/ and OUT/<name>.log.
+
+Time to the first step (issue 15): `--cache DIR` runs every run with CRUCIBLE_CACHE=DIR (its model builds and
+JAX's compilation cache, DIR/jax) and `--cold NAME` empties DIR before run NAME; each run's report then adds its
+wall time launch to exit, `startup_s`, step 1, when the first step ended after launch, steps 2.., the updates,
+the start-up timeline and DIR/jax's entries before and after (first_step.py), also in OUT/first_step.json:
+
+    python3 -m framework.backends.maxtext.benchmarks.recipe_runs --out OUT --hardware h100 --steps 4 \\
+        --cache /tmp/crucible_cache --cold cold --run cold "" --run warm ""
 """
 
 from __future__ import annotations
@@ -27,6 +35,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from framework.backends.maxtext.benchmarks.first_step import compile_cache_entries, empty_cache, figures
+from framework.backends.maxtext.benchmarks.first_step import lines as first_step_lines
 
 GPU_BASE = ("recipe=grpo_gsm8k model.random_init=true data=gsm8k_sample grpo.eval.every=0 grpo.checkpoint.every=0 "
             "grpo.export_hf=false progress=false")
@@ -52,9 +63,16 @@ def split_run(words: str) -> tuple[dict[str, str], list[str]]:
     return env, overrides
 
 
-def run_one(out: Path, name: str, words: str, base: str, limit_s: int) -> list[str]:
-    """One run; the report's lines for it."""
+def run_one(out: Path, name: str, words: str, base: str, limit_s: int,
+            cache: Path | None = None, cold: bool = False) -> tuple[list[str], dict | None]:
+    """One run (in `cache` when given, emptied first when `cold`); the report's lines for it and, with a
+    cache, its first-step figures (first_step.py)."""
     env, overrides = split_run(words)
+    if cache:
+        if cold:
+            empty_cache(cache, keep=[Path.cwd(), out])
+        env = {"CRUCIBLE_CACHE": str(cache.resolve()), **env}
+        entries_before = compile_cache_entries(cache)
     command = [sys.executable, "run.py", *base.split(), *overrides, f"hydra.run.dir={out / name}"]
     started = time.perf_counter()
     with open(out / f"{name}.log", "w") as log:
@@ -63,13 +81,18 @@ def run_one(out: Path, name: str, words: str, base: str, limit_s: int) -> list[s
                                   timeout=limit_s).returncode
         except subprocess.TimeoutExpired:
             code = "timeout"
-    lines = [f"== {name}: {' '.join(command[1:])} ({env or 'no env'}) rc={code} {time.perf_counter() - started:.0f} s"]
+    wall_s = time.perf_counter() - started
+    lines = [f"== {name}: {' '.join(command[1:])} ({env or 'no env'}) rc={code} {wall_s:.0f} s"]
     lines += [re.sub(r"^\[[^]]*\]\[[^]]*\]\[INFO\] - ", "", line)[:260]
               for line in (out / f"{name}.log").read_text(errors="replace").splitlines() if LOG_LINES.search(line)]
     lines += describe(out / name, name)
+    found = None
+    if cache:
+        found = {"rc": code, **figures(out / name, wall_s, cold, (entries_before, compile_cache_entries(cache)))}
+        lines += first_step_lines(name, found)
     for folder in ("checkpoints", "hf_export"):
         shutil.rmtree(out / name / folder, ignore_errors=True)
-    return lines
+    return lines, found
 
 
 def describe(run_dir: Path, name: str) -> list[str]:
@@ -116,18 +139,31 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--limit-s", type=int, default=150, help="each run's time limit")
     parser.add_argument("--cpu", action="store_true", help="the CPU recipe on host devices")
+    parser.add_argument("--cache", type=Path, help="every run's CRUCIBLE_CACHE (model builds, JAX's compilation "
+                        "cache); adds the first-step report and OUT/first_step.json")
+    parser.add_argument("--cold", action="append", default=[], metavar="NAME",
+                        help="empty the --cache directory before run NAME (repeatable); the others run warm")
     args = parser.parse_args(argv)
+    names = [name for name, _ in args.run]
+    if args.cold and not args.cache:
+        parser.error("--cold needs --cache DIR (the directory to empty)")
+    if unknown := sorted(set(args.cold) - set(names)):
+        parser.error(f"--cold {unknown[0]}: no such --run; runs: {', '.join(names)}")
     args.out.mkdir(parents=True, exist_ok=True)
     base = f"{CPU_BASE if args.cpu else GPU_BASE + ' hardware=' + args.hardware} grpo.steps={args.steps}"
+    first = {}
     with open(args.out / "summary.txt", "w") as summary:
         for name, words in args.run:
-            for line in run_one(args.out, name, words, base, args.limit_s):
+            lines, first[name] = run_one(args.out, name, words, base, args.limit_s, args.cache, name in args.cold)
+            for line in lines:
                 print(line, flush=True)
                 summary.write(line + "\n")
-        for line in ratios(args.out, [name for name, _ in args.run]):
+            if args.cache:  # after each run: a call cut short keeps the runs it finished
+                (args.out / "first_step.json").write_text(json.dumps(
+                    {"cache": str(args.cache), "base": base, "runs": first}, indent=1) + "\n")
+        for line in ratios(args.out, names):
             print(line)
             summary.write(line + "\n")
-
 
 if __name__ == "__main__":
     main()
