@@ -159,6 +159,15 @@ def test_a_key_removed_on_the_command_line_is_refused(stepped):
     assert "set by the override '~record_steps.old_knob'" in result.error
 
 
+def test_a_key_allowed_to_change_now_is_not_compared_with_the_checkpoint(stepped, caplog):
+    cfg = stepping_cfg(old_knob=4)
+    with open_dict(cfg):
+        cfg.task.resume_may_change = ["record_steps.old_knob"]
+    result = Runtime(cfg, stepped, ["record_steps.old_knob=4", "task.resume_may_change=[record_steps.old_knob]"]).run()
+    assert result.success, result.error
+    assert resume_warnings(caplog) == [] and last_segment(stepped)["removed_keys"] == {}
+
+
 def test_a_changed_value_is_refused_although_a_key_is_new(stepped):
     result = Runtime(stepping_cfg(old_knob=4, new_knob="auto"), stepped, []).run()
     assert result.status == "refused"
