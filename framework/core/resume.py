@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -120,7 +120,7 @@ def one_sided_keys(saved: Any, current: Any, prefix: str = "") -> tuple[dict[str
     return new, removed
 
 
-def set_by(key: str, overrides: list[str]) -> str | None:
+def set_by(key: str, overrides: Sequence[str]) -> str | None:
     """The command-line override that sets or removes `key` (the key, one inside it, a dict or `~` above it);
     None: the config files give it. A plain value above it is a group's option (`backend=maxtext`): files."""
     for override in overrides:
@@ -146,7 +146,7 @@ def _refusal(path: Path, cfg: DictConfig, difference: str, set_on_command_line: 
                            f"{', '.join(allowed) or 'none'}; {way_out}")
 
 
-def check_resumable(run_dir: Path, cfg: DictConfig, overrides: list[str] = ()) -> ResumePoint | None:
+def check_resumable(run_dir: Path, cfg: DictConfig, overrides: Sequence[str] = ()) -> ResumePoint | None:
     """Where a run in `run_dir` resumes (None: a fresh start); CheckpointError when the run dir's checkpoints
     must not be resumed with this config and command line (`overrides`) or overwritten. Reads only."""
     steps = published_steps(run_dir)
@@ -168,7 +168,7 @@ def check_resumable(run_dir: Path, cfg: DictConfig, overrides: list[str] = ()) -
     for dotted in may_change(cfg):  # a key allowed to change now is not compared, even one the checkpoint holds
         _drop(saved, dotted.split("."))
     new, removed = one_sided_keys(saved, current)
-    explicit = {k: o for k in [*new, *removed] if (o := set_by(k, list(overrides))) is not None}
+    explicit = {k: o for k in [*new, *removed] if (o := set_by(k, overrides)) is not None}
     new, removed = ({k: v for k, v in keys.items() if k not in explicit} for keys in (new, removed))
     difference = first_difference(saved, current, absent_ok=frozenset([*new, *removed]))
     if difference:
