@@ -80,11 +80,12 @@ class CheckpointStore:
     """Checkpoints of one run. `enabled=False` (ranks other than the main one) writes nothing."""
 
     def __init__(self, run_dir: Path, policy: CheckpointPolicy, fingerprint: dict | None = None,
-                 enabled: bool = True):
+                 enabled: bool = True, absent_ok: frozenset[str] = frozenset()):
         self.root = Path(run_dir) / CHECKPOINT_DIR
         self.policy = policy
         self.fingerprint = fingerprint or {}
         self.enabled = enabled
+        self.absent_ok = absent_ok  # keys the runtime's resume check accepted on one side only (resume.py)
 
     # ---- writing ---------------------------------------------------------------------------------
 
@@ -163,7 +164,7 @@ class CheckpointStore:
     def check_fingerprint(self, checkpoint: Checkpoint) -> None:
         """CheckpointError naming the first setting that differs from the run that saved `checkpoint`."""
         saved = json.loads((checkpoint.path / MANIFEST).read_text()).get("fingerprint", {})
-        difference = first_difference(saved, self.fingerprint)
+        difference = first_difference(saved, self.fingerprint, absent_ok=self.absent_ok)
         if difference:
             raise CheckpointError(f"{checkpoint.path}: saved by a different setup: {difference}; use the same "
                                   f"settings, or a new run dir")
@@ -185,11 +186,18 @@ class CheckpointStore:
         return self.latest() if self.policy.resume else None
 
 
-def first_difference(saved: Any, current: Any, prefix: str = "") -> str | None:
-    """The first dotted key whose value differs between two nested dicts, or None."""
+def first_difference(saved: Any, current: Any, prefix: str = "", absent_ok: frozenset[str] = frozenset()) -> str | None:
+    """The first dotted key whose value differs between two nested dicts, or None. A key in `absent_ok` that
+    only one side holds is no difference (a key a release added or removed, accepted by the resume check)."""
     if isinstance(saved, dict) and isinstance(current, dict):
         for key in sorted(set(saved) | set(current), key=str):
-            found = first_difference(saved.get(key), current.get(key), f"{prefix}{key}.")
+            dotted = f"{prefix}{key}"
+            if key not in saved or key not in current:
+                if dotted in absent_ok:
+                    continue
+                return (f"{dotted} (not in the checkpoint, now {current[key]!r})" if key not in saved
+                        else f"{dotted} (saved {saved[key]!r}, not in this config)")
+            found = first_difference(saved[key], current[key], f"{dotted}.", absent_ok)
             if found:
                 return found
         return None

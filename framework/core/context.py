@@ -23,6 +23,7 @@ class RunContext:
     dist: DistEnv = field(default_factory=detect)  # this process among the job's ranks (torchrun, SLURM, submitit)
     fingerprint: dict | None = None  # the settings a resumed run must share (framework.core.resume)
     signals: StopSignals | None = None  # SIGINT/SIGTERM received (framework.core.stopping)
+    resume_absent_ok: frozenset[str] = frozenset()  # keys the resume check accepted on one side only
 
     @property
     def stop_requested(self) -> bool:
@@ -52,7 +53,8 @@ class RunContext:
         """This run's CheckpointStore (framework.core.checkpoint) under the task's policy."""
         from framework.core.checkpoint import CheckpointStore
 
-        return CheckpointStore(self.run_dir, policy, self.fingerprint, enabled=self.is_main)
+        return CheckpointStore(self.run_dir, policy, self.fingerprint, enabled=self.is_main,
+                               absent_ok=self.resume_absent_ok)
 
     def path(self, name: str) -> Path:
         """A path inside the run directory (parents created)."""

@@ -2,7 +2,8 @@
 
     config.yaml     the resolved config
     overrides.yaml  the command-line overrides of this job (this segment)
-    segments.jsonl  one line per start in this run dir: its overrides and the step it resumed from
+    segments.jsonl  one line per start in this run dir: its overrides, the step it resumed from, keys
+                    a release added or removed since the checkpoint
     env.json        host, accelerators, package versions, git commit
     patches.json    the patch report (applied / skipped with reason / failed)
     metrics.jsonl   one JSON object per logged step (framework.core.loggers)
@@ -71,14 +72,16 @@ class RunRecords:
     def write_overrides(self, overrides: list[str]) -> None:
         self._text("overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
 
-    def append_segment(self, overrides: list[str], resumed_from_step: int | None) -> None:
-        """A run dir resumed N times holds N + 1 segments; each says what its command line changed."""
+    def append_segment(self, overrides: list[str], resumed_from_step: int | None, new_keys: dict | None = None,
+                       removed_keys: dict | None = None) -> None:
+        """A run dir resumed N times holds N + 1 segments; each says what its command line changed, the step it
+        resumed from, and the keys a release added (their value now) or removed (the saved value) since then."""
         if not self.enabled:
             return
         path = self.run_dir / SEGMENTS
         number = len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
         line = {"segment": number, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "overrides": list(overrides),
-                "resumed_from_step": resumed_from_step}
+                "resumed_from_step": resumed_from_step, "new_keys": new_keys or {}, "removed_keys": removed_keys or {}}
         try:
             with path.open("a", encoding="utf-8") as handle:
                 handle.write(json.dumps(line) + "\n")

@@ -5,13 +5,21 @@ ones below, each task's `task.resume_may_change` (conf/task/<task>.yaml, e.g. `g
 `grpo.eval.every`) and each backend's `backend.resume_may_change` (conf/backend/<backend>.yaml). Every checkpoint manifest stores it; before any record of a run dir is touched the
 runtime compares it with the latest checkpoint's, and refuses a changed setup naming the first
 differing key. A run dir that holds checkpoints is never overwritten: resume off is refused too.
+
+A release may add or remove config keys. A key the checkpoint's fingerprint lacks is accepted when no
+command-line override sets it (its value is then the config files' one), a key the config no longer has
+when no override removes it (`~key`); each is one warning and a field of the segment in segments.jsonl.
+Which keys a user set comes from the command line Hydra recorded (`hydra.overrides.task`, the list in
+overrides.yaml): recomposing the config without them would need the same search path, and a group's
+option (`backend=maxtext`) is files, not a value the user typed; a different option changes its `name`.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -78,9 +86,69 @@ def _latest_manifest(run_dir: Path, steps: list[int]) -> tuple[Path, dict] | Non
     return None
 
 
-def check_resumable(run_dir: Path, cfg: DictConfig) -> int | None:
-    """The step a run in `run_dir` resumes from (None: a fresh start); CheckpointError when the run dir's
-    checkpoints must not be resumed with this config or overwritten. Reads only: nothing is written."""
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a run resumes, and the keys accepted although only one side holds them."""
+
+    step: int
+    new_keys: dict[str, Any] = field(default_factory=dict)  # not in the checkpoint: the config files' value now
+    removed_keys: dict[str, Any] = field(default_factory=dict)  # in the checkpoint, gone now: the saved value
+    absent_ok: frozenset[str] = frozenset()  # for the trainer's store: these keys may be on one side only
+
+    def warnings(self) -> list[str]:
+        return ([f"resume: {key} is new since the checkpoint; resuming with its default {value!r}"
+                 for key, value in self.new_keys.items()] +
+                [f"resume: {key} (saved {value!r}) is no longer in the config; resuming without it"
+                 for key, value in self.removed_keys.items()])
+
+
+def one_sided_keys(saved: Any, current: Any, prefix: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
+    """({key: current value} of keys only `current` holds, {key: saved value} of keys only `saved` holds); the
+    topmost such dotted keys."""
+    new, removed = {}, {}
+    if isinstance(saved, dict) and isinstance(current, dict):
+        for key in sorted(set(saved) | set(current), key=str):
+            dotted = f"{prefix}{key}"
+            if key not in saved:
+                new[dotted] = current[key]
+            elif key not in current:
+                removed[dotted] = saved[key]
+            else:
+                deeper_new, deeper_removed = one_sided_keys(saved[key], current[key], f"{dotted}.")
+                new.update(deeper_new)
+                removed.update(deeper_removed)
+    return new, removed
+
+
+def set_by(key: str, overrides: Sequence[str]) -> str | None:
+    """The command-line override that sets or removes `key` (the key, one inside it, a dict or `~` above it);
+    None: the config files give it. A plain value above it is a group's option (`backend=maxtext`): files."""
+    for override in overrides:
+        target, _, value = override.partition("=")
+        name = target.lstrip("+~").split("@")[0]
+        above = key.startswith(f"{name}.") and (target.startswith("~") or value.lstrip().startswith("{"))
+        if name == key or name.startswith(f"{key}.") or above:
+            return override
+    return None
+
+
+def _refusal(path: Path, cfg: DictConfig, difference: str, set_on_command_line: dict[str, str]) -> CheckpointError:
+    key = difference.split(" (")[0]
+    allowed = may_change(cfg)[len(GLOBAL_MAY_CHANGE):]
+    way_out = "use the checkpoint's value or a new run dir (hydra.run.dir=...)"
+    if key in set_on_command_line:  # a key a release added or removed, which this command line sets
+        owner = "backend" if key.startswith("backend.") else "task"
+        listed = ",".join([*((cfg.get(owner) or {}).get("resume_may_change") or []), key])
+        way_out = (f"{key} is set by the override {set_on_command_line[key]!r}: drop it to resume with the config "
+                   f"files' value, allow it with '{owner}.resume_may_change=[{listed}]', or use a new run dir "
+                   f"(hydra.run.dir=...)")
+    return CheckpointError(f"{path}: saved by a different setup: {difference}; on resume only these may change: "
+                           f"{', '.join(allowed) or 'none'}; {way_out}")
+
+
+def check_resumable(run_dir: Path, cfg: DictConfig, overrides: Sequence[str] = ()) -> ResumePoint | None:
+    """Where a run in `run_dir` resumes (None: a fresh start); CheckpointError when the run dir's checkpoints
+    must not be resumed with this config and command line (`overrides`) or overwritten. Reads only."""
     steps = published_steps(run_dir)
     if not steps:
         return None
@@ -96,14 +164,18 @@ def check_resumable(run_dir: Path, cfg: DictConfig) -> int | None:
     if found is None:
         return None  # every manifest is unreadable: the trainer's store reports and starts over
     path, manifest = found
-    difference = first_difference(manifest.get("fingerprint", {}), run_fingerprint(cfg))
+    saved, current = manifest.get("fingerprint", {}), run_fingerprint(cfg)
+    for dotted in may_change(cfg):  # a key allowed to change now is not compared, even one the checkpoint holds
+        _drop(saved, dotted.split("."))
+    new, removed = one_sided_keys(saved, current)
+    explicit = {k: o for k in [*new, *removed] if (o := set_by(k, overrides)) is not None}
+    new, removed = ({k: v for k, v in keys.items() if k not in explicit} for keys in (new, removed))
+    difference = first_difference(saved, current, absent_ok=frozenset([*new, *removed]))
     if difference:
-        allowed = ", ".join(may_change(cfg)[len(GLOBAL_MAY_CHANGE):]) or "none"
-        raise CheckpointError(f"{path}: saved by a different setup: {difference}; on resume only these may change: "
-                              f"{allowed}; use the checkpoint's value or a new run dir (hydra.run.dir=...)")
+        raise _refusal(path, cfg, difference, explicit)
     steps_key = f"{cfg.task.name}.steps"
     total = OmegaConf.select(cfg, steps_key)
     if isinstance(total, int) and total < manifest["step"]:
         raise CheckpointError(f"{steps_key}: {total} is below the checkpoint's step {manifest['step']} in {path}; "
                               f"set {steps_key} >= {manifest['step']} or use a new run dir")
-    return int(manifest["step"])
+    return ResumePoint(int(manifest["step"]), new, removed, frozenset([*new, *removed, *may_change(cfg)]))

@@ -38,7 +38,7 @@ from framework.core.paths import REPO_ROOT
 from framework.core.ranges import Seed
 from framework.core.records import RunRecords
 from framework.core.result import TrainingResult
-from framework.core.resume import check_resumable, run_fingerprint
+from framework.core.resume import ResumePoint, check_resumable, run_fingerprint
 from framework.core.rundir import RunLock
 from framework.core.stopping import RunInterrupted, StopSignals, disk_full, exit_code, signal_name
 from framework.core.schema import HardwareConfig, ModelConfig, check_model_architecture
@@ -89,6 +89,7 @@ class Runtime:
         self.exception: BaseException | None = None
         self.signals = StopSignals()  # SIGINT/SIGTERM while the run lives (framework/core/stopping.py)
         self.startup_s: dict[str, float | None] = {}  # seconds before step 1, by phase (_lifecycle)
+        self.resume: ResumePoint | None = None  # where the run resumes (run()'s resume check); None: fresh
 
     def _apply(self, phase: Phase, adapter: BackendAdapter, **attributes) -> None:
         ctx = PatchContext(backend=adapter.name, versions=self.versions, model=self.cfg.model.name,
@@ -103,22 +104,25 @@ class Runtime:
         try:  # before any record is touched: a refused run leaves config.yaml and summary.json as they were
             if self.dist.is_main:
                 lock.acquire()  # one live writer per run dir
-            resumed_from = check_resumable(self.run_dir, self.cfg)
+            self.resume = check_resumable(self.run_dir, self.cfg, self.overrides)
         except CrucibleError as exc:
             lock.release()
             self.exception = exc
             return TrainingResult(success=False, error=str(exc), status="refused")
+        if self.resume and self.dist.is_main:
+            for line in self.resume.warnings():  # keys a release added or removed since the checkpoint
+                log.warning("%s", line)
         try:
-            return self._run_locked(start, resumed_from)
+            return self._run_locked(start)
         finally:
             lock.release()
 
-    def _run_locked(self, start: float, resumed_from: int | None) -> TrainingResult:
+    def _run_locked(self, start: float) -> TrainingResult:
         self.trainer, self.logger, self.backend_config = None, None, None
         logging.raiseExceptions = False  # a full disk under run.log: no "--- Logging error ---" per line
         self.signals.install()
         try:
-            self._write_start_records(resumed_from)
+            self._write_start_records()
             result = self._lifecycle()
         except RunInterrupted as exc:
             result = self._interrupted(exc.signum)
@@ -154,11 +158,13 @@ class Runtime:
             if self.exception is None:
                 self.exception = disk_full(exc, self.run_dir) or exc
 
-    def _write_start_records(self, resumed_from: int | None) -> None:
+    def _write_start_records(self) -> None:
         self.records.clear_traceback()  # a resumed run in the same dir starts without the old failure
         self.records.write_config(self.cfg)
         self.records.write_overrides(self.overrides)
-        self.records.append_segment(self.overrides, resumed_from)
+        resume = self.resume
+        self.records.append_segment(self.overrides, resume.step if resume else None,
+                                    resume.new_keys if resume else {}, resume.removed_keys if resume else {})
         self.env = env_info.collect(REPO_ROOT)
         self.env["distributed"] = vars(self.dist)
         self.records.write_env(self.env)
@@ -184,7 +190,8 @@ class Runtime:
                                             config=OmegaConf.to_container(self.cfg, resolve=True),
                                             enabled=self.dist.is_main)
         context = RunContext(self.run_dir, self.cfg, logger, int(self.cfg.seed), self.multirun, dist=self.dist,
-                             fingerprint=run_fingerprint(self.cfg), signals=self.signals)
+                             fingerprint=run_fingerprint(self.cfg), signals=self.signals,
+                             resume_absent_ok=self.resume.absent_ok if self.resume else frozenset())
         self.trainer = trainer = trainer_cls(backend_config, context)
         self.signals.cooperative = bool(getattr(trainer, "handles_stop_requests", False))
         self._apply(Phase.SETUP, adapter, backend_config=backend_config)
@@ -230,7 +237,7 @@ class Runtime:
             "hardware_auto": self.hardware_note,
             "world_size": self.dist.world_size,
             "overrides": self.overrides,
-            "warnings": result.warnings,
+            "warnings": [*(self.resume.warnings() if self.resume else []), *result.warnings],
             "startup_s": self.startup_s,  # launch (imports, config), prepare, trainer setup, init: before step 1
             "metrics": result.metrics,
             "key_metrics": list(self.cfg.task.get("key_metrics") or []),

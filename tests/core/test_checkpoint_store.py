@@ -57,6 +57,17 @@ def test_a_changed_setup_is_refused_naming_the_key(tmp_path):
         _store(tmp_path, fingerprint={"model": {"layers": 4}}).latest()
 
 
+def test_keys_the_resume_check_accepted_may_be_on_one_side_only_and_nothing_else(tmp_path):
+    _save(_store(tmp_path, fingerprint={"model": {"layers": 2, "old": 1}}), 1)
+    policy = CheckpointPolicy(every=1, keep=3, resume=True)
+    accepted = frozenset({"model.old", "model.new"})
+    assert CheckpointStore(tmp_path, policy, {"model": {"layers": 2, "new": 0}}, absent_ok=accepted).latest().step == 1
+    with pytest.raises(CheckpointError, match=r"model.new \(not in the checkpoint, now 0\)"):
+        CheckpointStore(tmp_path, policy, {"model": {"layers": 2, "old": 1, "new": 0}}).latest()
+    with pytest.raises(CheckpointError, match=r"model.old \(saved 1, now 2\)"):  # on both sides: compared
+        CheckpointStore(tmp_path, policy, {"model": {"layers": 2, "old": 2}}, absent_ok=accepted).latest()
+
+
 def test_keep_prunes_old_checkpoints_and_policy_says_when_to_save(tmp_path):
     store = _store(tmp_path, keep=2)
     for step in (1, 2, 3):

@@ -82,3 +82,117 @@ def test_a_backend_declares_its_own_keys_that_may_change():
     a, b = (run_fingerprint(compose_config(["recipe=grpo_arithmetic_cpu", f"backend.adapter.cache_dir={d}"]))
             for d in ("/tmp/a", "/tmp/b"))
     assert a == b and "cache_dir" not in a["backend"]["adapter"]
+
+
+# ---- keys a release added or removed since the checkpoint ---------------------------------------------------
+
+def stepping_cfg(**knobs):
+    """The recording backend's stepping trainer: a checkpoint each step, and the trainer's store checks the
+    fingerprint again on resume; `knobs` are keys of its task block (what a release adds or removes)."""
+    cfg = recording_cfg()
+    with open_dict(cfg):
+        cfg.task = {"name": "record_steps"}
+        cfg.record_steps = {"checkpoint": {"every": 1, "keep": 10, "resume": True}, **knobs}
+    return cfg
+
+
+@pytest.fixture
+def stepped(tmp_path):
+    """A finished 5-step run whose config had `record_steps.old_knob` and no `new_knob`, `backend.new_knob`."""
+    assert Runtime(stepping_cfg(old_knob=3), tmp_path, ["first"]).run().success
+    return tmp_path
+
+
+def last_segment(run_dir):
+    return json.loads((run_dir / "segments.jsonl").read_text().splitlines()[-1])
+
+
+def resume_warnings(caplog):
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.getMessage().startswith("resume:")]
+
+
+def test_a_key_a_release_added_resumes_with_its_default_and_one_warning(stepped, caplog):
+    cfg = stepping_cfg(old_knob=3, new_knob="auto")
+    with open_dict(cfg):
+        cfg.backend.new_knob = {"size": 2}
+    result = Runtime(cfg, stepped, ["backend=recording"]).run()  # a group's option: the files give backend.*
+    assert result.success, result.error
+    lines = ["resume: backend.new_knob is new since the checkpoint; resuming with its default {'size': 2}",
+             "resume: record_steps.new_knob is new since the checkpoint; resuming with its default 'auto'"]
+    assert resume_warnings(caplog) == lines
+    assert json.loads((stepped / "summary.json").read_text())["warnings"] == lines
+    segment = last_segment(stepped)
+    assert segment["resumed_from_step"] == 5 and segment["removed_keys"] == {}
+    assert segment["new_keys"] == {"backend.new_knob": {"size": 2}, "record_steps.new_knob": "auto"}
+
+
+@pytest.mark.parametrize("override", ["record_steps.new_knob=auto", "+record_steps.new_knob=auto",
+                                      "record_steps={new_knob: auto}"])
+def test_a_new_key_set_on_the_command_line_is_refused_naming_the_way_to_allow_it(stepped, override):
+    before = records(stepped)
+    runtime = Runtime(stepping_cfg(old_knob=3, new_knob="auto"), stepped, [override])
+    result = runtime.run()
+    assert result.status == "refused" and "\n" not in result.error
+    assert "saved by a different setup: record_steps.new_knob (not in the checkpoint, now 'auto')" in result.error
+    assert f"set by the override {override!r}: drop it" in result.error
+    assert "allow it with 'task.resume_may_change=[record_steps.new_knob]'" in result.error
+    assert records(stepped) == before
+
+    allowed = stepping_cfg(old_knob=3, new_knob="auto")
+    with open_dict(allowed):
+        allowed.task.resume_may_change = ["record_steps.new_knob"]  # the way the line names
+    assert Runtime(allowed, stepped, [override, "task.resume_may_change=[record_steps.new_knob]"]).run().success
+
+
+def test_a_key_a_release_removed_resumes_with_one_warning(stepped, caplog):
+    result = Runtime(stepping_cfg(), stepped, []).run()
+    assert result.success, result.error
+    assert resume_warnings(caplog) == [
+        "resume: record_steps.old_knob (saved 3) is no longer in the config; resuming without it"]
+    assert last_segment(stepped)["removed_keys"] == {"record_steps.old_knob": 3}
+
+
+def test_a_key_removed_on_the_command_line_is_refused(stepped):
+    result = Runtime(stepping_cfg(), stepped, ["~record_steps.old_knob"]).run()
+    assert result.status == "refused"
+    assert "record_steps.old_knob (saved 3, not in this config)" in result.error
+    assert "set by the override '~record_steps.old_knob'" in result.error
+
+
+def test_a_key_allowed_to_change_now_is_not_compared_with_the_checkpoint(stepped, caplog):
+    cfg = stepping_cfg(old_knob=4)
+    with open_dict(cfg):
+        cfg.task.resume_may_change = ["record_steps.old_knob"]
+    result = Runtime(cfg, stepped, ["record_steps.old_knob=4", "task.resume_may_change=[record_steps.old_knob]"]).run()
+    assert result.success, result.error
+    assert resume_warnings(caplog) == [] and last_segment(stepped)["removed_keys"] == {}
+
+
+def test_a_changed_value_is_refused_although_a_key_is_new(stepped):
+    result = Runtime(stepping_cfg(old_knob=4, new_knob="auto"), stepped, []).run()
+    assert result.status == "refused"
+    assert "saved by a different setup: record_steps.old_knob (saved 3, now 4)" in result.error
+    assert "use the checkpoint's value or a new run dir" in result.error
+
+
+def test_through_the_cli_a_key_missing_from_an_older_checkpoint_resumes_unless_set_on_the_command_line(tmp_path):
+    """run.py as a user runs it: Hydra's recorded command line tells a key the user set from the files' value."""
+    from tests.conftest import run_cli
+    from tests.core.test_faults import RECORDING
+
+    command = [*RECORDING, "task.name=record_steps", "+record_steps.checkpoint={every: 1, keep: 10, resume: true}",
+               "task.objective.metric=steps_completed", f"hydra.run.dir={tmp_path}", "progress=false"]
+    first = run_cli(command)
+    assert first.returncode == 0, first.stderr[-3000:]
+    manifest = tmp_path / "checkpoints" / "step_5" / "manifest.json"
+    older = json.loads(manifest.read_text())
+    del older["fingerprint"]["sim"]["stack"]  # as a checkpoint written before conf/task/sim.yaml had it
+    manifest.write_text(json.dumps(older))
+
+    refused = run_cli([*command, "sim.stack=transformers"])
+    assert refused.returncode == 2 and "sim.stack (not in the checkpoint, now 'transformers')" in refused.stderr
+    assert "set by the override 'sim.stack=transformers'" in refused.stderr
+    resumed = run_cli(command)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resume: sim.stack is new since the checkpoint; resuming with its default 'transformers'" in resumed.stderr
+    assert last_segment(tmp_path)["new_keys"] == {"sim.stack": "transformers"}
