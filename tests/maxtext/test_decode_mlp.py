@@ -84,3 +84,23 @@ def test_bad_variant_or_blocks_are_one_line_errors():
         matmul_residual(x, jnp.zeros((128, 64)), jnp.zeros((4, 64)), variant="fused")
     with pytest.raises(ValueError, match="K per split"):
         matmul_residual(x, jnp.zeros((128, 64)), jnp.zeros((4, 64)), splits=4, block_k=64, block_n=64)
+
+
+def test_the_probes_grid_fits_qwens_shapes_and_stays_small():
+    from framework.backends.maxtext.benchmarks import decode_mlp_probe as probe
+
+    small, full = probe.configs("small", probe.QWEN, False), probe.configs("full", probe.QWEN, False)
+    assert len(small) == len(probe.GATE_UP_GRID["small"]) + len(probe.DOWN_GRID["small"]) - 1  # none left out
+    assert len(full) == len(probe.GATE_UP_GRID["full"]) + len(probe.DOWN_GRID["full"]) - 1
+    assert {d["variant"] for _, d in small} == {"partials", "atomic"} and len(small) <= 15
+
+
+@pytest.mark.slow
+def test_the_probe_checks_every_configuration_against_xla(capsys):
+    from framework.backends.maxtext.benchmarks.decode_mlp_probe import main
+
+    report = main(["--tiny", "--repeats", "1"])
+    for rows in report["rows"].values():
+        assert rows["configs"] and all("error" not in c for c in rows["configs"])
+        assert max(c["max_abs_diff_all_layers"] for c in rows["configs"]) < 1e-5
+        assert rows["best"]["us"] > 0 and rows["xla_us"] > 0
