@@ -9,7 +9,8 @@ At each row count one jitted function applies the block (RMSNorm -> gate/up -> s
 its layers; it is called `calls` times per repeat, and a repeat's median over `repeats` (after a
 warm-up) divided by calls x layers is a layer's microseconds. XLA's version is the model's math in jnp;
 each Pallas configuration (norm_gate_up's blocks, then the down projection's variant, splits, blocks)
-is checked against it: max |difference| after one layer and after all layers. One JSON on stdout.
+is checked against it: max |difference| after one layer and after all layers; first_call_s includes
+the compile. Configurations starting after --budget-s (shared by the row counts) are skipped. One JSON on stdout.
 """
 
 from __future__ import annotations
@@ -113,13 +114,18 @@ def configs(grid: str, shape: dict, tiny: bool) -> list[tuple[dict, dict]]:
 
 
 def measure(x, layers: list[dict], reference_one, reference_all, gate_up: dict, down: dict, calls: int,
-            repeats: int) -> dict:
+            repeats: int, deadline: float) -> dict:
     entry = {"gate_up": gate_up, "down": down}
+    if time.monotonic() > deadline:  # the GPU's time is shared: skip what doesn't fit --budget-s
+        entry["error"] = "skipped: past --budget-s"
+        return entry
     try:
         fn = layers_fn(functools.partial(pallas_block, gate_up=gate_up, down=down))
         one = pallas_block(x, layers[0], gate_up, down)
         entry["max_abs_diff_1_layer"] = float(jnp.max(jnp.abs(one.astype(jnp.float32) - reference_one.astype(jnp.float32))))
-        every = fn(x, layers)
+        start = time.perf_counter()
+        every = jax.block_until_ready(fn(x, layers))
+        entry["first_call_s"] = round(time.perf_counter() - start, 2)  # compile included
         entry["max_abs_diff_all_layers"] = float(jnp.max(jnp.abs(every.astype(jnp.float32) - reference_all.astype(jnp.float32))))
         entry["us"] = round(time_us(fn, x, layers, calls, repeats), 2)
     except Exception as error:  # a configuration Triton refuses: report it, time the rest
@@ -128,19 +134,20 @@ def measure(x, layers: list[dict], reference_one, reference_all, gate_up: dict, 
 
 
 def probe_rows(rows: int, shape: dict, args, layers: list[dict]) -> dict:
+    deadline = time.monotonic() + args.budget_s / len(shape["rows"])  # each row count its share
     x = jnp.asarray(np.random.default_rng(rows).normal(size=(rows, shape["width"])), shape["dtype"])
     xla = layers_fn(xla_block)
     reference = (jax.jit(xla_block)(x, layers[0]), xla(x, layers))
     report = {"xla_us": round(time_us(xla, x, layers, shape["calls"], args.repeats), 2)}
     candidates = configs(args.grid, shape, args.tiny)
-    entries = [measure(x, layers, *reference, *c, shape["calls"], args.repeats) for c in candidates]
+    entries = [measure(x, layers, *reference, *c, shape["calls"], args.repeats, deadline) for c in candidates]
     timed = [e for e in entries if "us" in e]
     gate_ups = [e for e in timed if e["down"] == candidates[0][1]]
     downs = [e for e in timed if e["gate_up"] == GATE_UP_DEFAULT]
     if gate_ups and downs:  # both kernels' best together, unless already timed
         pair = (min(gate_ups, key=lambda e: e["us"])["gate_up"], min(downs, key=lambda e: e["us"])["down"])
         if pair not in [(e["gate_up"], e["down"]) for e in entries]:
-            entries.append(measure(x, layers, *reference, *pair, shape["calls"], args.repeats))
+            entries.append(measure(x, layers, *reference, *pair, shape["calls"], args.repeats, deadline))
     report["configs"] = entries
     report["max_abs_xla_output"] = float(jnp.max(jnp.abs(reference[1].astype(jnp.float32))))
     timed = [e for e in entries if "us" in e]
@@ -155,6 +162,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--tiny", action="store_true", help="tiny shapes, interpreted kernels (a CPU check)")
     parser.add_argument("--grid", choices=("small", "full"), default="small", help="how many block configurations")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats (the median is reported)")
+    parser.add_argument("--budget-s", type=float, default=170,
+                        help="seconds, shared by the row counts: configurations starting later are skipped")
     args = parser.parse_args(argv)
     shape = TINY if args.tiny else QWEN
     layers = random_layers(shape)
