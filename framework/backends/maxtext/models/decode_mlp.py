@@ -133,6 +133,8 @@ def _sum_residual_kernel(parts_ref, residual_ref, out_ref, *, dtype):
 
 
 def _atomic_kernel(x_ref, w_ref, _, acc_ref, *, block_k: int, dtype):
+    # acc_ref starts as the residual (aliased): the projection joins it unrounded, one rounding fewer than
+    # the model's (up to an ulp of `dtype` apart), and the parts' order varies run to run.
     part = _split_product(x_ref, w_ref, block_k=block_k, dtype=dtype)
     plgpu.atomic_add(acc_ref, (slice(None), slice(None)), part)
 
