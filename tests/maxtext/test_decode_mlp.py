@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from framework.backends.maxtext.models.decode_mlp import down_residual, matmul_residual, norm_gate_up
+from framework.backends.maxtext.benchmarks.decode_mlp_kernels import down_residual, matmul_residual, norm_gate_up
 
 EPS = 1e-6
 TOLERANCE = {jnp.float32: 1e-5, jnp.bfloat16: 3e-2}

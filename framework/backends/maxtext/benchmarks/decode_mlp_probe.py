@@ -1,4 +1,4 @@
-"""The decode MLP block, XLA against the fused Pallas kernels (models/decode_mlp.py), per layer.
+"""The decode MLP block, XLA against the fused Pallas kernels (benchmarks/decode_mlp_kernels.py), per layer.
 
     python -m framework.backends.maxtext.benchmarks.decode_mlp_probe              # Qwen2.5-0.5B shapes, GPU
     python -m framework.backends.maxtext.benchmarks.decode_mlp_probe --grid full  # more block sizes
@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from framework.backends.maxtext.models.decode_mlp import down_residual, norm_gate_up
+from framework.backends.maxtext.benchmarks.decode_mlp_kernels import down_residual, norm_gate_up
 
 QWEN = {"width": 896, "features": 4864, "layers": 24, "rows": (128, 16), "dtype": "bfloat16", "calls": 20}
 TINY = {"width": 128, "features": 256, "layers": 2, "rows": (16, 5), "dtype": "float32", "calls": 2}

@@ -14,6 +14,9 @@ three kernels:
   as the residual (atomics make the float order, and so the low bits, nondeterministic).
 
 Weights keep the model's layout: kernels [in, out] (DenseGeneral), gate and up separate params.
+Measured on one H100 (docs/benchmarks.md, session 17): the best of 12 settings took 50 us per layer at
+128 rows against XLA's 28.6 us (24.8 against 19.6 us at 16 rows), so the model does not use these
+kernels; they stay beside their probe (decode_mlp_probe.py) as the starting point of a faster one.
 Triton needs power-of-two tiles and at least 16 rows per dot: M is padded to the row block
 (block_m, at least 16); D and N may be any multiple of block_k / block_n.
 """
