@@ -50,18 +50,19 @@ def grpo_phases(task: GRPOTask, zero: bool, remat: str = "none", rollout_sharded
     update's remat policy (backend.adapter.remat). `rollout_sharded`: the rollout's mesh has fsdp > 1, so
     its prefill and every decode step all-gather the weight shards (sims/sharded_forward.py); the extra
     forward passes run on the update's mesh and gather likewise when it is fsdp (`zero`). `shared_prompt`: the
-    sampler keeps each prompt's K/V once for its samples (shares_prompt): a decode row holds and reads a 1/n share
-    of it (the merge's second kernel call is not modelled)."""
+    sampler keeps each prompt's K/V once for its samples (shares_prompt): the decode is the simulator's
+    shared-prefix decode (workload shared_prefix = num_generations over the seq_len prompt tokens: a kernel call
+    over each prompt for its group, one over each row's own tokens, and their merge; sims/shared_prefix.py)."""
     dtype = SHORT[task.compute_dtype]
     prompt, new, rows = task.max_prompt_tokens, task.max_new_tokens, task.rows_per_step
-    cached_prompt = -(-prompt * task.prompts_per_step // rows) if shared_prompt else prompt
+    shared = {"seq_len": prompt, "shared_prefix": task.num_generations} if shared_prompt else {}
     sequence = prompt + new
     micro_steps = rows // task.micro_batch_size
     extra_forwards = int(task.ppo_epochs > 1) + int(task.beta > 0)
     rollout = {"dtype": dtype, "zero": rollout_sharded, "shard_weights": rollout_sharded}
     phases = [
         ("prefill", {"mode": "prefill", "batch": task.prompts_per_step, "seq_len": prompt, **rollout}, 1),
-        ("decode", {"mode": "decode", "batch": rows, "context_len": cached_prompt + new // 2, **rollout}, new),
+        ("decode", {"mode": "decode", "batch": rows, "context_len": prompt + new // 2, **shared, **rollout}, new),
         ("train", train_workload(task, task.micro_batch_size, zero, remat), task.ppo_epochs),
     ]
     if extra_forwards:
