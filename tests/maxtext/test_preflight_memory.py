@@ -119,6 +119,9 @@ def test_auto_micro_batch_and_remat_run_and_are_recorded(tmp_path):
     assert "grpo: remat auto -> none (the preflight's memory estimate at micro-batch 16)" in proc.stderr
     metrics = json.loads((tmp_path / "summary.json").read_text())["result"]["metrics"]
     assert (metrics["micro_batch_size"], metrics["remat"]) == (16, "none")
+    # the sampler's shared-prefix decision, logged and recorded (preflight.prompt_sharing)
+    assert f"shared prefix: off ({metrics['shared_prefix_reason']})" in proc.stderr
+    assert metrics["shared_prefix"] is False and metrics["shared_prefix_reason"]
 
 
 def test_the_update_is_one_optimizer_step_per_epoch_over_accumulated_micro_batches():

@@ -93,10 +93,28 @@ def shares_prefix(config: ModelConfig, prompts: int, samples: int, prompt_length
     it). Possible: the Pallas kernel, n > 1, and `shards` not None (prompt_shards). config.shared_prefix on: where
     possible; off: never; auto: where possible and measured faster, a padded prompt of at least
     PROMPT_PER_NEW_TOKENS x max_new_tokens and at least MIN_PROMPTS_PER_SHARD prompts on each of the `shards`."""
-    if config.shared_prefix == "off" or config.decode_kernel != "pallas" or samples == 1 or shards is None:
-        return False
-    return config.shared_prefix == "on" or (prompt_length >= PROMPT_PER_NEW_TOKENS * max_new_tokens
-                                            and prompts // shards >= MIN_PROMPTS_PER_SHARD)
+    return prefix_decision(config, prompts, samples, prompt_length, max_new_tokens, shards)[0]
+
+
+def prefix_decision(config: ModelConfig, prompts: int, samples: int, prompt_length: int, max_new_tokens: int,
+                    shards: int | None) -> tuple[bool, str]:
+    """shares_prefix's answer and why, in words (the run logs it)."""
+    if config.shared_prefix == "off":
+        return False, "backend.adapter.shared_prefix=off"
+    if config.decode_kernel != "pallas":
+        return False, f"decode kernel {config.decode_kernel}: only the pallas kernel shares a prefix"
+    if samples == 1:
+        return False, "one sample per prompt"
+    if shards is None:
+        return False, "the rollout mesh splits the prompts unlike their rows"
+    if config.shared_prefix == "on":
+        return True, "backend.adapter.shared_prefix=on"
+    if prompt_length < PROMPT_PER_NEW_TOKENS * max_new_tokens:
+        return False, f"prompt {prompt_length} < {PROMPT_PER_NEW_TOKENS} x {max_new_tokens} new tokens"
+    if prompts // shards < MIN_PROMPTS_PER_SHARD:
+        return False, f"{prompts // shards} prompts a batch shard < {MIN_PROMPTS_PER_SHARD}"
+    return True, (f"prompt {prompt_length} >= {PROMPT_PER_NEW_TOKENS} x {max_new_tokens} new tokens, "
+                  f"{prompts // shards} prompts a batch shard >= {MIN_PROMPTS_PER_SHARD}")
 
 
 def prompt_shards(prompts: int, samples: int, mesh: Mesh | None, rules: LogicalRules | None) -> int | None:

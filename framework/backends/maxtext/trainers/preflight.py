@@ -19,7 +19,8 @@ import logging
 from typing import Any, Callable, Mapping
 
 from framework.backends.maxtext.config import REMAT_NAMES, REMAT_WORKLOADS
-from framework.backends.maxtext.models.prefix_cache import kv_cache_tokens, shares_prefix
+from framework.backends.maxtext.models.prefix_cache import (kv_cache_tokens, prefix_decision, prompt_shards,
+                                                             shares_prefix)
 from framework.backends.maxtext.sharding import staging_copies
 from framework.core.dtypes import BYTES, SHORT
 from framework.core.errors import ConfigError, CrucibleError
@@ -244,6 +245,17 @@ def shares_prompt(model: Any, task: GRPOTask, shards: int | None) -> bool:
     the step's shapes, its prompts over `shards` batch shards (None: a mesh splits them unlike their rows)."""
     return shares_prefix(model, task.prompts_per_step, task.rows_per_step // task.prompts_per_step,
                          task.max_prompt_tokens, task.max_new_tokens, shards)
+
+
+def prompt_sharing(model: Any, task: GRPOTask, mesh: Any, rules: Any) -> dict[str, Any]:
+    """Whether the rollout's sampler shares each prompt's K/V with its samples on the rollout `mesh` (as the sampler
+    asks: prefix_cache.prompt_shards, prefix_decision), logged with why; the summary's scalars."""
+    samples = task.rows_per_step // task.prompts_per_step
+    shards = prompt_shards(task.prompts_per_step, samples, mesh, rules)
+    shared, why = prefix_decision(model, task.prompts_per_step, samples, task.max_prompt_tokens,
+                                  task.max_new_tokens, shards)
+    log.info("shared prefix: %s (%s)", "on" if shared else "off", why)
+    return {"shared_prefix": shared, "shared_prefix_reason": why}
 
 
 def rollout_weight_bytes(model: Any, weight_bytes: float) -> float:
