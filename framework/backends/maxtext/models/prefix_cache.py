@@ -139,6 +139,15 @@ def kv_cache_tokens(config: ModelConfig, prompts: int, samples: int, prompt_leng
     return prompts * samples * cache_slots(prompt_length, max_new_tokens, kernel)
 
 
+def cache_per_shard(config: ModelConfig, prompts: int, samples: int, prompt_length: int, max_new_tokens: int,
+                    mesh: Mesh | None, rules: LogicalRules | None) -> float:
+    """The sampler's K/V entries (per layer and KV head) on one batch shard of `mesh` (an abstract one will do):
+    kv_cache_tokens at the mesh's prompt shards, over the shards its prompts * samples rows split into."""
+    tokens = kv_cache_tokens(config, prompts, samples, prompt_length, max_new_tokens,
+                             prompt_shards(prompts, samples, mesh, rules))
+    return tokens / prompt_shards(prompts * samples, 1, mesh, rules)
+
+
 def cascade_attention(q: Array, prefix: SharedPrefix, keys: Array, values: Array, stop: Array,
                       mesh: Mesh | None, rules: LogicalRules | None) -> Array:
     """q [rows, 1, H, D] (rows = prompts * n, grouped per prompt); keys, values [rows, KVH, S, D], the suffix

@@ -32,8 +32,8 @@ from framework.backends.maxtext.config import GRPOConfig
 from framework.rl.advantages import compute_advantages
 from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params, kernel_platform
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
-from framework.backends.maxtext.sharding import (build_mesh, logical_axis_rules, param_shardings, rollout_parallel,
-                                                shardings_record, tree_bytes, usable_devices)
+from framework.backends.maxtext.sharding import (build_mesh, logical_axis_rules, param_shardings, rollout_meshes,
+                                                rollout_parallel, shardings_record, tree_bytes, usable_devices)
 from framework.backends.maxtext.trainers import aot, rollout, startup
 from framework.backends.maxtext.trainers.layout_search import choose_rollout_devices
 from framework.backends.maxtext.trainers.in_flight import in_flight_slots, refuse_lag_change
@@ -283,14 +283,14 @@ class GRPOTrainer(BaseTrainer):
         """A placement per rollout group (grpo.rollout_lag's), in parallel.rollout on a group's devices, its null tp
         picked from the memory the rollout needs beside the training state (preflight.rollout_tp_for)."""
         task = self.config.task
+        chosen, groups = self.config.parallel.rollout, group_devices(self.rollout_devices, task.rollout_lag)
+        count = len(groups[0])
 
         def fitting_tp(free_devices: int) -> int:
             return rollout_tp_for(self.model_config, self.weight_bytes, self.mesh.shape, task,
                                   self.config.hardware["memory_gb"], free_devices,
-                                  separate=self.rollout_devices != self.devices)
+                                  self.rollout_devices != self.devices, rollout_meshes(chosen, count), self.rules)
 
-        chosen, groups = self.config.parallel.rollout, group_devices(self.rollout_devices, task.rollout_lag)
-        count = len(groups[0])
         layout = (rollout_parallel(chosen, count, task.prompts_per_step, fitting_tp) if chosen is not None
                   else self.config.parallel.resolve(count))
         return rollout.group_placements(layout, groups, self.mesh, boxed, self.rules, self.model_config.dtype)
