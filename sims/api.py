@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from sims.builders import build_graph, graph_and_counts
-from sims.calculator import OP_CLASS, Context, op_cost
+from sims.calculator import OP_CLASS, Context
 from sims.hardware import HardwareSpec, hardware_spec
 from sims.ir import ComputationalGraph
 from sims.memory import activations_together, estimate_memory
+from sims.shared_prefix import attention_cost
 from sims.step import estimate_step, sum_stages_together
 from sims.vector_cost import cost_together
 from sims.stacks import DEFAULT_STACK
@@ -111,7 +112,8 @@ def simulate(
     (prompt or training sequence), context_len (decode: tokens in the KV cache), microbatches,
     recompute, recompute_keeps (op types a recomputed layer keeps), logits_chunk (positions per sequence
     a chunked loss projects at a time), loss_len (train: the last positions of each sequence the loss
-    takes logits of; None = all), dtype (bf16 | fp8 | fp32), zero (shard optimizer states over dp)."""
+    takes logits of; None = all), dtype (bf16 | fp8 | fp32), zero (shard optimizer states over dp), shared_prefix
+    (decode: rows per prompt holding its first seq_len cached tokens once; sims/shared_prefix.py)."""
     hw = hardware_spec(hardware, stack)
     result, graph, ctx = _prepare(hf_config, hw, layout, workload, stack, {})
     return result if ctx is None else _finish(result, graph, hw, ctx)
@@ -219,7 +221,7 @@ def predict_op(
         where = f"the {graph.meta['model_type']} {parsed_workload.mode} graph"
         raise ConfigError(f"op {op!r} is not in {where}; valid: {', '.join(names)}")
     node = graph.node(op)
-    cost = op_cost(node, Context.for_step(graph, hw, parsed_layout, parsed_workload))
+    cost = attention_cost(node, Context.for_step(graph, hw, parsed_layout, parsed_workload))
     if cost is None:
         return None
     op_class = OP_CLASS.get(node.op_type, "comm")

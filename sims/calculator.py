@@ -136,6 +136,8 @@ def bind_dims(graph: ComputationalGraph, layout: Layout, workload: Workload) -> 
         "tokens": tokens,
         "logit_tokens": batch * loss_positions(workload) if workload.mode == "train" else batch,
         "routed_tokens": tokens * (graph.meta.get("top_k") or 0),
+        "shared_prefix": workload.shared_prefix,  # rows per shared prompt (sims/shared_prefix.py), 1 = none
+        "prefix_len": workload.seq_len if workload.shared_prefix > 1 else 0,
     }
 
 

@@ -17,6 +17,7 @@ from sims.cache import GraphCache
 from sims.ir import ComputationalGraph
 from sims.op_columns import columns
 from sims.partition import expert_data_parallel, stage_counts, stage_layer_bounds, stage_split
+from sims.shared_prefix import cached_tokens
 from sims.vector_cost import costs_for
 from sims.workload import Layout, Workload
 
@@ -181,11 +182,12 @@ def _count_weight_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
 
 def _kv_cache_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
     """Every sequence of the replica keeps kv_len cached tokens per layer of the stage (all
-    micro-batches stay resident). MLA caches one latent that every tp rank keeps whole."""
+    micro-batches stay resident), a shared prefix once per group (shared_prefix.cached_tokens). MLA caches one
+    latent that every tp rank keeps whole."""
     key = ("kv_cache", ctx.tp, ctx.layout.pp)
     per_token = _MEMO.get(graph, key, lambda: _kv_elements_per_token(graph, ctx).tolist())
-    sequences = ctx.workload.batch / ctx.layout.dp
-    return [elements * sequences * ctx.dims["kv_len"] * ctx.precision.act_bytes for elements in per_token]
+    tokens = cached_tokens(ctx.workload.batch / ctx.layout.dp, ctx)
+    return [elements * tokens * ctx.precision.act_bytes for elements in per_token]
 
 
 def _kv_elements_per_token(graph: ComputationalGraph, ctx: Context) -> np.ndarray:

@@ -26,6 +26,7 @@ from sims.calculator import OP_CLASS, Context, measured_gemm_s, measured_op_s
 from sims.comm import BUS_FACTOR, link_model
 from sims.ir import ComputationalGraph, OpNode
 from sims.op_columns import TOKENS, Columns, columns, every_tp_work
+from sims.shared_prefix import cascade_cost, shares_prefix
 
 
 @dataclass
@@ -109,9 +110,22 @@ def cost_bindings(plans: list[Plan], contexts: list[Context]) -> list[Costs]:
     time_s = np.maximum(compute_s, memory_s) + r.floor_s
     if first.has_comm:  # collectives take the link model's time: 0 for those that do not run (no latency nor bus)
         time_s = np.where(first.comm_row, r.latency_s + r.bus_factor * nbytes / r.bus_bandwidth, time_s)
-    return [Costs(plan, flops[b], nbytes[b], time_s[b], compute_s[b], memory_s[b],
-                  plan._measured(ctx, b, flops, nbytes, time_s) if plan.measurable else {}, work[b, 2], work[b, 3])
-            for b, (plan, ctx) in enumerate(zip(plans, contexts))]
+    costs = [Costs(plan, flops[b], nbytes[b], time_s[b], compute_s[b], memory_s[b],
+                   plan._measured(ctx, b, flops, nbytes, time_s) if plan.measurable else {}, work[b, 2], work[b, 3])
+             for b, (plan, ctx) in enumerate(zip(plans, contexts))]
+    for plan, ctx, binding in zip(plans, contexts, costs):
+        if shares_prefix(ctx):
+            _cascade_attention(plan, ctx, binding)
+    return costs
+
+
+def _cascade_attention(plan: Plan, ctx: Context, costs: "Costs") -> None:
+    """A shared-prefix decode's attention nodes: their two kernel calls and merge (sims/shared_prefix.py) in
+    place of the one call over the repeated cache, as op_cost's measured figures."""
+    for i in np.flatnonzero(plan.columns.mask("attention")).tolist():
+        cost = cascade_cost(plan.nodes[i], ctx)
+        costs.flops[i], costs.bytes[i], costs.time_s[i] = cost.flops, cost.bytes, cost.time_s
+        costs.measured[i] = cost.time_s
 
 
 @dataclass

@@ -33,6 +33,7 @@ WORKLOAD_DEFAULTS = {
     "dtype": "bf16",
     "zero": False,
     "shard_weights": False,
+    "shared_prefix": 1,
 }
 
 
@@ -62,7 +63,9 @@ class Workload:
     completion; None = every position). zero: optimizer states sharded over dp (Megatron distributed optimizer / ZeRO-1).
     shard_weights: the weights too are sharded over dp (fsdp, ZeRO-3): gathered and their gradients
     reduce-scattered every micro-batch (sims/scan_update.py; train needs zero); in prefill and decode (an
-    FSDP rollout) gathered every forward pass, every decode step (sims/sharded_forward.py)."""
+    FSDP rollout) gathered every forward pass, every decode step (sims/sharded_forward.py).
+    shared_prefix: decode rows per prompt whose first seq_len cached tokens (the prompt) are held once per group of
+    that many rows and attended in a kernel call of their own (sims/shared_prefix.py); 1 = every row its own copy."""
 
     mode: str
     batch: int
@@ -76,6 +79,7 @@ class Workload:
     dtype: str
     zero: bool
     shard_weights: bool
+    shared_prefix: int
 
     @property
     def query_len(self) -> int:
@@ -159,16 +163,29 @@ def _parse_workload(workload: Mapping) -> Workload:
     needed = "context_len" if w["mode"] == "decode" else "seq_len"
     if w[needed] is None:
         raise ConfigError(f"workload.{needed} is required for mode {w['mode']}")
-    for key in ("batch", "microbatches", "seq_len", "context_len", "logits_chunk", "loss_len"):
+    for key in ("batch", "microbatches", "seq_len", "context_len", "logits_chunk", "loss_len", "shared_prefix"):
         if w[key] is not None:
             w[key] = _positive_int(f"workload.{key}", w[key])
     for key in ("recompute", "zero", "shard_weights"):
         if not isinstance(w[key], bool):
             raise ConfigError(f"workload.{key} is {w[key]!r}; expected true or false")
     w["recompute_keeps"] = _recompute_keeps(w["recompute_keeps"], w["recompute"])
+    _check_shared_prefix(w)
     if w["shard_weights"] and not w["zero"] and w["mode"] == "train":
         raise ConfigError("workload.shard_weights needs zero: true (sharded weights shard their optimizer states too)")
     return Workload(**w)
+
+
+def _check_shared_prefix(w: dict) -> None:
+    """A shared prefix is a decode's: its prompt (seq_len) is the first part of the cached context_len tokens."""
+    if w["shared_prefix"] == 1:
+        return
+    if w["mode"] != "decode":
+        raise ConfigError(f"workload.shared_prefix is {w['shared_prefix']} with mode {w['mode']}; a shared prefix is "
+                          f"decode's (use 1)")
+    if w["seq_len"] is None or w["seq_len"] >= w["context_len"]:
+        raise ConfigError(f"workload.shared_prefix: {w['shared_prefix']} needs seq_len (the shared prompt, got "
+                          f"{w['seq_len']}) below context_len ({w['context_len']}): the rows' own tokens follow it")
 
 
 def _recompute_keeps(keeps, recompute: bool) -> tuple[str, ...]:
@@ -208,6 +225,9 @@ def layout_problem(meta: Mapping, hw: HardwareSpec, layout: Layout, workload: Wo
         return f"pp={pp} > num_hidden_layers={meta['num_layers']}"
     if workload.batch % (dp * workload.microbatches):
         return f"batch={workload.batch} is not divisible by dp*microbatches={dp * workload.microbatches}"
+    if workload.batch % (dp * workload.shared_prefix):
+        return (f"batch={workload.batch} is not divisible by dp*shared_prefix={dp * workload.shared_prefix} (each "
+                f"replica holds whole groups of rows sharing a prompt)")
     if hw.peak_flops(workload.dtype) is None:
         return f"hardware {hw.name} has no {workload.dtype} peak (peak_tflops.{workload.dtype} is null)"
     return None

@@ -24,6 +24,7 @@ class SimTask:
     recompute: bool  # activation recompute (train)
     dtype: Literal["bfloat16", "float8", "float32"]  # framework.core.dtypes
     stack: Literal["transformers", "torch_fused", "megatron_local", "xla"]  # the software stack that runs (sims/stacks.yaml)
+    shared_prefix: Count = 1  # decode: rows per prompt that hold its seq_len tokens once (sims/shared_prefix.py)
 
     def workload(self, replicas: int, zero: bool) -> dict:
         """The simulator's workload for `replicas` data-parallel replicas (its batch counts them all)."""
@@ -31,4 +32,5 @@ class SimTask:
             raise ConfigError(f"sim.batch: {self.batch} must be >= 1 (sequences per data-parallel replica)")
         return {"mode": self.mode, "batch": self.batch * replicas, "seq_len": self.seq_len,
                 "context_len": self.context_len, "microbatches": self.microbatches, "recompute": self.recompute,
-                "dtype": SHORT[self.dtype], "zero": zero and self.mode == "train"}
+                "dtype": SHORT[self.dtype], "zero": zero and self.mode == "train",
+                "shared_prefix": self.shared_prefix}

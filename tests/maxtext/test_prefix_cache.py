@@ -12,7 +12,7 @@ import pytest
 
 from framework.backends.maxtext.models import transformer
 from framework.backends.maxtext.models.prefix_cache import (SharedPrefix, cascade_attention, kv_cache_tokens,
-                                                             prompt_shards, shares_prefix)
+                                                             prefix_decision, prompt_shards, shares_prefix)
 from tests.maxtext.test_decode_attention import HEAD_DIM, HEADS, KV_HEADS
 
 
@@ -88,6 +88,39 @@ def test_auto_shares_the_prefix_where_it_was_measured_faster():
     assert not shares_prefix(auto, 32, 8, 1024, 256, 4)  # 8 prompts on each of 4 shards
     assert shares_prefix(auto, 64, 8, 1024, 256, 4)
     assert not shares_prefix(auto, 64, 8, 1024, 256, None)
+
+
+def test_the_sharing_decision_says_why():
+    """prefix_decision: shares_prefix's answer with the reason the run logs (preflight.prompt_sharing)."""
+    auto, on = (SimpleNamespace(decode_kernel="pallas", shared_prefix=setting) for setting in ("auto", "on"))
+    assert prefix_decision(auto, 16, 8, 256, 256, 1) == (False, "prompt 256 < 4 x 256 new tokens")
+    assert prefix_decision(auto, 32, 8, 1024, 256, 4) == (False, "8 prompts a batch shard < 16")
+    assert prefix_decision(auto, 16, 8, 1024, 256, 1) == (
+        True, "prompt 1024 >= 4 x 256 new tokens, 16 prompts a batch shard >= 16")
+    assert prefix_decision(on, 16, 8, 256, 256, 1) == (True, "backend.adapter.shared_prefix=on")
+    unlike = (False, "the rollout mesh splits the prompts unlike their rows")
+    assert prefix_decision(on, 16, 8, 256, 256, None) == unlike
+    assert prefix_decision(on, 16, 1, 256, 256, 1) == (False, "one sample per prompt")
+    xla = SimpleNamespace(decode_kernel="xla", shared_prefix="on")
+    assert prefix_decision(xla, 16, 8, 256, 256, 1) == (False,
+                                                         "decode kernel xla: only the pallas kernel shares a prefix")
+
+
+def test_the_run_logs_and_records_whether_its_sampler_shares_the_prompt(caplog):
+    import logging
+
+    from framework.backends.maxtext.trainers.preflight import prompt_sharing
+    from tests.maxtext.test_rollout_layouts import grpo_task
+
+    auto = SimpleNamespace(decode_kernel="pallas", shared_prefix="auto")
+    long = grpo_task("grpo.max_prompt_tokens=1024", "grpo.max_new_tokens=256")  # 16 prompts x 8
+    with caplog.at_level(logging.INFO):
+        assert prompt_sharing(auto, long, None, None) == {
+            "shared_prefix": True, "shared_prefix_reason": "prompt 1024 >= 4 x 256 new tokens, 16 prompts a batch "
+                                                           "shard >= 16"}
+        short = grpo_task("grpo.max_prompt_tokens=256", "grpo.max_new_tokens=256")
+        assert not prompt_sharing(auto, short, None, None)["shared_prefix"]
+    assert "shared prefix: off (prompt 256 < 4 x 256 new tokens)" in caplog.messages
 
 
 def test_the_prompts_shards_are_those_of_the_rows_or_none():

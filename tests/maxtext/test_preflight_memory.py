@@ -119,6 +119,9 @@ def test_auto_micro_batch_and_remat_run_and_are_recorded(tmp_path):
     assert "grpo: remat auto -> none (the preflight's memory estimate at micro-batch 16)" in proc.stderr
     metrics = json.loads((tmp_path / "summary.json").read_text())["result"]["metrics"]
     assert (metrics["micro_batch_size"], metrics["remat"]) == (16, "none")
+    # the sampler's shared-prefix decision, logged and recorded (preflight.prompt_sharing)
+    assert f"shared prefix: off ({metrics['shared_prefix_reason']})" in proc.stderr
+    assert metrics["shared_prefix"] is False and metrics["shared_prefix_reason"]
 
 
 def test_the_update_is_one_optimizer_step_per_epoch_over_accumulated_micro_batches():
@@ -138,8 +141,9 @@ def test_the_update_is_one_optimizer_step_per_epoch_over_accumulated_micro_batch
 
 def test_the_preflights_decode_holds_a_shared_prompt_once_per_group():
     """Where the sampler shares the prompt (preflight.shares_prompt: prefix_cache.shares_prefix at the step's shapes),
-    the preflight's decode phase holds and reads a 1/n share of it per row, so a long-prompt run it fits is not
-    refused; at the recipe's shapes nothing changes."""
+    the preflight's decode phase is the simulator's shared-prefix decode (the prompt held once per group, a kernel
+    call over it and one over each row's tokens), so a long-prompt run it fits is not refused; at the recipe's
+    shapes nothing changes."""
     from dataclasses import replace
 
     from framework.backends.maxtext.trainers.preflight import grpo_phases, predict_step, shares_prompt
@@ -152,7 +156,10 @@ def test_the_preflights_decode_holds_a_shared_prompt_once_per_group():
     assert shares_prompt(auto, task, 1) and not shares_prompt(auto, task, 2) and not shares_prompt(auto, task, None)
     decode = {shared: dict((name, workload) for name, workload, _ in grpo_phases(task, False, shared_prompt=shared))[
         "decode"] for shared in (False, True)}
-    assert (decode[False]["context_len"], decode[True]["context_len"]) == (2048 + 128, 256 + 128)
+    # the cascade the sampler runs (sims/shared_prefix.py), not a shortened context
+    assert decode[False]["context_len"] == decode[True]["context_len"] == 2048 + 128
+    assert "shared_prefix" not in decode[False]
+    assert (decode[True]["shared_prefix"], decode[True]["seq_len"]) == (8, 2048)
     hf, hardware = load_conf("model", "qwen2_5_0_5b_instruct")["hf_config"], load_conf("hardware", "h100")["hardware"]
     repeated, shared = (predict_step(hf, hardware, ParallelConfig(dp=1, fsdp=1, tp=1, pp=1, ep=1, cp=1), 1, task,
                                      shared_prompt=flag) for flag in (False, True))
@@ -161,5 +168,5 @@ def test_the_preflights_decode_holds_a_shared_prompt_once_per_group():
 
     memory = {flag: simulate(hf, hardware, {"tp": 1}, workload, stack="xla").memory_per_device_gb
               for flag, workload in decode.items()}
-    assert memory[True] < memory[False] - 1.0  # 128 rows x 1,792 fewer cached tokens x 12 kB: 2.8 GB
+    assert memory[True] < memory[False] - 1.0  # 16 x 2,048 + 128 x 128 cached tokens, not 128 x 2,176: 2.8 GB
     assert not shares_prompt(auto, replace(task, max_prompt_tokens=256), 1)  # the GSM8K recipe's 256 + 256

@@ -87,11 +87,35 @@ def test_the_rollout_tp_is_the_smallest_group_that_fits_beside_the_training_stat
     assert pick_rollout_tp(60 * gb, 1e7, 0, task, 4, 80) == 2
     assert pick_rollout_tp(50 * gb, 1e7, 0, task, 4, 80) == 1
     # the same with the Pallas kernel's cache rounded to 64 slots a row (34 -> 64: 81.9 GB of KV cache)
-    assert pick_rollout_tp(50 * gb, 1e7, 0, task, 4, 80, cache_tokens=lambda _: task.rows_per_step * 64) == 2
+    rounded = lambda tp: task.rows_per_step * 64 / (4 // tp)  # noqa: E731  (a batch shard's share over 4 // tp)
+    assert pick_rollout_tp(50 * gb, 1e7, 0, task, 4, 80, cache_share=rounded) == 2
     assert pick_rollout_tp(2 * gb, 1e3, 0, grpo_task("grpo.prompts_per_step=2", "grpo.micro_batch_size=16"),
                            4, 80) == 2  # 2 prompts: at most 2 replicas
     # 14 query / 2 KV heads (Qwen2.5-0.5B): tp=4 would replicate the KV heads, so it is never picked
     assert pick_rollout_tp(400 * gb, 1e3, 0, task, 4, 80, heads=(14, 2)) == 2
+
+
+def test_the_rollout_tp_counts_a_candidates_cache_shards_on_its_mesh_as_the_sampler_does():
+    """rollout dp=2 fixed, fsdp=-1 over 8 devices: a tp candidate's cache splits over dp x fsdp = 8 / tp batch
+    shards (prefix_cache.prompt_shards on the candidate's mesh), not over the 4 / tp devices the fixed dp leaves."""
+    from types import SimpleNamespace
+
+    from framework.backends.maxtext.sharding import DEFAULT_RULES, rollout_meshes
+    from framework.backends.maxtext.trainers.preflight import rollout_tp_for
+
+    # 64 prompts x 8 of 1024 + 256 tokens, 256 KiB of K/V a token. tp=1: 8 prompts a shard, so auto repeats the
+    # prompt: 512 x 1280 / 8 tokens = 21.5 GB a device (the old count, 4 shards of 16 prompts, shared: 12.9 GB);
+    # tp=2: 16 prompts on each of 4 shards, shared, 6.4 GB. Beside 15 GB of state and 20 GB of bf16 weights
+    # (10 at tp=2) in 51 GB: tp=2
+    task = grpo_task("grpo.prompts_per_step=64", "grpo.max_prompt_tokens=1024", "grpo.max_new_tokens=256",
+                     "grpo.micro_batch_size=64")
+    model = SimpleNamespace(num_layers=64, num_heads=64, num_kv_heads=8, head_dim=128, dtype="bfloat16",
+                            param_dtype="float32", decode_kernel="pallas", shared_prefix="auto")
+    fsdp8 = {"data": 1, "fsdp": 8, "expert": 1, "tensor": 1}
+    meshes = rollout_meshes(rollout_layout(dp=2, fsdp=-1), 8)
+    assert meshes(2) == {"data": 2, "fsdp": 2, "expert": 1, "tensor": 2}
+    assert rollout_tp_for(model, 40e9, fsdp8, task, 60, devices=4, meshes=meshes, rules=DEFAULT_RULES) == 2
+    assert rollout_tp_for(model, 40e9, fsdp8, task, 60, devices=4) == 1  # a data x tensor mesh over the 4 only
 
 
 def test_the_trainers_rollout_tp_counts_the_training_state_on_the_update_shards():

@@ -96,6 +96,12 @@ def abstract_mesh(sizes: Mapping[str, int]) -> AbstractMesh:
     return AbstractMesh(tuple(sizes[axis] for axis in MESH_AXES), MESH_AXES)
 
 
+def rollout_meshes(rollout: RolloutLayout, devices: int) -> Callable[[int], dict[str, int]]:
+    """tp -> the mesh axis sizes of `rollout` with that tp over `devices`: a candidate of rollout_parallel's
+    fitting_tp (preflight.rollout_tp_for counts its cache's batch shards on it)."""
+    return lambda tp: mesh_shape(rollout.with_tp(tp), devices, ROLLOUT_KEY)
+
+
 def rollout_parallel(rollout: RolloutLayout, devices: int, prompts: int,
                      fitting_tp: Callable[[int], int]) -> ParallelConfig:
     """The resolved rollout layout over the update's `devices`. tp null: `fitting_tp(free)` (the preflight's

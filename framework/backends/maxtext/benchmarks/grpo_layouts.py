@@ -66,7 +66,8 @@ def build_layout(args: argparse.Namespace, task, config, devices: list, update_l
     from flax import linen as nn
 
     from framework.backends.maxtext.sampler import Sampler
-    from framework.backends.maxtext.sharding import DEFAULT_RULES, build_mesh, rollout_parallel, tree_bytes
+    from framework.backends.maxtext.sharding import (DEFAULT_RULES, build_mesh, rollout_meshes, rollout_parallel,
+                                                    tree_bytes)
     from framework.backends.maxtext.trainers.preflight import rollout_tp_for
     from framework.backends.maxtext.trainers.rollout import RolloutPlacement
     from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
@@ -83,9 +84,11 @@ def build_layout(args: argparse.Namespace, task, config, devices: list, update_l
         memory_gb = load_conf("hardware", args.hardware)["hardware"]["memory_gb"]
         axes = {**UPDATE, **rollout_axes, "placement": "separate" if rollout_devices else "shared",
                 "devices": rollout_devices or None}
-        layout = rollout_parallel(RolloutLayout(**axes), len(rollout_set), task.prompts_per_step,
+        chosen = RolloutLayout(**axes)
+        layout = rollout_parallel(chosen, len(rollout_set), task.prompts_per_step,
                                   lambda free: rollout_tp_for(config, weight_bytes, mesh.shape, task, memory_gb, free,
-                                                              separate=rollout_devices > 0))
+                                                              rollout_devices > 0,
+                                                              rollout_meshes(chosen, len(rollout_set)), DEFAULT_RULES))
     placement = RolloutPlacement(layout, rollout_set, mesh, boxed, DEFAULT_RULES, config.dtype)
     optimizer = build_optimizer(task.optimizer, learning_rate_schedule(task.optimizer, task.steps, 1))
     update = PolicyUpdate(model, task, optimizer, nn.unbox(boxed), shardings, mesh, DEFAULT_RULES)

@@ -93,10 +93,28 @@ def shares_prefix(config: ModelConfig, prompts: int, samples: int, prompt_length
     it). Possible: the Pallas kernel, n > 1, and `shards` not None (prompt_shards). config.shared_prefix on: where
     possible; off: never; auto: where possible and measured faster, a padded prompt of at least
     PROMPT_PER_NEW_TOKENS x max_new_tokens and at least MIN_PROMPTS_PER_SHARD prompts on each of the `shards`."""
-    if config.shared_prefix == "off" or config.decode_kernel != "pallas" or samples == 1 or shards is None:
-        return False
-    return config.shared_prefix == "on" or (prompt_length >= PROMPT_PER_NEW_TOKENS * max_new_tokens
-                                            and prompts // shards >= MIN_PROMPTS_PER_SHARD)
+    return prefix_decision(config, prompts, samples, prompt_length, max_new_tokens, shards)[0]
+
+
+def prefix_decision(config: ModelConfig, prompts: int, samples: int, prompt_length: int, max_new_tokens: int,
+                    shards: int | None) -> tuple[bool, str]:
+    """shares_prefix's answer and why, in words (the run logs it)."""
+    if config.shared_prefix == "off":
+        return False, "backend.adapter.shared_prefix=off"
+    if config.decode_kernel != "pallas":
+        return False, f"decode kernel {config.decode_kernel}: only the pallas kernel shares a prefix"
+    if samples == 1:
+        return False, "one sample per prompt"
+    if shards is None:
+        return False, "the rollout mesh splits the prompts unlike their rows"
+    if config.shared_prefix == "on":
+        return True, "backend.adapter.shared_prefix=on"
+    if prompt_length < PROMPT_PER_NEW_TOKENS * max_new_tokens:
+        return False, f"prompt {prompt_length} < {PROMPT_PER_NEW_TOKENS} x {max_new_tokens} new tokens"
+    if prompts // shards < MIN_PROMPTS_PER_SHARD:
+        return False, f"{prompts // shards} prompts a batch shard < {MIN_PROMPTS_PER_SHARD}"
+    return True, (f"prompt {prompt_length} >= {PROMPT_PER_NEW_TOKENS} x {max_new_tokens} new tokens, "
+                  f"{prompts // shards} prompts a batch shard >= {MIN_PROMPTS_PER_SHARD}")
 
 
 def prompt_shards(prompts: int, samples: int, mesh: Mesh | None, rules: LogicalRules | None) -> int | None:
@@ -119,6 +137,15 @@ def kv_cache_tokens(config: ModelConfig, prompts: int, samples: int, prompt_leng
         return (prompts * cache_slots(prompt_length, 0, kernel)
                 + prompts * samples * cache_slots(0, max_new_tokens, kernel))
     return prompts * samples * cache_slots(prompt_length, max_new_tokens, kernel)
+
+
+def cache_per_shard(config: ModelConfig, prompts: int, samples: int, prompt_length: int, max_new_tokens: int,
+                    mesh: Mesh | None, rules: LogicalRules | None) -> float:
+    """The sampler's K/V entries (per layer and KV head) on one batch shard of `mesh` (an abstract one will do):
+    kv_cache_tokens at the mesh's prompt shards, over the shards its prompts * samples rows split into."""
+    tokens = kv_cache_tokens(config, prompts, samples, prompt_length, max_new_tokens,
+                             prompt_shards(prompts, samples, mesh, rules))
+    return tokens / prompt_shards(prompts * samples, 1, mesh, rules)
 
 
 def cascade_attention(q: Array, prefix: SharedPrefix, keys: Array, values: Array, stop: Array,

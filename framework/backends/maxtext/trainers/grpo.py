@@ -32,8 +32,8 @@ from framework.backends.maxtext.config import GRPOConfig
 from framework.rl.advantages import compute_advantages
 from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params, kernel_platform
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
-from framework.backends.maxtext.sharding import (build_mesh, logical_axis_rules, param_shardings, rollout_parallel,
-                                                shardings_record, tree_bytes, usable_devices)
+from framework.backends.maxtext.sharding import (build_mesh, logical_axis_rules, param_shardings, rollout_meshes,
+                                                rollout_parallel, shardings_record, tree_bytes, usable_devices)
 from framework.backends.maxtext.trainers import aot, rollout, startup
 from framework.backends.maxtext.trainers.layout_search import choose_rollout_devices
 from framework.backends.maxtext.trainers.in_flight import in_flight_slots, refuse_lag_change
@@ -42,9 +42,8 @@ from framework.backends.maxtext.trainers.checkpointing import (STATE_FILE, host_
                                                                read_state, write_arrays)
 from framework.data.math import load_split, system_prompt, train_examples
 from framework.backends.maxtext.trainers.evaluation import evaluate
-from framework.backends.maxtext.models.prefix_cache import prompt_shards
-from framework.backends.maxtext.trainers.preflight import (predict_step, preflight_warnings, refuse_out_of_memory,
-                                                             resolve_update_plan, rollout_tp_for, shares_prompt)
+from framework.backends.maxtext.trainers.preflight import (predict_step, preflight_warnings, prompt_sharing,
+                                                             refuse_out_of_memory, resolve_update_plan, rollout_tp_for)
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
 from framework.core.errors import ConfigError, CrucibleError
 from framework.core.records import write_atomic
@@ -92,6 +91,7 @@ class GRPOTrainer(BaseTrainer):
         model = Transformer(self.model_config, self.mesh, self.rules)
         self.placements = self._rollout_placements(boxed)  # before any weights load: a bad layout fails fast
         self.placement = self.placements[0]  # the (first) rollout group's: evaluation decodes there
+        self.sharing = prompt_sharing(self.model_config, task, self.placement.mesh, self.rules)  # logged
         self.schedule = learning_rate_schedule(task.optimizer, task.steps, task.ppo_epochs)
         self.scalars = startup.StepScalars(self.schedule)
         optimizer = build_optimizer(task.optimizer, self.schedule)
@@ -152,7 +152,7 @@ class GRPOTrainer(BaseTrainer):
                     "measured_step_s": _steady_state(step_times), "micro_batch_size": task.micro_batch_size,
                     "remat": self.model_config.remat,
                     "init_compile_time_s": self.init_compile_s, "rollout_groups": len(self.placements),
-                    **self.layout_search}
+                    **self.layout_search, **self.sharing}
         summary |= (self.aot.metrics() if self.aot is not None else {}) | self.startup.metrics()
         return TrainingResult(success=not interrupted, metrics=summary, wall_time_s=time.perf_counter() - start,
                               samples=(done - self.start_step) * task.rows_per_step, artifacts=artifacts,
@@ -283,14 +283,14 @@ class GRPOTrainer(BaseTrainer):
         """A placement per rollout group (grpo.rollout_lag's), in parallel.rollout on a group's devices, its null tp
         picked from the memory the rollout needs beside the training state (preflight.rollout_tp_for)."""
         task = self.config.task
+        chosen, groups = self.config.parallel.rollout, group_devices(self.rollout_devices, task.rollout_lag)
+        count = len(groups[0])
 
         def fitting_tp(free_devices: int) -> int:
             return rollout_tp_for(self.model_config, self.weight_bytes, self.mesh.shape, task,
                                   self.config.hardware["memory_gb"], free_devices,
-                                  separate=self.rollout_devices != self.devices)
+                                  self.rollout_devices != self.devices, rollout_meshes(chosen, count), self.rules)
 
-        chosen, groups = self.config.parallel.rollout, group_devices(self.rollout_devices, task.rollout_lag)
-        count = len(groups[0])
         layout = (rollout_parallel(chosen, count, task.prompts_per_step, fitting_tp) if chosen is not None
                   else self.config.parallel.resolve(count))
         return rollout.group_placements(layout, groups, self.mesh, boxed, self.rules, self.model_config.dtype)
@@ -306,13 +306,11 @@ class GRPOTrainer(BaseTrainer):
         try:
             reshard_bytes = self.placement.reshard_bytes(self.model_config, self.weight_bytes)
             task = self.config.task
-            shards = prompt_shards(task.prompts_per_step, task.rows_per_step // task.prompts_per_step,
-                                   self.placement.mesh, self.rules)
             prediction = predict_step(self.model_config.hf_config, self.config.hardware, self.config.parallel,
                                       self.mesh.size, task, self.placement.layout, reshard_bytes,
                                       remat=self.model_config.remat, rollout_devices=self.placement.separate_devices,
                                       rollout_groups=len(self.placements),
-                                      shared_prompt=shares_prompt(self.model_config, task, shards))
+                                      shared_prompt=self.sharing["shared_prefix"])
         except CrucibleError as error:  # advisory: a model the simulator cannot handle still trains
             log.warning("preflight: %s", error)
             return {"preflight_error": str(error)}

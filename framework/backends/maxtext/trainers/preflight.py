@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from typing import Any, Callable, Mapping
 
 from framework.backends.maxtext.config import REMAT_NAMES, REMAT_WORKLOADS
-from framework.backends.maxtext.models.prefix_cache import kv_cache_tokens, shares_prefix
-from framework.backends.maxtext.sharding import staging_copies
+from framework.backends.maxtext.models.prefix_cache import (cache_per_shard, prefix_decision, prompt_shards,
+                                                             shares_prefix)
+from framework.backends.maxtext.sharding import abstract_mesh, staging_copies
 from framework.core.dtypes import BYTES, SHORT
 from framework.core.errors import ConfigError, CrucibleError
 from framework.core.parallel import ParallelConfig
@@ -50,18 +52,19 @@ def grpo_phases(task: GRPOTask, zero: bool, remat: str = "none", rollout_sharded
     update's remat policy (backend.adapter.remat). `rollout_sharded`: the rollout's mesh has fsdp > 1, so
     its prefill and every decode step all-gather the weight shards (sims/sharded_forward.py); the extra
     forward passes run on the update's mesh and gather likewise when it is fsdp (`zero`). `shared_prompt`: the
-    sampler keeps each prompt's K/V once for its samples (shares_prompt): a decode row holds and reads a 1/n share
-    of it (the merge's second kernel call is not modelled)."""
+    sampler keeps each prompt's K/V once for its samples (shares_prompt): the decode is the simulator's
+    shared-prefix decode (workload shared_prefix = num_generations over the seq_len prompt tokens: a kernel call
+    over each prompt for its group, one over each row's own tokens, and their merge; sims/shared_prefix.py)."""
     dtype = SHORT[task.compute_dtype]
     prompt, new, rows = task.max_prompt_tokens, task.max_new_tokens, task.rows_per_step
-    cached_prompt = -(-prompt * task.prompts_per_step // rows) if shared_prompt else prompt
+    shared = {"seq_len": prompt, "shared_prefix": task.num_generations} if shared_prompt else {}
     sequence = prompt + new
     micro_steps = rows // task.micro_batch_size
     extra_forwards = int(task.ppo_epochs > 1) + int(task.beta > 0)
     rollout = {"dtype": dtype, "zero": rollout_sharded, "shard_weights": rollout_sharded}
     phases = [
         ("prefill", {"mode": "prefill", "batch": task.prompts_per_step, "seq_len": prompt, **rollout}, 1),
-        ("decode", {"mode": "decode", "batch": rows, "context_len": cached_prompt + new // 2, **rollout}, new),
+        ("decode", {"mode": "decode", "batch": rows, "context_len": prompt + new // 2, **shared, **rollout}, new),
         ("train", train_workload(task, task.micro_batch_size, zero, remat), task.ppo_epochs),
     ]
     if extra_forwards:
@@ -218,22 +221,23 @@ def reshard_seconds(bytes_per_device: float, hardware: Mapping[str, Any]) -> flo
 
 def pick_rollout_tp(rollout_weight_bytes: float, kv_bytes_per_token: float, resident_bytes: float, task: GRPOTask,
                     devices: int, memory_gb: float, heads: tuple[int, ...] = (),
-                    cache_tokens: Callable[[int], int] | None = None) -> int:
+                    cache_share: Callable[[int], float] | None = None) -> int:
     """The rollout's tensor-parallel size when `parallel.rollout.tp` is null: the smallest divisor of `devices`
     (the devices the rollout's fixed axes leave) that divides every head count in `heads` (the rules would
     replicate heads a tp does not divide), whose replicas (devices / tp) split the prompts evenly, and whose
     share of the rollout's weights (`rollout_weight_bytes`: the policy cast to the compute dtype)
     and of the KV cache fits beside the training state that stays on the device (`resident_bytes`); the
-    largest such tp when none fits (the preflight's memory check then speaks). `cache_tokens(replicas)`: the step's
-    KV-cache entries per layer and KV head (default rows x (prompt + new tokens); prefix_cache.kv_cache_tokens)."""
+    largest such tp when none fits (the preflight's memory check then speaks). `cache_share(tp)`: the KV-cache
+    entries per layer and KV head one batch shard holds at that tp, before tp splits the heads (default rows x
+    (prompt + new tokens) over devices / tp shards; rollout_tp_for: as the sampler shards its cache)."""
     candidates = [tp for tp in range(1, devices + 1)
                   if devices % tp == 0 and task.prompts_per_step % (devices // tp) == 0
                   and all(count % tp == 0 for count in heads)] or [1]
     budget = memory_gb * 1e9 * MEMORY_HEADROOM - resident_bytes
-    cache_tokens = cache_tokens or (lambda _: task.rows_per_step * (task.max_prompt_tokens + task.max_new_tokens))
+    tokens = task.rows_per_step * (task.max_prompt_tokens + task.max_new_tokens)
+    cache_share = cache_share or (lambda tp: tokens / (devices // tp))
     for tp in candidates:
-        replicas = devices // tp
-        if rollout_weight_bytes / tp + kv_bytes_per_token * cache_tokens(replicas) / (replicas * tp) <= budget:
+        if rollout_weight_bytes / tp + kv_bytes_per_token * cache_share(tp) / tp <= budget:
             return tp
     return candidates[-1]
 
@@ -245,32 +249,50 @@ def shares_prompt(model: Any, task: GRPOTask, shards: int | None) -> bool:
                          task.max_prompt_tokens, task.max_new_tokens, shards)
 
 
+def prompt_sharing(model: Any, task: GRPOTask, mesh: Any, rules: Any) -> dict[str, Any]:
+    """Whether the rollout's sampler shares each prompt's K/V with its samples on the rollout `mesh` (as the sampler
+    asks: prefix_cache.prompt_shards, prefix_decision), logged with why; the summary's scalars."""
+    samples = task.rows_per_step // task.prompts_per_step
+    shards = prompt_shards(task.prompts_per_step, samples, mesh, rules)
+    shared, why = prefix_decision(model, task.prompts_per_step, samples, task.max_prompt_tokens,
+                                  task.max_new_tokens, shards)
+    log.info("shared prefix: %s (%s)", "on" if shared else "off", why)
+    return {"shared_prefix": shared, "shared_prefix_reason": why}
+
+
 def rollout_weight_bytes(model: Any, weight_bytes: float) -> float:
     """The rollout's copy of the weights: the policy cast to the compute dtype (RolloutPlacement, the sampler)."""
     return weight_bytes * BYTES[model.dtype] / BYTES[model.param_dtype]
 
 
 def rollout_tp_for(model: Any, weight_bytes: float, update_mesh: Mapping[str, int], task: GRPOTask,
-                   memory_gb: float, devices: int | None = None, separate: bool = False) -> int:
+                   memory_gb: float, devices: int | None = None, separate: bool = False,
+                   meshes: Callable[[int], Mapping[str, int]] | None = None, rules: Any = None) -> int:
     """pick_rollout_tp for a model (a ModelConfig: heads, layers, KV heads, head_dim, dtypes) whose weights take
     `weight_bytes`, trained on `update_mesh`: its shards of the params, AdamW moments and reference stay
     (not with `separate`: parallel.rollout.placement=separate decodes on devices that hold no training state).
     `devices`: what the rollout's fixed axes leave for tp (default: every device of the update); with `separate`
-    the rollout's weights count twice (two copies there while the next ones move in)."""
+    the rollout's weights count twice (two copies there while the next ones move in). `meshes(tp)`: the rollout
+    mesh's axis sizes with that tp (sharding.rollout_meshes; default: data x tensor over `devices`), whose batch
+    shards the cache splits over as the sampler asks (prefix_cache.prompt_shards under the logical axis `rules`)."""
     shards = update_mesh["fsdp"] * update_mesh["expert"] * update_mesh["tensor"]
     resident = 0.0 if separate else weight_bytes * (3 + int(task.beta > 0)) / shards
     # separate: the next weights arrive while the old copy still decodes (off_policy_memory)
     rollout_weights = rollout_weight_bytes(model, weight_bytes) * (2 if separate else 1)
     kv_per_token = 2 * model.num_layers * model.num_kv_heads * model.head_dim * BYTES[model.dtype]
     devices = devices or update_mesh["data"] * shards
-    # The candidates split the prompts evenly over the replicas, so a prompt's rows sit on its shard: the sampler
-    # shares its K/V where prefix_cache.shares_prefix says so for that many prompts a replica.
-    def cache_tokens(replicas: int) -> int:
-        return kv_cache_tokens(model, task.prompts_per_step, task.rows_per_step // task.prompts_per_step,
-                               task.max_prompt_tokens, task.max_new_tokens, replicas)
+    meshes = meshes or (lambda tp: {"data": devices // tp, "fsdp": 1, "expert": 1, "tensor": tp})
+
+    def cache_share(tp: int) -> float:
+        try:
+            mesh = abstract_mesh(meshes(tp))
+        except ConfigError:  # the layout's other axes cannot take this tp: never fits
+            return math.inf
+        return cache_per_shard(model, task.prompts_per_step, task.rows_per_step // task.prompts_per_step,
+                               task.max_prompt_tokens, task.max_new_tokens, mesh, rules)
 
     return pick_rollout_tp(rollout_weights, kv_per_token, resident, task, devices, memory_gb,
-                           heads=(model.num_heads, model.num_kv_heads), cache_tokens=cache_tokens)
+                           heads=(model.num_heads, model.num_kv_heads), cache_share=cache_share)
 
 
 def refuse_out_of_memory(prediction: Mapping[str, Any], hardware: Mapping[str, Any], task: GRPOTask) -> None:

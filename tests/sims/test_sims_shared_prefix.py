@@ -1,0 +1,92 @@
+"""A shared-prefix decode (workload shared_prefix, sims/shared_prefix.py): its attention costed as the two kernel
+calls and the merge that run, its cache the prompt once per group, and the task=sim node that sweeps it."""
+
+from __future__ import annotations
+
+import pytest
+
+from framework.backends.sim.adapter import SimAdapter
+from framework.backends.sim.trainers import simulate_job
+from framework.core.errors import ConfigError
+from framework.core.paths import load_conf
+from sims import simulate
+from sims.api import simulate_many
+from tests.conftest import compose_config
+
+PROMPTS, SAMPLES, PROMPT, NEW = 16, 8, 1024, 128
+ROWS = PROMPTS * SAMPLES
+
+
+def _model_and_h200():
+    return load_conf("model", "qwen2_5_0_5b_instruct")["hf_config"], load_conf("hardware", "h200")["hardware"]
+
+
+def _decode(batch: int, context: int, **extra) -> dict:
+    return {"mode": "decode", "batch": batch, "context_len": context, **extra}
+
+
+def _attention_s(hf: dict, hardware: dict, workload: dict) -> float:
+    rows = simulate(hf, hardware, {"tp": 1}, workload, stack="xla").rows
+    return next(row["time_s"] for row in rows if row["name"] == "attention")
+
+
+def test_the_shared_attention_is_a_call_over_each_prompt_for_its_group_one_over_each_rows_tokens_and_a_merge():
+    """Each layer: the decode kernel over PROMPTS prompts' K/V with SAMPLES x heads queries each (a model with that
+    many query heads, head_dim kept, decoding PROMPTS rows over the prompt), the same kernel over ROWS rows' own
+    NEW tokens, and the f32 merge: each call at its own point of the table's batch x KV surface."""
+    hf, hardware = _model_and_h200()
+    shared = _attention_s(hf, hardware, _decode(ROWS, PROMPT + NEW, seq_len=PROMPT, shared_prefix=SAMPLES))
+    grouped = {**hf, "num_attention_heads": hf["num_attention_heads"] * SAMPLES,
+               "head_dim": hf["hidden_size"] // hf["num_attention_heads"]}
+    prefix_call = _attention_s(grouped, hardware, _decode(PROMPTS, PROMPT))
+    suffix_call = _attention_s(hf, hardware, _decode(ROWS, NEW))
+    merge = shared - prefix_call - suffix_call
+    layers = hf["num_hidden_layers"]
+    assert 0 < merge < 0.1 * shared and merge / layers > 1e-6  # an elementwise pass a layer, above a kernel floor
+    repeated = _attention_s(hf, hardware, _decode(ROWS, PROMPT + NEW))
+    shortened = _attention_s(hf, hardware, _decode(ROWS, PROMPT // SAMPLES + NEW))
+    assert shortened < shared < repeated  # the old preflight's shortened context predicted too much gain
+
+
+def test_the_cache_holds_the_prompt_once_per_group_and_each_rows_own_tokens():
+    hf, hardware = _model_and_h200()
+    cache = {flag: simulate(hf, hardware, {"tp": 1}, _decode(ROWS, PROMPT + NEW, seq_len=PROMPT, shared_prefix=flag),
+                            stack="xla").memory_breakdown_gb["kv_cache"] for flag in (1, SAMPLES)}
+    assert cache[SAMPLES] / cache[1] == pytest.approx((PROMPTS * PROMPT + ROWS * NEW) / (ROWS * (PROMPT + NEW)))
+
+
+def test_a_sweep_costs_shared_prefix_decodes_as_each_alone():
+    hf, hardware = _model_and_h200()
+    workloads = [_decode(ROWS, PROMPT + NEW, seq_len=PROMPT, shared_prefix=n) for n in (1, 2, SAMPLES)]
+    together = simulate_many(hf, hardware, [{"tp": 1}] * 3, workloads, stack="xla")
+    alone = [simulate(hf, hardware, {"tp": 1}, workload, stack="xla") for workload in workloads]
+    assert [r.latency_s for r in together] == [r.latency_s for r in alone]
+    assert len({r.latency_s for r in alone}) == 3
+
+
+@pytest.mark.parametrize("workload, message", [
+    (_decode(ROWS, 512, seq_len=512, shared_prefix=SAMPLES), "workload.shared_prefix: 8 needs seq_len"),
+    (_decode(ROWS, 512, shared_prefix=SAMPLES), "workload.shared_prefix: 8 needs seq_len"),
+    ({"mode": "prefill", "batch": ROWS, "seq_len": 512, "shared_prefix": SAMPLES}, "a shared prefix is decode's"),
+    (_decode(ROWS, 512, seq_len=256, shared_prefix=0), "workload.shared_prefix is 0"),
+])
+def test_a_shared_prefix_outside_a_decode_after_its_prompt_is_a_one_line_error(workload, message):
+    hf, hardware = _model_and_h200()
+    with pytest.raises(ConfigError, match=message):
+        simulate(hf, hardware, {"tp": 1}, workload, stack="xla")
+
+
+def test_a_replica_holds_whole_groups():
+    hf, hardware = _model_and_h200()
+    result = simulate(hf, hardware, {"dp": 4}, _decode(16, 512, seq_len=256, shared_prefix=8), stack="xla")
+    assert result.status == "invalid" and "dp*shared_prefix=32" in result.reason
+
+
+def test_task_sim_sweeps_the_shared_prefix():
+    """sim.shared_prefix reaches the simulator's workload: the decode it predicts holds a smaller cache."""
+    base = ["task=sim", "backend=sim", "model=qwen2_5_0_5b_instruct", "hardware=h200", "sim.stack=xla",
+            "sim.mode=decode", "sim.batch=128", "sim.seq_len=2048", "sim.context_len=2176"]
+    summaries = [simulate_job(SimAdapter().convert_config(compose_config([*base, f"sim.shared_prefix={n}"])))[0]
+                 for n in (1, 8)]
+    assert summaries[1]["memory_breakdown_gb"]["kv_cache"] < summaries[0]["memory_breakdown_gb"]["kv_cache"] / 3
+    assert summaries[1]["latency_s"] != summaries[0]["latency_s"]
