@@ -25,23 +25,33 @@ def _run_dir(root, startup_s, steps):
 def test_the_first_step_ends_after_the_startup_phases_and_step_1(tmp_path):
     _run_dir(tmp_path / "run", {"launch": 1.0, "prepare": 2.0, "setup": None, "init": 30.0}, [1.5, 0.9, 0.8])
     found = figures(tmp_path / "run", 40.123, cold=True, entries=(0, 7))
-    assert found["first_step_ends_s"] == 34.5  # a phase not measured (None) counts as nothing
+    assert found["first_step_ends_s"] == 34.5  # a phase not measured (None) counts as nothing, and is named
+    assert found["startup_unmeasured"] == ["setup"]
     assert found["step_1_s"] == 1.5 and found["steps_2_on_s"] == [0.9, 0.8] and found["update_s"] == [0.75, 0.45, 0.4]
     assert found["timeline"] == {"aot_compile_s": 3.5, "model_ready_s": 0.0}  # not the training metrics
     assert found["wall_s"] == 40.12 and found["compile_cache_entries"] == {"before": 0, "after": 7}
     assert "error" in figures(tmp_path / "missing", 1.0, cold=False, entries=(0, 0))
 
 
-def test_cold_needs_a_cache_and_a_run_of_that_name_and_never_empties_the_working_tree(tmp_path, capsys):
-    for argv in (["--cold", "a"], ["--cache", str(tmp_path), "--cold", "b"]):
+def test_bad_cache_and_out_arguments_are_one_line_usage_errors(tmp_path, capsys):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "out" / "a").mkdir(parents=True)  # a run dir of an earlier call: its metrics would be appended to
+    for argv, message in ((["--cold", "a"], "--cold needs --cache"),
+                          (["--cache", str(tmp_path), "--cold", "b"], "--cold b: no such --run; runs: a"),
+                          (["--cache", str(tmp_path / "file")], "is a file"),
+                          (["--cache", str(tmp_path / "c")], "holds run 'a' of an earlier call")):
         with pytest.raises(SystemExit) as exit_:
             recipe_runs.main(["--out", str(tmp_path / "out"), "--run", "a", "", *argv])
-        assert exit_.value.code == 2
-    assert "--cold b: no such --run; runs: a" in capsys.readouterr().err
-    (tmp_path / "work").mkdir()
-    with pytest.raises(SystemExit, match="would delete"):
-        empty_cache(tmp_path, keep=[tmp_path / "work"])
-    assert (tmp_path / "work").is_dir()
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_cold_start_removes_only_the_run_caches(tmp_path):
+    for name in ("jax", "models", "hub", "notes"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "entry").write_text("x")
+    empty_cache(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hub", "notes"]
+    assert (tmp_path / "notes" / "entry").exists()
 
 
 @pytest.mark.slow

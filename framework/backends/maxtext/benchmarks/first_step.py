@@ -1,8 +1,9 @@
 """Time to the first finished step of a recipe run (issue 15), from its run dir: recipe_runs' `--cache`/`--cold`.
 
 A run's first step ends `sum(startup_s) + step 1's step_time_s` after launch: `startup_s` (summary.json:
-launch, prepare, setup, init) is everything before step 1. A cold run starts with its cache directory emptied
-(the run's CRUCIBLE_CACHE: model builds and JAX's persistent compilation cache `<cache>/jax`); the entries of
+launch, prepare, setup, init) is everything before step 1. A cold run starts with the run's caches removed from its
+cache directory (the run's CRUCIBLE_CACHE: model builds `<cache>/models`, JAX's persistent compilation cache
+`<cache>/jax`; nothing else there is touched); the entries of
 `<cache>/jax` before and after a run show what it compiled and wrote (a warm run reads them instead).
 Caches outside that directory (the CUDA driver's, Triton's) are left alone: on a fresh machine they are empty.
 """
@@ -23,14 +24,23 @@ def compile_cache_entries(cache: Path) -> int:
     return sum(1 for _ in folder.iterdir()) if folder.is_dir() else 0
 
 
-def empty_cache(cache: Path, keep: list[Path]) -> None:
-    """Empty `cache` for a cold run; refuses a directory that holds one of `keep` (the working dir, the output)."""
-    cache = cache.resolve()
-    for path in keep:
-        if path.resolve().is_relative_to(cache):
-            raise SystemExit(f"--cache {cache}: holds {path}, which a cold run would delete; name a cache directory")
-    shutil.rmtree(cache, ignore_errors=True)
-    cache.mkdir(parents=True)
+RUN_CACHES = ("jax", "models")  # what a maxtext run keeps under its cache_dir (patches/devices.py, adapter.py)
+
+
+def empty_cache(cache: Path) -> None:
+    """Remove the run's caches under `cache` for a cold run: `<cache>/jax` and `<cache>/models` only, so a
+    directory that also holds other things (another backend's builds, a user's files) keeps them."""
+    for name in RUN_CACHES:
+        if (cache / name).exists():
+            shutil.rmtree(cache / name)  # a failure is an error: a half-emptied cache is not a cold start
+    cache.mkdir(parents=True, exist_ok=True)
+
+
+def check_cache(cache: Path) -> str | None:
+    """Why `cache` cannot be a run's CRUCIBLE_CACHE (None: it can)."""
+    if cache.exists() and not cache.is_dir():
+        return f"--cache {cache}: is a file; name a directory (made if missing)"
+    return None
 
 
 def figures(run_dir: Path, wall_s: float, cold: bool, entries: tuple[int, int]) -> dict:
@@ -44,7 +54,10 @@ def figures(run_dir: Path, wall_s: float, cold: bool, entries: tuple[int, int]) 
     except (OSError, ValueError) as error:
         return {**found, "error": f"no summary ({error})"}
     metrics = summary.get("result", {}).get("metrics", {})
-    phases = {key: round(value, 3) for key, value in (summary.get("startup_s") or {}).items() if value is not None}
+    startup = summary.get("startup_s") or {}
+    phases = {key: round(value, 3) for key, value in startup.items() if value is not None}
+    if missing := [key for key, value in startup.items() if value is None]:  # e.g. launch off Linux
+        found["startup_unmeasured"] = missing
     step_1 = steps[0]["step_time_s"] if steps else None
     found.update(success=summary.get("success"), startup_s=phases, step_1_s=_rounded(step_1),
                  first_step_ends_s=round(sum(phases.values()) + step_1, 2) if step_1 is not None else None,
@@ -65,7 +78,8 @@ def lines(name: str, found: dict) -> list[str]:
             f"entries {entries['before']} -> {entries['after']}")
     if "startup_s" not in found:
         return [f"{head}; {found['error']}"]
-    out = [f"{head}; startup_s {found['startup_s']} | step 1 {found['step_1_s']} s | FIRST STEP ENDS "
+    unmeasured = f" (not measured: {', '.join(found['startup_unmeasured'])})" if found.get("startup_unmeasured") else ""
+    out = [f"{head}; startup_s {found['startup_s']}{unmeasured} | step 1 {found['step_1_s']} s | FIRST STEP ENDS "
            f"{found['first_step_ends_s']} s after launch",
            f"{name} steps 2.. {found['steps_2_on_s']} | update {found['update_s']}",
            f"{name} timeline {found['timeline']}"]

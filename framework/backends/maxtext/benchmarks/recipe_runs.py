@@ -36,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from framework.backends.maxtext.benchmarks.first_step import compile_cache_entries, empty_cache, figures
+from framework.backends.maxtext.benchmarks.first_step import check_cache, compile_cache_entries, empty_cache, figures
 from framework.backends.maxtext.benchmarks.first_step import lines as first_step_lines
 
 GPU_BASE = ("recipe=grpo_gsm8k model.random_init=true data=gsm8k_sample grpo.eval.every=0 grpo.checkpoint.every=0 "
@@ -70,7 +70,7 @@ def run_one(out: Path, name: str, words: str, base: str, limit_s: int,
     env, overrides = split_run(words)
     if cache:
         if cold:
-            empty_cache(cache, keep=[Path.cwd(), out])
+            empty_cache(cache)
         env = {"CRUCIBLE_CACHE": str(cache.resolve()), **env}
         entries_before = compile_cache_entries(cache)
     command = [sys.executable, "run.py", *base.split(), *overrides, f"hydra.run.dir={out / name}"]
@@ -149,6 +149,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--cold needs --cache DIR (the directory to empty)")
     if unknown := sorted(set(args.cold) - set(names)):
         parser.error(f"--cold {unknown[0]}: no such --run; runs: {', '.join(names)}")
+    if args.cache and (problem := check_cache(args.cache)):
+        parser.error(problem)
+    if reused := [name for name in names if (args.out / name).exists()]:  # its metrics.jsonl would be appended to
+        parser.error(f"--out {args.out}: holds run {reused[0]!r} of an earlier call; name a new --out")
     args.out.mkdir(parents=True, exist_ok=True)
     base = f"{CPU_BASE if args.cpu else GPU_BASE + ' hardware=' + args.hardware} grpo.steps={args.steps}"
     first = {}
