@@ -18,7 +18,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Container
 
 from framework.core.errors import CheckpointError, ConfigError
 from framework.core.ranges import Count, NonNegativeInt
@@ -80,7 +80,7 @@ class CheckpointStore:
     """Checkpoints of one run. `enabled=False` (ranks other than the main one) writes nothing."""
 
     def __init__(self, run_dir: Path, policy: CheckpointPolicy, fingerprint: dict | None = None,
-                 enabled: bool = True, absent_ok: frozenset[str] = frozenset()):
+                 enabled: bool = True, absent_ok: Container[str] = frozenset()):
         self.root = Path(run_dir) / CHECKPOINT_DIR
         self.policy = policy
         self.fingerprint = fingerprint or {}
@@ -186,7 +186,7 @@ class CheckpointStore:
         return self.latest() if self.policy.resume else None
 
 
-def first_difference(saved: Any, current: Any, prefix: str = "", absent_ok: frozenset[str] = frozenset()) -> str | None:
+def first_difference(saved: Any, current: Any, prefix: str = "", absent_ok: Container[str] = frozenset()) -> str | None:
     """The first dotted key whose value differs between two nested dicts, or None. A key in `absent_ok` that
     only one side holds is no difference (a key a release added or removed, accepted by the resume check)."""
     if isinstance(saved, dict) and isinstance(current, dict):

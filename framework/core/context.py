@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Container, Iterable
 
 from omegaconf import DictConfig
 
@@ -23,7 +23,7 @@ class RunContext:
     dist: DistEnv = field(default_factory=detect)  # this process among the job's ranks (torchrun, SLURM, submitit)
     fingerprint: dict | None = None  # the settings a resumed run must share (framework.core.resume)
     signals: StopSignals | None = None  # SIGINT/SIGTERM received (framework.core.stopping)
-    resume_absent_ok: frozenset[str] = frozenset()  # keys the resume check accepted on one side only
+    resume_absent_ok: Container[str] = frozenset()  # keys the resume check accepts on one side only (OneSidedAllowed)
 
     @property
     def stop_requested(self) -> bool:

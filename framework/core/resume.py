@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Container, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -87,16 +87,29 @@ def _latest_manifest(run_dir: Path, steps: list[int]) -> tuple[Path, dict] | Non
 
 
 @dataclass(frozen=True)
+class OneSidedAllowed:
+    """The keys a checkpoint comparison accepts on one side only: any that no command-line override sets (a
+    release added or removed it) and the keys that may change. A container (`key in allowed`), so the trainer's
+    store asks it of whichever checkpoint it resumes, also one older than the manifest the runtime read."""
+
+    overrides: tuple[str, ...] = ()
+    may_change: frozenset[str] = frozenset()
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and (key in self.may_change or set_by(key, self.overrides) is None)
+
+
+@dataclass(frozen=True)
 class ResumePoint:
     """Where a run resumes, and the keys accepted although only one side holds them."""
 
     step: int
     new_keys: dict[str, Any] = field(default_factory=dict)  # not in the checkpoint: the config files' value now
     removed_keys: dict[str, Any] = field(default_factory=dict)  # in the checkpoint, gone now: the saved value
-    absent_ok: frozenset[str] = frozenset()  # for the trainer's store: these keys may be on one side only
+    absent_ok: Container[str] = frozenset()  # for the trainer's store: OneSidedAllowed
 
     def warnings(self) -> list[str]:
-        return ([f"resume: {key} is new since the checkpoint; resuming with its default {value!r}"
+        return ([f"resume: {key} is not in the checkpoint's settings; resuming with the config files' {value!r}"
                  for key, value in self.new_keys.items()] +
                 [f"resume: {key} (saved {value!r}) is no longer in the config; resuming without it"
                  for key, value in self.removed_keys.items()])
@@ -121,13 +134,18 @@ def one_sided_keys(saved: Any, current: Any, prefix: str = "") -> tuple[dict[str
 
 
 def set_by(key: str, overrides: Sequence[str]) -> str | None:
-    """The command-line override that sets or removes `key` (the key, one inside it, a dict or `~` above it);
-    None: the config files give it. A plain value above it is a group's option (`backend=maxtext`): files."""
+    """The command-line override that sets or removes `key` (the key, one inside it, a dict or `~` above it, a
+    group placed at a package holding it: `+group@pkg=option`); None: the config files give it. A plain value
+    above it is a group's option (`backend=maxtext`): files."""
     for override in overrides:
         target, _, value = override.partition("=")
-        name = target.lstrip("+~").split("@")[0]
-        above = key.startswith(f"{name}.") and (target.startswith("~") or value.lstrip().startswith("{"))
-        if name == key or name.startswith(f"{key}.") or above:
+        group, _, package = target.lstrip("+~").partition("@")
+        if package:  # group@package=option: the option's keys land under the package (_global_: anywhere)
+            name, whole = ("" if package == "_global_" else package), True
+        else:
+            name, whole = group, target.startswith("~") or value.lstrip().startswith("{")
+        above = whole and (not name or key.startswith(f"{name}."))
+        if name == key or (name and name.startswith(f"{key}.")) or above:
             return override
     return None
 
@@ -138,9 +156,11 @@ def _refusal(path: Path, cfg: DictConfig, difference: str, set_on_command_line: 
     way_out = "use the checkpoint's value or a new run dir (hydra.run.dir=...)"
     if key in set_on_command_line:  # a key a release added or removed, which this command line sets
         owner = "backend" if key.startswith("backend.") else "task"
-        listed = ",".join([*((cfg.get(owner) or {}).get("resume_may_change") or []), key])
+        node = cfg.get(owner) or {}
+        listed = ",".join([*(node.get("resume_may_change") or []), key])
+        plus = "" if "resume_may_change" in node else "+"  # a backend without the list (Hydra refuses a new key)
         way_out = (f"{key} is set by the override {set_on_command_line[key]!r}: drop it to resume with the config "
-                   f"files' value, allow it with '{owner}.resume_may_change=[{listed}]', or use a new run dir "
+                   f"files' value, allow it with '{plus}{owner}.resume_may_change=[{listed}]', or use a new run dir "
                    f"(hydra.run.dir=...)")
     return CheckpointError(f"{path}: saved by a different setup: {difference}; on resume only these may change: "
                            f"{', '.join(allowed) or 'none'}; {way_out}")
@@ -178,4 +198,4 @@ def check_resumable(run_dir: Path, cfg: DictConfig, overrides: Sequence[str] = (
     if isinstance(total, int) and total < manifest["step"]:
         raise CheckpointError(f"{steps_key}: {total} is below the checkpoint's step {manifest['step']} in {path}; "
                               f"set {steps_key} >= {manifest['step']} or use a new run dir")
-    return ResumePoint(int(manifest["step"]), new, removed, frozenset([*new, *removed, *may_change(cfg)]))
+    return ResumePoint(int(manifest["step"]), new, removed, OneSidedAllowed(tuple(overrides), frozenset(may_change(cfg))))

@@ -7,6 +7,7 @@ import pytest
 
 from framework.core.checkpoint import MANIFEST, CheckpointPolicy, CheckpointStore
 from framework.core.errors import CheckpointError
+from framework.core.resume import OneSidedAllowed
 
 
 def _store(tmp_path, keep=3, fingerprint=None, resume=True):
@@ -66,6 +67,16 @@ def test_keys_the_resume_check_accepted_may_be_on_one_side_only_and_nothing_else
         CheckpointStore(tmp_path, policy, {"model": {"layers": 2, "old": 1, "new": 0}}).latest()
     with pytest.raises(CheckpointError, match=r"model.old \(saved 1, now 2\)"):  # on both sides: compared
         CheckpointStore(tmp_path, policy, {"model": {"layers": 2, "old": 2}}, absent_ok=accepted).latest()
+
+
+def test_a_fallback_past_a_damaged_checkpoint_accepts_keys_a_release_added_unless_set_on_the_command_line(tmp_path):
+    _save(_store(tmp_path, fingerprint={"model": {"layers": 2}}), 1)  # before the release
+    newest = _save(_store(tmp_path, fingerprint={"model": {"layers": 2, "new": 0}}), 2)  # after it
+    (newest / "w.bin").write_bytes(b"damaged")
+    policy, now = CheckpointPolicy(every=1, keep=3, resume=True), {"model": {"layers": 2, "new": 0}}
+    assert CheckpointStore(tmp_path, policy, now, absent_ok=OneSidedAllowed()).latest().step == 1
+    with pytest.raises(CheckpointError, match=r"model.new \(not in the checkpoint, now 0\)"):
+        CheckpointStore(tmp_path, policy, now, absent_ok=OneSidedAllowed(("model.new=0",))).latest()
 
 
 def test_keep_prunes_old_checkpoints_and_policy_says_when_to_save(tmp_path):

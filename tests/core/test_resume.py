@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf, open_dict
 
 from framework.core.checkpoint import CheckpointPolicy, CheckpointStore
-from framework.core.resume import run_fingerprint
+from framework.core.resume import run_fingerprint, set_by
 from framework.core.runtime import Runtime
 from tests.core.test_runtime import recording_cfg
 
@@ -117,8 +117,8 @@ def test_a_key_a_release_added_resumes_with_its_default_and_one_warning(stepped,
         cfg.backend.new_knob = {"size": 2}
     result = Runtime(cfg, stepped, ["backend=recording"]).run()  # a group's option: the files give backend.*
     assert result.success, result.error
-    lines = ["resume: backend.new_knob is new since the checkpoint; resuming with its default {'size': 2}",
-             "resume: record_steps.new_knob is new since the checkpoint; resuming with its default 'auto'"]
+    lines = ["resume: backend.new_knob is not in the checkpoint's settings; resuming with the config files' {'size': 2}",
+             "resume: record_steps.new_knob is not in the checkpoint's settings; resuming with the config files' 'auto'"]
     assert resume_warnings(caplog) == lines
     assert json.loads((stepped / "summary.json").read_text())["warnings"] == lines
     segment = last_segment(stepped)
@@ -135,13 +135,20 @@ def test_a_new_key_set_on_the_command_line_is_refused_naming_the_way_to_allow_it
     assert result.status == "refused" and "\n" not in result.error
     assert "saved by a different setup: record_steps.new_knob (not in the checkpoint, now 'auto')" in result.error
     assert f"set by the override {override!r}: drop it" in result.error
-    assert "allow it with 'task.resume_may_change=[record_steps.new_knob]'" in result.error
+    assert "allow it with '+task.resume_may_change=[record_steps.new_knob]'" in result.error  # the task has no list
     assert records(stepped) == before
 
     allowed = stepping_cfg(old_knob=3, new_knob="auto")
     with open_dict(allowed):
         allowed.task.resume_may_change = ["record_steps.new_knob"]  # the way the line names
     assert Runtime(allowed, stepped, [override, "task.resume_may_change=[record_steps.new_knob]"]).run().success
+
+
+def test_which_override_sets_a_key():
+    assert set_by("model.hf_config.extra.x", ["+hardware@model.hf_config.extra=cpu"])  # a group placed at a package
+    assert set_by("a.b", ["+hardware@_global_=cpu"])  # at the root: it may set any key
+    assert set_by("backend.adapter.x", ["backend={adapter: {x: 1}}"]) and set_by("backend.adapter", ["~backend"])
+    assert set_by("backend.adapter.x", ["backend=maxtext", "+hardware@model=cpu", "backend.adapter.y=1"]) is None
 
 
 def test_a_key_a_release_removed_resumes_with_one_warning(stepped, caplog):
@@ -194,5 +201,5 @@ def test_through_the_cli_a_key_missing_from_an_older_checkpoint_resumes_unless_s
     assert "set by the override 'sim.stack=transformers'" in refused.stderr
     resumed = run_cli(command)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resume: sim.stack is new since the checkpoint; resuming with its default 'transformers'" in resumed.stderr
+    assert "resume: sim.stack is not in the checkpoint's settings; resuming with the config files' 'transformers'" in resumed.stderr
     assert last_segment(tmp_path)["new_keys"] == {"sim.stack": "transformers"}
