@@ -248,8 +248,8 @@ def test_a_run_on_4_devices_takes_the_argmin_of_the_predictions_it_logs(tmp_path
 
 def test_a_candidate_whose_sampler_shares_the_prompt_is_predicted_with_it():
     """Long prompts (2,048 + 256 tokens, 16 prompts x 8): a rollout replica holding all 16 prompts shares their K/V
-    under backend.adapter.shared_prefix=auto (preflight.shares_prompt), so its decode is predicted with a 1/n share of
-    each prompt per row; with `off` the same split decodes the repeated cache, slower."""
+    under backend.adapter.shared_prefix=auto (preflight.shares_prompt), so its decode is predicted as the shared-prefix decode
+    (two kernel calls and their merge, sims/shared_prefix.py); with `off` the same split decodes the repeated cache, slower."""
     from framework.backends.maxtext.trainers.layout_search import predict
 
     decode = {}

@@ -170,3 +170,6 @@ def test_the_preflights_decode_holds_a_shared_prompt_once_per_group():
               for flag, workload in decode.items()}
     assert memory[True] < memory[False] - 1.0  # 16 x 2,048 + 128 x 128 cached tokens, not 128 x 2,176: 2.8 GB
     assert not shares_prompt(auto, replace(task, max_prompt_tokens=256), 1)  # the GSM8K recipe's 256 + 256
+    one_token = predict_step(hf, hardware, ParallelConfig(dp=1, fsdp=1, tp=1, pp=1, ep=1, cp=1), 1,
+                             replace(task, max_new_tokens=1), shared_prompt=True)  # a suffix of one token, not none
+    assert one_token["preflight_decode_s"] > 0

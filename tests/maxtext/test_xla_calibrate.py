@@ -118,6 +118,24 @@ def test_a_layouts_file_without_its_remat_takes_the_one_given():
     assert {report["remat"] for _, report in runs(path, "full")} == {"full"}
 
 
+def test_a_run_that_shared_its_prompts_is_re_predicted_with_the_shared_prefix(tmp_path):
+    """summary.json records the sampler's choice (shared_prefix, session 17): the re-prediction costs that decode."""
+    import shutil
+    from pathlib import Path
+
+    from framework.backends.maxtext.benchmarks.xla_repredict import phases, runs
+    from framework.core.paths import REPO_ROOT
+
+    source = REPO_ROOT / "framework/backends/maxtext/benchmarks/results/h100_2026-11-26_s10_callA/recipe"
+    shutil.copytree(source, tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    summary["result"]["metrics"]["shared_prefix"] = True
+    (tmp_path / "run" / "summary.json").write_text(json.dumps(summary))
+    [(_, repeated)], [(_, shared)] = runs(Path(source / "summary.json")), runs(tmp_path / "run" / "summary.json")
+    assert (repeated["shared_prefix"], shared["shared_prefix"]) == (False, True)
+    assert phases(shared, None)["rollout_s"] != phases(repeated, None)["rollout_s"]
+
+
 def test_other_models_replace_the_plans_models_and_are_held_out_as_whole_steps():
     plan = xla_calibrate.with_models(xla_calibrate.FULL, ["qwen2_5_1_5b_instruct"])
     assert plan["models"] == {"qwen2_5_1_5b_instruct": ("qwen2_5_1_5b_instruct", None)}

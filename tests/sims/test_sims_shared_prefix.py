@@ -11,6 +11,7 @@ from framework.core.errors import ConfigError
 from framework.core.paths import load_conf
 from sims import simulate
 from sims.api import simulate_many
+from sims.cache import clear_caches
 from tests.conftest import compose_config
 
 PROMPTS, SAMPLES, PROMPT, NEW = 16, 8, 1024, 128
@@ -56,12 +57,28 @@ def test_the_cache_holds_the_prompt_once_per_group_and_each_rows_own_tokens():
 
 
 def test_a_sweep_costs_shared_prefix_decodes_as_each_alone():
+    """simulate_many (vectorised over layouts) and simulate (one layout, caches cleared) agree bit for bit."""
     hf, hardware = _model_and_h200()
-    workloads = [_decode(ROWS, PROMPT + NEW, seq_len=PROMPT, shared_prefix=n) for n in (1, 2, SAMPLES)]
-    together = simulate_many(hf, hardware, [{"tp": 1}] * 3, workloads, stack="xla")
-    alone = [simulate(hf, hardware, {"tp": 1}, workload, stack="xla") for workload in workloads]
-    assert [r.latency_s for r in together] == [r.latency_s for r in alone]
-    assert len({r.latency_s for r in alone}) == 3
+    layouts = [{"tp": 1}, {"tp": 2}, {"dp": 2}]
+    cases = [(layout, _decode(ROWS, PROMPT + NEW, seq_len=PROMPT, shared_prefix=n)) for layout in layouts
+             for n in (1, 2, SAMPLES)]
+    alone = []
+    for layout, workload in cases:
+        clear_caches()
+        result = simulate(hf, hardware, layout, workload, stack="xla")
+        alone.append((result.summary(), result.breakdown_rows()))
+    clear_caches()
+    together = simulate_many(hf, hardware, [c[0] for c in cases], [c[1] for c in cases], stack="xla")
+    assert [(r.summary(), r.breakdown_rows()) for r in together] == alone
+    assert len({summary["latency_s"] for summary, _ in alone}) == len(cases)
+
+
+def test_tensor_parallel_splits_the_merge_and_both_calls_heads():
+    hf, hardware = _model_and_h200()
+    workload = _decode(ROWS, PROMPT + NEW, seq_len=PROMPT, shared_prefix=SAMPLES)
+    flops = {tp: next(row["flops"] for row in simulate(hf, hardware, {"tp": tp}, workload, stack="xla").breakdown_rows()
+                      if row["op_type"] == "attention") for tp in (1, 2)}
+    assert flops[2] == pytest.approx(flops[1] / 2, rel=1e-9)
 
 
 @pytest.mark.parametrize("workload, message", [

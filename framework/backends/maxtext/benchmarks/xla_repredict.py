@@ -66,7 +66,8 @@ def run_report(run_dir: Path) -> dict:
               "prompts": grpo["prompts_per_step"], "generations": grpo["num_generations"],
               "prompt_tokens": grpo["max_prompt_tokens"], "new_tokens": grpo["max_new_tokens"],
               "micro_batch": metrics["micro_batch_size"], "dtype": grpo["compute_dtype"],
-              "remat": metrics.get("remat", config["backend"]["adapter"]["remat"]), **measured}
+              "remat": metrics.get("remat", config["backend"]["adapter"]["remat"]),
+              "shared_prefix": bool(metrics.get("shared_prefix", False)), **measured}  # recorded since session 17
     if (config["parallel"].get("rollout") or {}).get("placement") == "separate":
         groups = max(1, grpo.get("rollout_lag", 0))
         report.update(rollout_groups=groups, rollout_devices=math.prod(meshes["rollout_mesh"].values()))
@@ -99,7 +100,8 @@ def phases(report: dict, table: str | None) -> dict:
         separate = {"reshard_bytes": moved_bytes(hf_config, task, report["update_mesh"], report["rollout_mesh"]),
                     "rollout_devices": report["rollout_devices"], "rollout_groups": report["rollout_groups"]}
     prediction = predict_step(hf_config, hardware, update, report.get("devices", 1), task, rollout_layout,
-                              remat=report.get("remat", "none"), **separate)
+                              remat=report.get("remat", "none"), shared_prompt=report.get("shared_prefix", False),
+                              **separate)
     rollout = prediction["preflight_prefill_s"] + prediction["preflight_decode_s"]
     update_s = prediction["preflight_train_s"] + prediction.get("preflight_forward_s", 0.0)
     step = prediction["preflight_predicted_step_s"] if separate else rollout + update_s + report.get(

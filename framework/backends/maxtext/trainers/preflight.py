@@ -64,7 +64,8 @@ def grpo_phases(task: GRPOTask, zero: bool, remat: str = "none", rollout_sharded
     rollout = {"dtype": dtype, "zero": rollout_sharded, "shard_weights": rollout_sharded}
     phases = [
         ("prefill", {"mode": "prefill", "batch": task.prompts_per_step, "seq_len": prompt, **rollout}, 1),
-        ("decode", {"mode": "decode", "batch": rows, "context_len": prompt + new // 2, **shared, **rollout}, new),
+        ("decode", {"mode": "decode", "batch": rows, "context_len": prompt + max(1, new // 2), **shared, **rollout},
+         new),
         ("train", train_workload(task, task.micro_batch_size, zero, remat), task.ppo_epochs),
     ]
     if extra_forwards:
