@@ -93,13 +93,13 @@ def main(argv: list[str] | None = None) -> dict:
     config = model_config(args)
     model, _, _, params = random_model(config, build_mesh(ParallelConfig(dp=1, fsdp=-1, tp=1, pp=1, ep=1, cp=1)))
     # An EOS id the model cannot emit: every row decodes exactly new_tokens.
-    def sampler(name: str, eos: list[int]) -> Sampler:
+    def make_sampler(name: str, eos: list[int]) -> Sampler:
         return Sampler(model.clone(config=config.replace(shared_prefix=name)), eos_token_ids=eos, pad_token_id=0,
                        prompt_bucket=args.prompt_tokens)
 
-    samplers = {name: sampler(name, [config.vocab_size]) for name in PREFIX_CACHE[args.prefix_cache]}
+    samplers = {name: make_sampler(name, [config.vocab_size]) for name in PREFIX_CACHE[args.prefix_cache]}
     # Every id an EOS: the first token (the prefill's) ends every row, the decode loop does not run.
-    prefill_only = {name: sampler(name, list(range(config.vocab_size))) for name in samplers}
+    prefill_only = {name: make_sampler(name, list(range(config.vocab_size))) for name in samplers}
     sampling = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, num_samples=args.generations)
     report = {"device": jax.devices()[0].device_kind, "xla_flags": os.environ.get("XLA_FLAGS", ""), "rows": {}}
     for prompts in dict.fromkeys((args.prompts, 2)):
