@@ -221,9 +221,30 @@ def test_the_decode_probe_times_two_row_counts_and_tables_the_kernels(tmp_path):
 
     report = main(["--tiny", "--generations", "2", "--steps", "1", "--profile", str(tmp_path / "trace")])
     assert set(report["rows"]) == {4}  # --tiny has 2 prompts: both row counts are 2 x 2
-    assert report["rows"][4]["ms_per_decode_step"] > 0
+    figures = report["rows"][4]
+    assert figures["ms_per_decode_step"] > 0
+    assert figures["ms_per_step_after_prefill"] == pytest.approx(1e3 * (figures["s"] - figures["prefill_s"]) / 15)
     host = next(table for name, table in report["kernels"].items() if "CPU" in name)
     assert host["events"] > 0 and host["top"][0][2] > 0
+
+
+def test_every_id_an_eos_stops_the_sampler_after_the_prefills_token():
+    # decode_probe's prefill_s rests on this: the decode loop does not run, the program's shapes are the same
+    import jax
+    import numpy as np
+
+    from framework.backends.maxtext.benchmarks.grpo_step import OPTIONS, model_config, random_model
+    from framework.backends.maxtext.benchmarks.shapes import parse_args
+    from framework.backends.maxtext.sampler import Sampler, SamplingParams
+    from framework.backends.maxtext.sharding import build_mesh
+    from framework.core.parallel import ParallelConfig
+
+    config = model_config(parse_args("eos", ["--tiny"], OPTIONS))
+    model, _, _, params = random_model(config, build_mesh(ParallelConfig(dp=1, fsdp=-1, tp=1, pp=1, ep=1, cp=1)))
+    sampler = Sampler(model, eos_token_ids=list(range(config.vocab_size)), pad_token_id=0)
+    out = sampler.generate(params, [[1, 2, 3], [4, 5, 6]], jax.random.key(0),
+                           SamplingParams(max_new_tokens=8, temperature=1.0, num_samples=2))
+    assert np.asarray(out.completion_mask).sum(axis=1).tolist() == [1, 1, 1, 1]
 
 
 def test_the_probe_names_each_compiled_kernel_by_its_shape_op_and_source_line():

@@ -89,6 +89,8 @@ class Sampler:
         self.rules = rules if rules is not None else model.rules
         self.model = model.clone(mesh=self.mesh, rules=self.rules)
         self.eos_token_ids = tuple(int(i) for i in eos_token_ids)
+        self._eos = np.full(max(_EOS_SLOTS, len(self.eos_token_ids)), -1, np.int32)
+        self._eos[:len(self.eos_token_ids)] = self.eos_token_ids
         self.pad_token_id = int(pad_token_id)
         self.prompt_bucket = max(1, int(prompt_bucket))
         self.behaviour_log_probs = behaviour_log_probs  # a static flag: off, the program is the one before it
@@ -121,10 +123,9 @@ class Sampler:
         return self.model, params, prompt_ids, prompt_mask, rng, self.eos_array(), np.int32(self.pad_token_id)
 
     def eos_array(self) -> np.ndarray:
-        """EOS ids padded with -1 (never a token) to a fixed length, so their number costs no recompile."""
-        eos = np.full(max(_EOS_SLOTS, len(self.eos_token_ids)), -1, np.int32)
-        eos[:len(self.eos_token_ids)] = self.eos_token_ids
-        return eos
+        """EOS ids padded with -1 (never a token) to a fixed length, so their number costs no recompile; built
+        once (decode_probe's prefill timing passes every token id)."""
+        return self._eos
 
     def left_pad(self, prompts: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
         """[B, P] ids and mask, P = the longest prompt rounded up to a multiple of prompt_bucket."""

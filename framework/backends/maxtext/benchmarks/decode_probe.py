@@ -14,6 +14,11 @@ sampler with the prompts' K/V shared by their samples (models/prefix_cache.py; t
 several samples) and repeated per sample, alternately in one process, each forced whatever
 backend.adapter.shared_prefix=auto would pick (its thresholds come from this A/B); each row count then
 reports both and off_s / on_s.
+
+ms_per_decode_step is the whole generate (prefill included) over new_tokens. Each setting is also timed with
+every token id an EOS (prefill_s: the same program shapes, the loop exits after the prefill's token), so
+ms_per_step_after_prefill = (s - prefill_s) / (new_tokens - 1) is the decode step alone, what the simulator's
+decode mode predicts (at 2,048-token prompts the prefill's attention scores every cache slot: docs/simulator.md).
 """
 
 from __future__ import annotations
@@ -88,21 +93,28 @@ def main(argv: list[str] | None = None) -> dict:
     config = model_config(args)
     model, _, _, params = random_model(config, build_mesh(ParallelConfig(dp=1, fsdp=-1, tp=1, pp=1, ep=1, cp=1)))
     # An EOS id the model cannot emit: every row decodes exactly new_tokens.
-    samplers = {name: Sampler(model.clone(config=config.replace(shared_prefix=name)), eos_token_ids=[config.vocab_size],
-                              pad_token_id=0, prompt_bucket=args.prompt_tokens)
-                for name in PREFIX_CACHE[args.prefix_cache]}
+    def make_sampler(name: str, eos: list[int]) -> Sampler:
+        return Sampler(model.clone(config=config.replace(shared_prefix=name)), eos_token_ids=eos, pad_token_id=0,
+                       prompt_bucket=args.prompt_tokens)
+
+    samplers = {name: make_sampler(name, [config.vocab_size]) for name in PREFIX_CACHE[args.prefix_cache]}
+    # Every id an EOS: the first token (the prefill's) ends every row, the decode loop does not run.
+    prefill_only = {name: make_sampler(name, list(range(config.vocab_size))) for name in samplers}
     sampling = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, num_samples=args.generations)
     report = {"device": jax.devices()[0].device_kind, "xla_flags": os.environ.get("XLA_FLAGS", ""), "rows": {}}
     for prompts in dict.fromkeys((args.prompts, 2)):
         ids = np.random.default_rng(0).integers(1, config.vocab_size, (prompts, args.prompt_tokens)).tolist()
-        times = {name: [] for name in samplers}
+        runs = {(name, kind): sampler for kind, group in (("all", samplers), ("prefill", prefill_only))
+                for name, sampler in group.items()}
+        times = {key: [] for key in runs}
         for seed in range(1 + args.steps):  # the first call compiles
-            for name, sampler in samplers.items():  # alternated, so that drift slows both alike
+            for key, sampler in runs.items():  # alternated, so that drift slows all alike
                 started = time.perf_counter()
                 jax.block_until_ready(sampler.generate(params, ids, jax.random.key(seed), sampling))
-                times[name].append(time.perf_counter() - started)
+                times[key].append(time.perf_counter() - started)
         rows = prompts * args.generations
-        figures = {name: _figures(seconds, rows, args.new_tokens) for name, seconds in times.items()}
+        figures = {name: _figures(times[name, "all"], times[name, "prefill"], rows, args.new_tokens)
+                   for name in samplers}
         report["rows"][rows] = figures[args.prefix_cache] if len(figures) == 1 else {
             **figures, "off_s/on_s": figures["off"]["s"] / figures["on"]["s"]}
     if args.profile:
@@ -116,10 +128,11 @@ def main(argv: list[str] | None = None) -> dict:
     return report
 
 
-def _figures(times: list[float], rows: int, new_tokens: int) -> dict:
-    seconds = statistics.median(times[1:])
+def _figures(times: list[float], prefill_times: list[float], rows: int, new_tokens: int) -> dict:
+    seconds, prefill_s = statistics.median(times[1:]), statistics.median(prefill_times[1:])
     return {"first_call_s": times[0], "s": seconds, "tokens_per_s": rows * new_tokens / seconds,
-            "ms_per_decode_step": 1e3 * seconds / new_tokens}
+            "ms_per_decode_step": 1e3 * seconds / new_tokens, "prefill_s": prefill_s,
+            "ms_per_step_after_prefill": 1e3 * (seconds - prefill_s) / max(new_tokens - 1, 1)}
 
 
 if __name__ == "__main__":
