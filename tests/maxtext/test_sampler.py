@@ -1,5 +1,7 @@
 """The maxtext sampler: greedy parity with transformers' generate, padding, EOS, filters, log-probs."""
 
+import re
+
 import jax
 import numpy as np
 import pytest
@@ -61,6 +63,39 @@ def test_padding_never_leaks_into_attention(qwen2):
     np.testing.assert_array_equal(
         np.asarray(other_pad.generate(params, prompts, jax.random.key(0), GREEDY).completion_ids),
         np.where(np.asarray(batched.completion_mask) == 1, np.asarray(batched.completion_ids), 7))
+
+
+def test_the_prefill_attends_over_each_rows_tokens_not_every_cache_slot(qwen2):
+    """The prompts fill the cache through the packed causal kernel (as the update's forward), not scores over every
+    slot of the cache: no [.., prompt, slots] array in the prefill's program, and its K/V equal a masked prefill's."""
+    from framework.backends.maxtext.models import KVCache
+    from framework.backends.maxtext.models.rope import positions_from_mask
+    from framework.backends.maxtext.models.transformer import unstack_layers
+
+    model, sampler, config = Transformer(qwen2["config"]), qwen2["sampler"], qwen2["config"]
+    ids, mask = sampler.left_pad(prompts_of_lengths(4, 15, 9, seed=3))
+    slots = ids.shape[1] + 24
+    variables = {"params": unstack_layers(qwen2["params"])}
+
+    def fill(prefill):
+        cache = KVCache.create(config, len(ids), slots)
+        return model.apply(variables, ids, positions_from_mask(mask), mask, cache, prefill=prefill,
+                           method=Transformer.hidden_states)
+
+    shapes = {v.aval.shape for eqn in jax.make_jaxpr(lambda: fill(True))().eqns for v in eqn.outvars}
+    assert not [s for s in shapes if s[-2:] == (ids.shape[1], slots)]
+    (packed, packed_cache), (masked, masked_cache) = fill(True), fill(False)
+    real = np.asarray(mask, bool)
+    np.testing.assert_allclose(np.asarray(packed)[real], np.asarray(masked)[real], atol=2e-5)
+    for a, b in zip(packed_cache.keys + packed_cache.values, masked_cache.keys + masked_cache.values):
+        np.testing.assert_allclose(np.asarray(a)[:, :, :ids.shape[1]].swapaxes(1, 2)[real],
+                                   np.asarray(b)[:, :, :ids.shape[1]].swapaxes(1, 2)[real], atol=2e-5)
+    assert int(packed_cache.index) == int(masked_cache.index) == ids.shape[1]
+    np.testing.assert_array_equal(np.asarray(packed_cache.valid), np.asarray(masked_cache.valid))
+    # and the sampler's own program prefills so: no float scores of the prompt's queries over the cache's slots
+    program = sampler.lower(qwen2["params"], prompts_of_lengths(4, 15, 9), jax.random.key(0), GREEDY).as_text()
+    prompt, cache_slots = ids.shape[1], ids.shape[1] + GREEDY.max_new_tokens
+    assert not re.findall(rf"tensor<(?:\d+x)*{prompt}x{cache_slots}xf32>", program)
 
 
 def test_stops_at_eos_per_sequence_and_pads(qwen2):

@@ -22,7 +22,8 @@ from jax.sharding import Mesh
 from framework.backends.maxtext.models.decode_attention import cache_slots
 from framework.backends.maxtext.models.prefix_cache import PrefixCache, prompt_shards, shares_prefix
 from framework.backends.maxtext.models.rope import positions_from_mask
-from framework.backends.maxtext.models.transformer import KVCache, Transformer, unstack_layers
+from framework.backends.maxtext.models.kv_cache import KVCache
+from framework.backends.maxtext.models.transformer import Transformer, unstack_layers
 from framework.backends.maxtext.sharding import LogicalRules, cast_floating, put
 from framework.core.errors import ConfigError, DataError
 
@@ -158,7 +159,7 @@ def _generate(model: Transformer, params: Any, prompt_ids: Array, prompt_mask: A
     # With a shared prefix the prefill's cache holds the prompts only; the suffix comes after it.
     slots = cache_slots(prompt_length, 0 if shared else max_new, config.decode_kernel)
     cache = KVCache.create(config, batch, slots, model.mesh, model.rules)
-    hidden, cache = model.apply(variables, prompt_ids, positions, prompt_mask, cache,
+    hidden, cache = model.apply(variables, prompt_ids, positions, prompt_mask, cache, prefill=True,
                                 method=Transformer.hidden_states)
     last_logits = model.apply(variables, hidden[:, -1:], method=Transformer.logits)[:, 0]
 

@@ -23,7 +23,8 @@ def whole_steps(name: str, hf_config: dict, cases, plan: dict, hardware: dict, t
     from framework.backends.maxtext.benchmarks.xla_kernels import Bench
     from framework.backends.maxtext.models import ModelConfig, Transformer
     from framework.backends.maxtext.models.decode_attention import cache_slots
-    from framework.backends.maxtext.models.transformer import KVCache, unstack_layers
+    from framework.backends.maxtext.models.kv_cache import KVCache
+    from framework.backends.maxtext.models.transformer import unstack_layers
 
     config = ModelConfig.from_hf_config(hf_config, param_dtype=plan["dtype"], dtype=plan["dtype"])
     config = config.for_platform("none", "auto", "auto", platform_name)

@@ -2,6 +2,7 @@
 
 from framework.backends.maxtext.models.config import ModelConfig, kernel_platform
 from framework.backends.maxtext.models.rope import positions_from_mask
-from framework.backends.maxtext.models.transformer import KVCache, Transformer, abstract_params, forward
+from framework.backends.maxtext.models.kv_cache import KVCache
+from framework.backends.maxtext.models.transformer import Transformer, abstract_params, forward
 
 __all__ = ["KVCache", "ModelConfig", "Transformer", "abstract_params", "forward", "kernel_platform", "positions_from_mask"]

@@ -15,59 +15,21 @@ from __future__ import annotations
 
 from typing import Any
 
-import flax
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
 from jax.sharding import Mesh
 
 from framework.backends.maxtext.models.config import ModelConfig
-from framework.backends.maxtext.models.decode_attention import CACHE_AXES, decode_attention, live_slots
-from framework.backends.maxtext.models.prefix_cache import PrefixCache, SharedPrefix, cascade_attention
+from framework.backends.maxtext.models.decode_attention import decode_attention, live_slots
+from framework.backends.maxtext.models.kv_cache import KVCache, LayerCache, attend_mask, mark_valid, write_slots
+from framework.backends.maxtext.models.prefix_cache import PrefixCache, cascade_attention
 from framework.backends.maxtext.models.rope import apply_rope, positions_from_mask, rope_inverse_frequencies
 from framework.backends.maxtext.sharding import LogicalRules, constrain
 
 Array = jax.Array
 _KERNEL_INIT = nn.initializers.normal(stddev=0.02)  # HF initializer_range; real weights are loaded
 LOGITS_AXES = ("activation_batch", "activation_length", "activation_vocab")
-LayerCache = tuple[Array, Array, Array, SharedPrefix | None]  # a layer's K/V buffers, write index, shared prefix
-
-
-@flax.struct.dataclass
-class KVCache:
-    """Per-layer key/value buffers of fixed length, plus which slots hold real (non-padding) tokens.
-
-    One buffer per layer (not one stacked array): a decode step writes one slot of each and reads
-    each whole, with no per-token copy of a layer's slice out of a stack.
-    """
-
-    keys: tuple[Array, ...]  # each [batch, kv_heads, max_length, head_dim] (decode_attention.CACHE_AXES)
-    values: tuple[Array, ...]
-    valid: Array  # [batch, max_length] bool
-    index: Array  # int32 scalar: the next slot to write
-
-    @classmethod
-    def create(cls, config: ModelConfig, batch_size: int, max_length: int,
-               mesh: Mesh | None = None, rules: LogicalRules | None = None) -> "KVCache":
-        shape = (batch_size, config.num_kv_heads, max_length, config.head_dim)
-
-        def buffer() -> Array:
-            return constrain(jnp.zeros(shape, config.dtype), CACHE_AXES, mesh, rules)
-
-        return cls(keys=tuple(buffer() for _ in range(config.num_layers)),
-                   values=tuple(buffer() for _ in range(config.num_layers)),
-                   valid=jnp.zeros((batch_size, max_length), bool), index=jnp.zeros((), jnp.int32))
-
-    def layer(self, i: int) -> tuple[Array, Array, Array, None]:
-        """What layer i's attention takes: its buffers, the write index, and no shared prefix."""
-        return self.keys[i], self.values[i], self.index, None
-
-    def repeat(self, repeats: int) -> "KVCache":
-        """Each sequence `repeats` times in a row (n samples per prompt share one prefill)."""
-        def rep(x: Array) -> Array:
-            return jnp.repeat(x, repeats, axis=0)
-        return self.replace(keys=tuple(map(rep, self.keys)), values=tuple(map(rep, self.values)),
-                            valid=rep(self.valid))
 
 
 class RMSNorm(nn.Module):
@@ -128,6 +90,8 @@ class Attention(nn.Module):
 
         if cache is None:
             out, new_cache = self._packed(q, k, v, lengths), None
+        elif lengths is not None:  # a prompt into an empty cache, run packed: the caller writes (k, v) into it
+            out, new_cache = self._packed(q, k, v, lengths), (k, v)
         else:
             keys, values, index, prefix = cache
             keys, values = self._write(keys, k, index), self._write(values, v, index)
@@ -149,10 +113,7 @@ class Attention(nn.Module):
                                             key_value_seq_lengths=lengths, implementation=c.attention_kernel)
 
     def _write(self, buffer: Array, new: Array, index: Array) -> Array:
-        """The [B, T, KVH, D] new entries written at slots index..index+T-1 of a [B, KVH, S, D] buffer."""
-        new = new.swapaxes(1, 2).astype(buffer.dtype)
-        buffer = jax.lax.dynamic_update_slice(buffer, new, (0, 0, index, 0))
-        return constrain(buffer, CACHE_AXES, self.mesh, self.rules)
+        return write_slots(buffer, new, index, self.mesh, self.rules)
 
     def _masked(self, q: Array, k: Array, v: Array, attend: Array) -> Array:
         """Attention under an explicit [B, T, S] mask, without repeating K/V: queries grouped per KV head."""
@@ -270,35 +231,51 @@ class Transformer(nn.Module):
         return self.logits(hidden), cache
 
     def hidden_states(self, input_ids: Array, positions: Array, attention_mask: Array,
-                      cache: KVCache | PrefixCache | None = None) -> tuple[Array, KVCache | PrefixCache | None]:
+                      cache: KVCache | PrefixCache | None = None,
+                      prefill: bool = False) -> tuple[Array, KVCache | PrefixCache | None]:
         """Final-norm hidden states [B, T, H]. With a cache, the T tokens go to slots index..index+T-1.
 
-        Without a cache each row's real tokens must be contiguous (left and/or right padding, no
-        holes): the rows are shifted so that they start at slot 0, run packed, and shifted back.
+        Without a cache, or with `prefill` (the T tokens fill an empty KVCache: the sampler's prompts), each row's
+        real tokens must be contiguous (left and/or right padding, no holes): the rows are shifted so that they
+        start at slot 0, run packed (the fused causal kernel over each row's real tokens, not a mask over every
+        slot of the cache), and shifted back; a prefill writes each layer's K/V to slots 0..T-1 as shifted back.
         """
         attention_mask = attention_mask.astype(bool)
-        if cache is None:
+        if cache is None or prefill:
             lead = jnp.argmax(attention_mask, axis=1)  # padding slots before the first real token
             to_packed, from_packed = _row_rotations(lead, input_ids.shape[1])
             x = self._embed(jnp.take_along_axis(input_ids, to_packed, axis=1))
-            x, _ = self.layers(x, jnp.take_along_axis(positions, to_packed, axis=1),
-                               attention_mask.sum(axis=1, dtype=jnp.int32), None, None)
-            return self.norm(jnp.take_along_axis(x, from_packed[..., None], axis=1)), None
+            positions, lengths = jnp.take_along_axis(positions, to_packed, axis=1), attention_mask.sum(axis=1)
+            if cache is None:
+                x, _ = self.layers(x, positions, lengths.astype(jnp.int32), None, None)
+            else:
+                cache = mark_valid(attention_mask, cache)
+                x, cache = self._unrolled(x, positions, lengths.astype(jnp.int32), None, cache, from_packed)
+            return self.norm(jnp.take_along_axis(x, from_packed[..., None], axis=1)), cache
         # A PrefixCache decodes with the cascade kernel, which finds its live slots without a mask.
-        attend, cache = (None, cache) if isinstance(cache, PrefixCache) else _attend_mask(attention_mask, cache)
-        x = self._embed(input_ids)
+        attend, cache = (None, cache) if isinstance(cache, PrefixCache) else attend_mask(attention_mask, cache)
+        x, cache = self._unrolled(self._embed(input_ids), positions, None, attend, cache)
+        return self.norm(x), cache
+
+    def _unrolled(self, x: Array, positions: Array, lengths: Array | None, attend: Array | None,
+                  cache: KVCache | PrefixCache, from_packed: Array | None = None) -> tuple[Array, KVCache | PrefixCache]:
+        """The layers one by one on their own weights and cache buffers (decoding is bound by reading each layer
+        once); with `lengths` (a packed prefill) each layer's K/V shifted back by `from_packed` and written."""
         layer = DecoderLayer(self.config, self.mesh, self.rules, parent=None)
         layers = self.variables["params"]["layers"]
         if not isinstance(layers, tuple):  # slicing the stack here would copy every layer on every token
             raise ValueError("Transformer with a KVCache needs per-layer params: pass unstack_layers(params)")
         keys, values = [], []
-        for i, layer_params in enumerate(layers):  # unrolled: decoding is bound by reading each layer once
-            x, (k, v) = layer.apply({"params": layer_params}, x, positions, None, attend,
-                                    cache.layer(i))
+        for i, layer_params in enumerate(layers):
+            x, (k, v) = layer.apply({"params": layer_params}, x, positions, lengths, attend, cache.layer(i))
+            if lengths is not None:
+                back = from_packed[:, :, None, None]
+                k, v = (write_slots(buffer, jnp.take_along_axis(new, back, axis=1), cache.index, self.mesh, self.rules)
+                        for buffer, new in ((cache.keys[i], k), (cache.values[i], v)))
             keys.append(k)
             values.append(v)
-        cache = cache.replace(keys=tuple(keys), values=tuple(values), index=cache.index + input_ids.shape[1])
-        return self.norm(x), cache
+        length = x.shape[1]
+        return x, cache.replace(keys=tuple(keys), values=tuple(values), index=cache.index + length)
 
     def _embed(self, input_ids: Array) -> Array:
         return _constrain_hidden(self.embed_tokens(input_ids), self.mesh, self.rules)
@@ -315,15 +292,6 @@ def _row_rotations(lead: Array, length: int) -> tuple[Array, Array]:
     """Gather indices [B, T] that rotate each row left by `lead` slots, and back."""
     slots = jnp.arange(length)[None, :]
     return (slots + lead[:, None]) % length, (slots - lead[:, None]) % length
-
-
-def _attend_mask(attention_mask: Array, cache: KVCache) -> tuple[Array, KVCache]:
-    """[B, T, S] bool: query t may attend slot s (real token, not after the query's own slot)."""
-    length = attention_mask.shape[1]
-    valid = jax.lax.dynamic_update_slice(cache.valid, attention_mask, (0, cache.index))
-    query_slots = cache.index + jnp.arange(length)
-    causal = jnp.arange(valid.shape[1])[None, :] <= query_slots[:, None]
-    return valid[:, None, :] & causal[None], cache.replace(valid=valid)
 
 
 def abstract_params(model: Transformer) -> Any:
