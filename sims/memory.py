@@ -37,9 +37,10 @@ def estimate_memory(
     graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload, ctx: Context | None = None
 ) -> MemoryEstimate:
     ctx = ctx or Context.for_step(graph, hw, layout, workload)
-    parts = _stage_parts(graph, ctx)
-    totals = [sum(values) for values in zip(*parts.values())]
-    stage = max(range(layout.pp), key=totals.__getitem__)
+    parts, stage = _stage_parts(graph, ctx), 0
+    if layout.pp > 1:  # the stage that needs the most
+        totals = [sum(values) for values in zip(*parts.values())]
+        stage = max(range(layout.pp), key=totals.__getitem__)
     return MemoryEstimate({k: v[stage] / GB for k, v in parts.items()}, stage)
 
 
@@ -163,9 +164,11 @@ def _param_kinds(graph: ComputationalGraph, tp_sizes: tuple[int, ...], tied_apar
     splits = np.array([cols.splits(tp) for tp in tp_sizes])
     split = np.where(a["tp_split_weights"] > 0, splits, 1.0)
     stored = (a["tied"] == 0) | tied_apart
-    params = np.where(stored & ~experts, a["weights"] / split, 0.0)
-    expert_params = np.broadcast_to(np.where(experts, a["weights"], 0.0), params.shape)
-    return np.stack([params, params * gemms, params * ~gemms, expert_params], axis=2)
+    by_kind = np.empty((*split.shape, 4))
+    params = by_kind[..., 0] = np.where(stored & ~experts, a["weights"] / split, 0.0)
+    by_kind[..., 1], by_kind[..., 2] = params * gemms, params * ~gemms
+    by_kind[..., 3] = np.where(experts, a["weights"], 0.0)
+    return by_kind
 
 
 def _weight_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
