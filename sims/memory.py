@@ -16,7 +16,7 @@ from sims.hardware import HardwareSpec
 from sims.cache import GraphCache
 from sims.ir import ComputationalGraph
 from sims.op_columns import columns
-from sims.partition import expert_data_parallel, stage_counts, stage_layer_bounds, stage_split
+from sims.partition import expert_data_parallel, per_stage, stage_counts, stage_layer_bounds, stage_split
 from sims.shared_prefix import cached_tokens
 from sims.vector_cost import costs_for
 from sims.workload import Layout, Workload
@@ -187,15 +187,19 @@ def _kv_cache_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
     """Every sequence of the replica keeps kv_len cached tokens per layer of the stage (all
     micro-batches stay resident), a shared prefix once per group (shared_prefix.cached_tokens). MLA caches one
     latent that every tp rank keeps whole."""
-    key = ("kv_cache", ctx.tp, ctx.layout.pp)
-    per_token = _MEMO.get(graph, key, lambda: _kv_elements_per_token(graph, ctx).tolist())
+    sizes, pp = columns(graph).sizes_with(ctx.tp), ctx.layout.pp
+    per_token = _MEMO.get(graph, ("kv_cache", sizes, pp), lambda: _kv_elements_per_token(graph, sizes, pp))[
+        sizes.index(ctx.tp)]
     tokens = cached_tokens(ctx.workload.batch / ctx.layout.dp, ctx)
     return [elements * tokens * ctx.precision.act_bytes for elements in per_token]
 
 
-def _kv_elements_per_token(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
+def _kv_elements_per_token(graph: ComputationalGraph, sizes: tuple[int, ...], pp: int) -> list[list[float]]:
+    """Cached elements per token on each stage, for every tp in `sizes` (Columns.sizes_with): elementwise per tp,
+    and one matrix-vector product per tp (partition.per_stage), so each equals its tp computed alone."""
     a = columns(graph).attrs
-    return stage_split(graph, ctx.layout.pp).matrix @ (a["cache_dim"] / np.minimum(ctx.tp, a["cache_heads"]))
+    per_node = a["cache_dim"] / np.minimum(np.array(sizes)[:, None], a["cache_heads"])
+    return per_stage(stage_split(graph, pp).matrix, list(per_node))
 
 
 def _inference_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
