@@ -16,7 +16,7 @@ from sims.hardware import HardwareSpec
 from sims.cache import GraphCache
 from sims.ir import ComputationalGraph
 from sims.op_columns import columns
-from sims.partition import expert_data_parallel, stage_counts, stage_layer_bounds, stage_split
+from sims.partition import expert_data_parallel, per_stage, stage_counts, stage_layer_bounds, stage_split
 from sims.shared_prefix import cached_tokens
 from sims.vector_cost import costs_for
 from sims.workload import Layout, Workload
@@ -37,9 +37,10 @@ def estimate_memory(
     graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload, ctx: Context | None = None
 ) -> MemoryEstimate:
     ctx = ctx or Context.for_step(graph, hw, layout, workload)
-    parts = _stage_parts(graph, ctx)
-    totals = [sum(values) for values in zip(*parts.values())]
-    stage = max(range(layout.pp), key=totals.__getitem__)
+    parts, stage = _stage_parts(graph, ctx), 0
+    if layout.pp > 1:  # the stage that needs the most
+        totals = [sum(values) for values in zip(*parts.values())]
+        stage = max(range(layout.pp), key=totals.__getitem__)
     return MemoryEstimate({k: v[stage] / GB for k, v in parts.items()}, stage)
 
 
@@ -163,9 +164,11 @@ def _param_kinds(graph: ComputationalGraph, tp_sizes: tuple[int, ...], tied_apar
     splits = np.array([cols.splits(tp) for tp in tp_sizes])
     split = np.where(a["tp_split_weights"] > 0, splits, 1.0)
     stored = (a["tied"] == 0) | tied_apart
-    params = np.where(stored & ~experts, a["weights"] / split, 0.0)
-    expert_params = np.broadcast_to(np.where(experts, a["weights"], 0.0), params.shape)
-    return np.stack([params, params * gemms, params * ~gemms, expert_params], axis=2)
+    by_kind = np.empty((*split.shape, 4))
+    params = by_kind[..., 0] = np.where(stored & ~experts, a["weights"] / split, 0.0)
+    by_kind[..., 1], by_kind[..., 2] = params * gemms, params * ~gemms
+    by_kind[..., 3] = np.where(experts, a["weights"], 0.0)
+    return by_kind
 
 
 def _weight_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
@@ -184,15 +187,19 @@ def _kv_cache_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
     """Every sequence of the replica keeps kv_len cached tokens per layer of the stage (all
     micro-batches stay resident), a shared prefix once per group (shared_prefix.cached_tokens). MLA caches one
     latent that every tp rank keeps whole."""
-    key = ("kv_cache", ctx.tp, ctx.layout.pp)
-    per_token = _MEMO.get(graph, key, lambda: _kv_elements_per_token(graph, ctx).tolist())
+    sizes, pp = columns(graph).sizes_with(ctx.tp), ctx.layout.pp
+    per_token = _MEMO.get(graph, ("kv_cache", sizes, pp), lambda: _kv_elements_per_token(graph, sizes, pp))[
+        sizes.index(ctx.tp)]
     tokens = cached_tokens(ctx.workload.batch / ctx.layout.dp, ctx)
     return [elements * tokens * ctx.precision.act_bytes for elements in per_token]
 
 
-def _kv_elements_per_token(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
+def _kv_elements_per_token(graph: ComputationalGraph, sizes: tuple[int, ...], pp: int) -> list[list[float]]:
+    """Cached elements per token on each stage, for every tp in `sizes` (Columns.sizes_with): elementwise per tp,
+    and one matrix-vector product per tp (partition.per_stage), so each equals its tp computed alone."""
     a = columns(graph).attrs
-    return stage_split(graph, ctx.layout.pp).matrix @ (a["cache_dim"] / np.minimum(ctx.tp, a["cache_heads"]))
+    per_node = a["cache_dim"] / np.minimum(np.array(sizes)[:, None], a["cache_heads"])
+    return per_stage(stage_split(graph, pp).matrix, list(per_node))
 
 
 def _inference_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:

@@ -78,22 +78,21 @@ def estimate_step(
     stage_s = [s + p2p_s for s in ops.stage_s]
     m = workload.microbatches
     pipeline_s = pipeline_time_s(stage_s, m)
-    latency = pipeline_s
-    extra = []
-    if layout.pp > 1:
-        extra.append(_row("pp_send_recv", "send_recv", m, 0.0, 0.0, p2p_s * m, "comm"))
-        extra.append(_row("pipeline_bubble", "idle", 0, 0.0, 0.0, pipeline_s - m * stage_s[ops.slowest], "idle"))
+    latency, update = pipeline_s, ()
     if workload.mode == "train":
         key = ("update", layout.tp, layout.dp, layout.ep, layout.pp, ops.slowest, workload.zero,
                workload.shard_weights, workload.dtype)
-        for row in _STEP_CACHES.of(hw).get(graph, key, lambda: _training_update_rows(graph, ctx, ops.slowest)):
-            extra.append(dict(row))
+        update = _STEP_CACHES.of(hw).get(graph, key, lambda: _training_update_rows(graph, ctx, ops.slowest))
+        for row in update:
             latency += row["time_s"]
 
-    def rows() -> list[dict]:
+    def rows() -> list[dict]:  # built when asked: a sweep mostly wants the latency alone
         scaled = [_row(name, op_type, n * m, flops * m, nbytes * m, time_s * m, bound)
                   for name, op_type, n, flops, nbytes, time_s, bound in ops.slowest_rows(graph)]
-        return scaled + extra
+        if layout.pp > 1:
+            scaled.append(_row("pp_send_recv", "send_recv", m, 0.0, 0.0, p2p_s * m, "comm"))
+            scaled.append(_row("pipeline_bubble", "idle", 0, 0.0, 0.0, pipeline_s - m * stage_s[ops.slowest], "idle"))
+        return scaled + [dict(row) for row in update]
 
     return StepEstimate(latency, model_flops(graph, workload), rows, ops.slowest)
 

@@ -44,8 +44,9 @@ def train_stage_rows(graph: ComputationalGraph, contexts: list[Context], costs: 
         stage_rows = [(loss, row) if head else (row,) for head, row in zip(heads, accumulate)]
         if saved is not None:
             stage_rows = [in_stage + scan for in_stage, scan in zip(stage_rows, scan_rows(graph, one, saved[b]))]
-        stage_rows = [in_stage + shards for in_stage, shards in zip(stage_rows, fsdp)]
-        stage_times = [t + sum(row[5] for row in in_stage) for t, in_stage in zip(stage_s[b], stage_rows)]
+        if fsdp[0]:  # fsdp's collectives (every stage has them or none does)
+            stage_rows = [in_stage + shards for in_stage, shards in zip(stage_rows, fsdp)]
+        stage_times = [t + _rows_s(in_stage) for t, in_stage in zip(stage_s[b], stage_rows)]
         if section.host_dispatch is not None:
             waits = host_waits_s(graph, one, c, split_weights[b], stage_times)
             stage_rows = [in_stage + ((("host_dispatch_wait", "idle", 1, 0.0, 0.0, wait, "host"),) if wait else ())
@@ -54,6 +55,14 @@ def train_stage_rows(graph: ComputationalGraph, contexts: list[Context], costs: 
         rows.append(stage_rows)
         times.append(stage_times)
     return rows, times
+
+
+def _rows_s(rows: tuple) -> float:
+    """sum(row[5] for row in rows) (the rows' time, added in order from 0), without a generator per stage."""
+    total = 0
+    for row in rows:
+        total += row[5]
+    return total
 
 
 def host_waits_s(graph: ComputationalGraph, ctx: Context, costs: Costs, weights: np.ndarray,

@@ -97,7 +97,7 @@ def cost_bindings(plans: list[Plan], contexts: list[Context]) -> list[Costs]:
     else:
         order = {key: i for i, key in enumerate(position)}
         which = np.array([order[id(plan)] for plan in plans])
-        r = SimpleNamespace(**{name: np.stack([getattr(p, name) for p in distinct])[which] for name in PER_NODE})
+        r = SimpleNamespace(**{name: _rows_of(distinct, name, which) for name in PER_NODE})
         matrices = np.stack([p.work for p in distinct])[which]
     work = (matrices @ features[:, :, None]).reshape(len(contexts), 4, -1)  # FLOPs, bytes, inputs, outputs
     flops, nbytes = work[:, 0], work[:, 1] + r.const_bytes
@@ -117,6 +117,16 @@ def cost_bindings(plans: list[Plan], contexts: list[Context]) -> list[Costs]:
         if shares_prefix(ctx):
             _cascade_attention(plan, ctx, binding)
     return costs
+
+
+def _rows_of(plans: list[Plan], name: str, which: np.ndarray) -> np.ndarray:
+    """The per-node array `name` of each binding's plan as (binding x node) rows, or one (1 x node) row when every
+    plan holds the same array (the rates and floors of one dtype and mode): elementwise, a broadcast row gives each
+    binding the same numbers as its own row, without the gather."""
+    arrays = [getattr(plan, name) for plan in plans]
+    if all(array is arrays[0] for array in arrays):
+        return arrays[0][None]
+    return np.stack(arrays)[which]
 
 
 def _cascade_attention(plan: Plan, ctx: Context, costs: "Costs") -> None:

@@ -11,7 +11,7 @@ from sims import build_graph, simulate
 from sims.cache import clear_caches
 from sims.calculator import Context, op_cost
 from sims.hardware import hardware_spec
-from sims.memory import _count_stage_params, _param_kinds
+from sims.memory import _count_stage_params, _kv_elements_per_token, _param_kinds
 from sims.op_columns import _work_coefficients, columns, work_coefficients
 from sims.partition import tp_split
 from sims.vector_cost import _every_tp_arrays, plan_for
@@ -68,9 +68,10 @@ def test_every_op_of_a_plan_costs_what_op_cost_says(model, table):
 
 @pytest.mark.parametrize("model", MODELS)
 def test_every_tp_size_built_at_once_equals_each_tp_alone(model):
-    """Work coefficients, tp splits, parameter kinds and counts per stage and a plan's arrays are built for every tp size of a graph
-    in one (tp x node) pass; each tp's slice is bit-identical to that tp computed alone (and to tp_split), and a tp
-    outside the sizes (no layout_problem check before predict_op) is computed alone."""
+    """Work coefficients, tp splits, parameter kinds and counts per stage, KV-cache elements per token and stage, and a
+    plan's arrays are built for every tp size of a graph in one (tp x node) pass; each tp's slice is bit-identical to
+    that tp computed alone (and to tp_split), and a tp outside the sizes (no layout_problem check before predict_op)
+    is computed alone."""
     for mode in ("prefill", "decode", "train"):
         graph = build_graph(model_config(model), mode)
         cols = columns(graph)
@@ -88,6 +89,9 @@ def test_every_tp_size_built_at_once_equals_each_tp_alone(model):
             every_tp = _count_stage_params(graph, cols.tp_sizes, pp)
             for row, tp in enumerate(cols.tp_sizes):
                 assert every_tp[row] == _count_stage_params(graph, (tp,), pp)[0], (mode, tp, pp)
+            kv_every_tp = _kv_elements_per_token(graph, cols.tp_sizes, pp)  # cached elements per token and stage
+            for row, tp in enumerate(cols.tp_sizes):
+                assert kv_every_tp[row] == _kv_elements_per_token(graph, (tp,), pp)[0], (mode, tp, pp)
         hw = hardware_spec(hardware("h100", nodes=4))
         for ep, dtype in itertools.product((1, 2), ("bf16", "fp8")):
             workload = parse_workload({**next(w for w in WORKLOADS if w["mode"] == mode), "batch": 8, "dtype": dtype})
