@@ -39,7 +39,8 @@ def test_bad_cache_and_out_arguments_are_one_line_usage_errors(tmp_path, capsys)
     for argv, message in ((["--cold", "a"], "--cold needs --cache"),
                           (["--cache", str(tmp_path), "--cold", "b"], "--cold b: no such --run; runs: a"),
                           (["--cache", str(tmp_path / "file")], "is a file"),
-                          (["--cache", str(tmp_path / "c")], "holds run 'a' of an earlier call")):
+                          (["--cache", str(tmp_path / "c")], "holds run 'a' of an earlier call"),
+                          (["--run", "a", "x"], "--run a: named twice")):
         with pytest.raises(SystemExit) as exit_:
             recipe_runs.main(["--out", str(tmp_path / "out"), "--run", "a", "", *argv])
         assert exit_.value.code == 2 and message in capsys.readouterr().err

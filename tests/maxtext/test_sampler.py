@@ -69,6 +69,7 @@ def test_the_prefill_attends_over_each_rows_tokens_not_every_cache_slot(qwen2):
     """The prompts fill the cache through the packed causal kernel (as the update's forward), not scores over every
     slot of the cache: no [.., prompt, slots] array in the prefill's program, and its K/V equal a masked prefill's."""
     from framework.backends.maxtext.models import KVCache
+    from framework.backends.maxtext.models.decode_attention import cache_slots
     from framework.backends.maxtext.models.rope import positions_from_mask
     from framework.backends.maxtext.models.transformer import unstack_layers
 
@@ -91,11 +92,14 @@ def test_the_prefill_attends_over_each_rows_tokens_not_every_cache_slot(qwen2):
         np.testing.assert_allclose(np.asarray(a)[:, :, :ids.shape[1]].swapaxes(1, 2)[real],
                                    np.asarray(b)[:, :, :ids.shape[1]].swapaxes(1, 2)[real], atol=2e-5)
     assert int(packed_cache.index) == int(masked_cache.index) == ids.shape[1]
+    with pytest.raises(ValueError, match="fills a KVCache"):  # a shared prefix is made after a prefill, not filled
+        model.apply(variables, ids, positions_from_mask(mask), mask, object(), prefill=True,
+                    method=Transformer.hidden_states)
     np.testing.assert_array_equal(np.asarray(packed_cache.valid), np.asarray(masked_cache.valid))
     # and the sampler's own program prefills so: no float scores of the prompt's queries over the cache's slots
     program = sampler.lower(qwen2["params"], prompts_of_lengths(4, 15, 9), jax.random.key(0), GREEDY).as_text()
-    prompt, cache_slots = ids.shape[1], ids.shape[1] + GREEDY.max_new_tokens
-    assert not re.findall(rf"tensor<(?:\d+x)*{prompt}x{cache_slots}xf32>", program)
+    prompt, slots = ids.shape[1], cache_slots(ids.shape[1], GREEDY.max_new_tokens, config.decode_kernel)
+    assert not re.findall(rf"tensor<(?:\d+x)*{prompt}x{slots}xf32>", program)
 
 
 def test_stops_at_eos_per_sequence_and_pads(qwen2):
@@ -165,6 +169,10 @@ def test_bad_settings_and_prompts_are_clear_errors(qwen2):
         qwen2["sampler"].generate(qwen2["params"], [[5, 6], []], jax.random.key(0), GREEDY)
     with pytest.raises(ConfigError, match="eos_token_ids"):
         Sampler(Transformer(qwen2["config"]), eos_token_ids=[], pad_token_id=PAD)
+    ids, mask = qwen2["sampler"].left_pad([[5, 6, 7, 8], [9]])
+    mask[0, -2] = 0  # a hole inside row 0's prompt: the packed prefill would misplace its tokens
+    with pytest.raises(DataError, match="prompt_mask row 0 is not left padding"):
+        qwen2["sampler"].generate_padded(qwen2["params"], ids, mask, jax.random.key(0), GREEDY)
 
 
 def test_sampling_by_vocabulary_blocks_draws_from_the_softmax():

@@ -117,8 +117,12 @@ class Sampler:
 
     def _program_args(self, params: Any, prompt_ids: np.ndarray | Array, prompt_mask: np.ndarray | Array,
                       rng: Array) -> tuple:
-        if np.any(np.asarray(prompt_mask).sum(axis=1) == 0):
+        mask = np.asarray(prompt_mask)
+        if np.any(mask.sum(axis=1) == 0):
             raise DataError("sampler: a prompt is empty; every prompt needs at least one token")
+        if (rows := np.flatnonzero(np.any(np.diff(mask.astype(np.int8), axis=1) < 0, axis=1))).size:
+            raise DataError(f"sampler: prompt_mask row {int(rows[0])} is not left padding; each row must be 0s "
+                            f"then 1s (the prefill runs each row's real tokens packed: Sampler.left_pad gives that)")
         prompt_ids = put(np.asarray(prompt_ids, np.int32), self.mesh, self.rules, ("activation_batch", None))
         prompt_mask = put(np.asarray(prompt_mask, np.int32), self.mesh, self.rules, ("activation_batch", None))
         return self.model, params, prompt_ids, prompt_mask, rng, self.eos_array(), np.int32(self.pad_token_id)

@@ -145,6 +145,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="empty the --cache directory before run NAME (repeatable); the others run warm")
     args = parser.parse_args(argv)
     names = [name for name, _ in args.run]
+    if repeated := sorted({name for name in names if names.count(name) > 1}):  # one run dir and report each
+        parser.error(f"--run {repeated[0]}: named twice; give each run its own name")
     if args.cold and not args.cache:
         parser.error("--cold needs --cache DIR (the directory to empty)")
     if unknown := sorted(set(args.cold) - set(names)):

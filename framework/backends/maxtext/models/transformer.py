@@ -235,7 +235,7 @@ class Transformer(nn.Module):
                       prefill: bool = False) -> tuple[Array, KVCache | PrefixCache | None]:
         """Final-norm hidden states [B, T, H]. With a cache, the T tokens go to slots index..index+T-1.
 
-        Without a cache, or with `prefill` (the T tokens fill an empty KVCache: the sampler's prompts), each row's
+        Without a cache, or with `prefill` (the T tokens fill a KVCache from slot 0: the sampler's prompts), each row's
         real tokens must be contiguous (left and/or right padding, no holes): the rows are shifted so that they
         start at slot 0, run packed (the fused causal kernel over each row's real tokens, not a mask over every
         slot of the cache), and shifted back; a prefill writes each layer's K/V to slots 0..T-1 as shifted back.
@@ -248,8 +248,10 @@ class Transformer(nn.Module):
             positions, lengths = jnp.take_along_axis(positions, to_packed, axis=1), attention_mask.sum(axis=1)
             if cache is None:
                 x, _ = self.layers(x, positions, lengths.astype(jnp.int32), None, None)
-            else:
-                cache = mark_valid(attention_mask, cache)
+            else:  # the prompts attend only to each other: the cache is filled from slot 0, whatever it held
+                if not isinstance(cache, KVCache):
+                    raise ValueError(f"Transformer.hidden_states(prefill=True) fills a KVCache, not {type(cache).__name__}")
+                cache = mark_valid(attention_mask, cache.replace(index=jnp.zeros((), jnp.int32)))
                 x, cache = self._unrolled(x, positions, lengths.astype(jnp.int32), None, cache, from_packed)
             return self.norm(jnp.take_along_axis(x, from_packed[..., None], axis=1)), cache
         # A PrefixCache decodes with the cascade kernel, which finds its live slots without a mask.
