@@ -192,9 +192,8 @@ def _finish(result: SimResult, graph: ComputationalGraph, hw: HardwareSpec, ctx:
     result.memory_breakdown_gb = memory.breakdown_gb
     result.memory_capacity_gb = hw.memory_gb
     result.row_source = step.rows
-    used = result.memory_per_device_gb
-    if not used <= hw.memory_gb:  # not result.fits
-        result.reason = f"needs {used:.1f} GB per device, {hw.memory_gb:g} GB available"
+    if not result.fits:
+        result.reason = f"needs {result.memory_per_device_gb:.1f} GB per device, {hw.memory_gb:g} GB available"
         result.warnings.append(f"does not fit: {result.reason}")
     if hw.efficiency.source.startswith("built-in defaults ("):
         result.warnings.append(f"no {result.stack} efficiency table for {hw.name}: uncalibrated built-in factors")

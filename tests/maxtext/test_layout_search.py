@@ -248,7 +248,7 @@ def test_a_run_on_4_devices_takes_the_argmin_of_the_predictions_it_logs(tmp_path
 
 def test_a_candidate_whose_sampler_shares_the_prompt_is_predicted_with_it():
     """Long prompts (2,048 + 256 tokens, 16 prompts x 8): a rollout replica holding all 16 prompts shares their K/V
-    under backend.adapter.shared_prefix=auto (preflight.shares_prompt), so its decode is predicted as the shared-prefix decode
+    under backend.adapter.shared_prefix=auto (preflight.prompt_decision), so its decode is predicted as the shared-prefix decode
     (two kernel calls and their merge, sims/shared_prefix.py); with `off` the same split decodes the repeated cache, slower."""
     from framework.backends.maxtext.trainers.layout_search import predict
 
@@ -279,12 +279,20 @@ def test_the_search_predicts_with_the_kernels_and_shared_prefix_the_run_will_use
                              logical_axis_rules={},
                              decode_attention=decode_attention, shared_prefix="on",
                              model_source=SimpleNamespace(metadata=lambda: tmp_path))
+    from framework.backends.maxtext.models.prefix_cache import prompt_shards
+
     seen, shards = [], []
-    original = layout_search.shares_prompt
-    layout_search.shares_prompt = lambda *args: shards.append(args[2]) or seen.append(original(*args)) or seen[-1]
+    original = layout_search.prompt_decision
+
+    def spy(model, task, mesh, rules):
+        shards.append(prompt_shards(task.prompts_per_step, task.rows_per_step // task.prompts_per_step, mesh, rules))
+        seen.append(original(model, task, mesh, rules)[0])
+        return original(model, task, mesh, rules)
+
+    layout_search.prompt_decision = spy
     try:
         layout_search.choose_rollout_devices(config, 3)
     finally:
-        layout_search.shares_prompt = original
+        layout_search.prompt_decision = original
     assert seen and set(seen) == {shared}
     assert set(shards) == {1, 2}  # the candidates' batch shards: 1 device, 2 replicas (dp=2) or one tp=2 pair

@@ -140,20 +140,27 @@ def test_the_update_is_one_optimizer_step_per_epoch_over_accumulated_micro_batch
 
 
 def test_the_preflights_decode_holds_a_shared_prompt_once_per_group():
-    """Where the sampler shares the prompt (preflight.shares_prompt: prefix_cache.shares_prefix at the step's shapes),
+    """Where the sampler shares the prompt (preflight.prompt_decision: prefix_cache.prefix_decision at the step's shapes
+    over the rollout mesh's prompt shards),
     the preflight's decode phase is the simulator's shared-prefix decode (the prompt held once per group, a kernel
     call over it and one over each row's tokens), so a long-prompt run it fits is not refused; at the recipe's
     shapes nothing changes."""
     from dataclasses import replace
 
-    from framework.backends.maxtext.trainers.preflight import grpo_phases, predict_step, shares_prompt
+    from framework.backends.maxtext.sharding import DEFAULT_RULES, abstract_mesh
+    from framework.backends.maxtext.trainers.preflight import grpo_phases, predict_step, prompt_decision
     from framework.core.paths import load_conf
     from tests.maxtext.test_rollout_layouts import grpo_task
 
     task = replace(grpo_task("grpo.max_prompt_tokens=2048", "grpo.max_new_tokens=256", "grpo.prompts_per_step=16",
                              "grpo.num_generations=8"), micro_batch_size=16)
     auto = SimpleNamespace(decode_kernel="pallas", shared_prefix="auto")
-    assert shares_prompt(auto, task, 1) and not shares_prompt(auto, task, 2) and not shares_prompt(auto, task, None)
+
+    def shares_prompt(task, data: int) -> bool:  # 16 prompts x 8 over `data` replicas (32: a group split)
+        return prompt_decision(auto, task, abstract_mesh({"data": data, "fsdp": 1, "expert": 1, "tensor": 1}),
+                               DEFAULT_RULES)[0]
+
+    assert shares_prompt(task, 1) and not shares_prompt(task, 2) and not shares_prompt(task, 32)
     decode = {shared: dict((name, workload) for name, workload, _ in grpo_phases(task, False, shared_prompt=shared))[
         "decode"] for shared in (False, True)}
     # the cascade the sampler runs (sims/shared_prefix.py), not a shortened context
@@ -169,7 +176,7 @@ def test_the_preflights_decode_holds_a_shared_prompt_once_per_group():
     memory = {flag: simulate(hf, hardware, {"tp": 1}, workload, stack="xla").memory_per_device_gb
               for flag, workload in decode.items()}
     assert memory[True] < memory[False] - 1.0  # 16 x 2,048 + 128 x 128 cached tokens, not 128 x 2,176: 2.8 GB
-    assert not shares_prompt(auto, replace(task, max_prompt_tokens=256), 1)  # the GSM8K recipe's 256 + 256
+    assert not shares_prompt(replace(task, max_prompt_tokens=256), 1)  # the GSM8K recipe's 256 + 256
     one_token = predict_step(hf, hardware, ParallelConfig(dp=1, fsdp=1, tp=1, pp=1, ep=1, cp=1), 1,
                              replace(task, max_new_tokens=1), shared_prompt=True)  # a suffix of one token, not none
     assert one_token["preflight_decode_s"] > 0

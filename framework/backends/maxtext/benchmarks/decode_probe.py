@@ -18,7 +18,7 @@ reports both and off_s / on_s.
 ms_per_decode_step is the whole generate (prefill included) over new_tokens. Each setting is also timed with
 every token id an EOS (prefill_s: the same program shapes, the loop exits after the prefill's token), so
 ms_per_step_after_prefill = (s - prefill_s) / (new_tokens - 1) is the decode step alone, what the simulator's
-decode mode predicts (at 2,048-token prompts the prefill's attention scores every cache slot: docs/simulator.md).
+decode mode predicts (docs/simulator.md, "Where the long-prompt gap comes from").
 """
 
 from __future__ import annotations

@@ -101,18 +101,15 @@ def build_layout(args: argparse.Namespace, task, config, devices: list, update_l
 
 def predicted(args: argparse.Namespace, task, config, update_layout, mesh, placement, weight_bytes: float) -> dict:
     """The preflight's prediction of this layout's step (or why there is none)."""
-    from framework.backends.maxtext.models.prefix_cache import prompt_shards
     from framework.backends.maxtext.sharding import DEFAULT_RULES
-    from framework.backends.maxtext.trainers.preflight import predict_step, shares_prompt
+    from framework.backends.maxtext.trainers.preflight import predict_step, prompt_decision
 
-    shards = prompt_shards(task.prompts_per_step, task.rows_per_step // task.prompts_per_step, placement.mesh,
-                           DEFAULT_RULES)
     try:
         prediction = predict_step(load_conf("model", args.model)["hf_config"],
                                   load_conf("hardware", args.hardware)["hardware"], update_layout, mesh.size, task,
                                   placement.layout, placement.reshard_bytes(config, weight_bytes),
                                   remat=args.remat, rollout_devices=placement.separate_devices,
-                                  shared_prompt=shares_prompt(config, task, shards))
+                                  shared_prompt=prompt_decision(config, task, placement.mesh, DEFAULT_RULES)[0])
     except Exception as error:  # advisory, as in the trainer
         return {"preflight_error": str(error).splitlines()[0]}
     return {key: value for key, value in prediction.items() if key.startswith("preflight_")}

@@ -22,11 +22,10 @@ import dataclasses
 import logging
 from typing import Any, Mapping
 
-from framework.backends.maxtext.models.prefix_cache import prompt_shards
 from framework.backends.maxtext.sharding import LogicalRules, abstract_mesh
 from framework.backends.maxtext.trainers.preflight import (MEMORY_HEADROOM, pick_update_plan, predict_step,
-                                                             reshard_bytes_per_device, rollout_weight_bytes,
-                                                             shares_prompt)
+                                                             prompt_decision, reshard_bytes_per_device,
+                                                             rollout_weight_bytes)
 from framework.core.errors import ConfigError, CrucibleError
 from framework.core.parallel import AUTO, ParallelConfig
 from framework.tasks.grpo import GRPOTask
@@ -112,12 +111,9 @@ def predict(model: Any, weight_bytes: float, hardware: Mapping[str, Any], parall
             task = dataclasses.replace(task, micro_batch_size=size)
         moved = reshard_bytes_per_device(rollout_weight_bytes(model, weight_bytes), _mesh(update), _mesh(rollout),
                                          separate=True)
-        # what the sampler will ask on the candidate's mesh (prefix_cache.prompt_shards)
-        shards = prompt_shards(task.prompts_per_step, task.rows_per_step // task.prompts_per_step,
-                               abstract_mesh(_mesh(rollout)), rules)
         prediction = predict_step(hf, hardware, parallel, update_devices, task, rollout, moved, remat=remat,
                                   rollout_devices=rollout_devices // groups, rollout_groups=groups,
-                                  shared_prompt=shares_prompt(model, task, shards))
+                                  shared_prompt=prompt_decision(model, task, abstract_mesh(_mesh(rollout)), rules)[0])
     except CrucibleError as error:
         return Candidate(rollout_devices, rollout, update, reason=str(error), groups=groups)
     if not prediction:

@@ -20,8 +20,7 @@ import math
 from typing import Any, Callable, Mapping
 
 from framework.backends.maxtext.config import REMAT_NAMES, REMAT_WORKLOADS
-from framework.backends.maxtext.models.prefix_cache import (cache_per_shard, prefix_decision, prompt_shards,
-                                                             shares_prefix)
+from framework.backends.maxtext.models.prefix_cache import cache_per_shard, prefix_decision, prompt_shards
 from framework.backends.maxtext.sharding import abstract_mesh, staging_copies
 from framework.core.dtypes import BYTES, SHORT
 from framework.core.errors import ConfigError, CrucibleError
@@ -52,7 +51,7 @@ def grpo_phases(task: GRPOTask, zero: bool, remat: str = "none", rollout_sharded
     update's remat policy (backend.adapter.remat). `rollout_sharded`: the rollout's mesh has fsdp > 1, so
     its prefill and every decode step all-gather the weight shards (sims/sharded_forward.py); the extra
     forward passes run on the update's mesh and gather likewise when it is fsdp (`zero`). `shared_prompt`: the
-    sampler keeps each prompt's K/V once for its samples (shares_prompt): the decode is the simulator's
+    sampler keeps each prompt's K/V once for its samples (prompt_decision): the decode is the simulator's
     shared-prefix decode (workload shared_prefix = num_generations over the seq_len prompt tokens: a kernel call
     over each prompt for its group, one over each row's own tokens, and their merge; sims/shared_prefix.py)."""
     dtype = SHORT[task.compute_dtype]
@@ -243,20 +242,18 @@ def pick_rollout_tp(rollout_weight_bytes: float, kv_bytes_per_token: float, resi
     return candidates[-1]
 
 
-def shares_prompt(model: Any, task: GRPOTask, shards: int | None) -> bool:
-    """Whether the rollout's sampler keeps each prompt's K/V once for its samples (prefix_cache.shares_prefix) at
-    the step's shapes, its prompts over `shards` batch shards (None: a mesh splits them unlike their rows)."""
-    return shares_prefix(model, task.prompts_per_step, task.rows_per_step // task.prompts_per_step,
-                         task.max_prompt_tokens, task.max_new_tokens, shards)
+def prompt_decision(model: Any, task: GRPOTask, mesh: Any, rules: Any) -> tuple[bool, str]:
+    """Whether the rollout's sampler keeps each prompt's K/V once for its samples on the rollout `mesh` (an abstract
+    one will do), and why: prefix_cache.prefix_decision at the step's shapes over the mesh's prompt shards, as the
+    sampler asks at trace time (the trainer logs it, the layout search and grpo_layouts predict with it)."""
+    samples = task.rows_per_step // task.prompts_per_step
+    return prefix_decision(model, task.prompts_per_step, samples, task.max_prompt_tokens, task.max_new_tokens,
+                           prompt_shards(task.prompts_per_step, samples, mesh, rules))
 
 
 def prompt_sharing(model: Any, task: GRPOTask, mesh: Any, rules: Any) -> dict[str, Any]:
-    """Whether the rollout's sampler shares each prompt's K/V with its samples on the rollout `mesh` (as the sampler
-    asks: prefix_cache.prompt_shards, prefix_decision), logged with why; the summary's scalars."""
-    samples = task.rows_per_step // task.prompts_per_step
-    shards = prompt_shards(task.prompts_per_step, samples, mesh, rules)
-    shared, why = prefix_decision(model, task.prompts_per_step, samples, task.max_prompt_tokens,
-                                  task.max_new_tokens, shards)
+    """prompt_decision logged with why; the summary's scalars."""
+    shared, why = prompt_decision(model, task, mesh, rules)
     log.info("shared prefix: %s (%s)", "on" if shared else "off", why)
     return {"shared_prefix": shared, "shared_prefix_reason": why}
 
