@@ -1,5 +1,6 @@
-"""The fused decode-attention kernel (Pallas flash-decoding, interpreted on CPU) against masked
-attention, alone, in the sampler, and per shard under a mesh."""
+"""The fused decode-attention kernel (Pallas, interpreted on CPU: attention over the live cache slots plus the
+new token, whose K/V it writes into the cache) against float64 attention, alone, in the sampler, and per shard
+under a mesh."""
 
 import json
 import sys
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from framework.backends.maxtext.models import transformer
-from framework.backends.maxtext.models.decode_attention import CACHE_BLOCK, cache_slots, decode_attention, live_slots
+from framework.backends.maxtext.models.decode_attention import CACHE_BLOCK, cache_slots, decode_attention, first_live_slot
 
 HEADS, KV_HEADS, HEAD_DIM = 8, 2, 16
 
@@ -22,46 +23,55 @@ def reference(q, keys, values, start, stop) -> np.ndarray:
     k, v = np.repeat(keys, groups, axis=1), np.repeat(values, groups, axis=1)  # [B, H, S, D]
     scores = np.einsum("bhd,bhsd->bhs", q[:, 0], k) / np.sqrt(q.shape[-1])
     slots = np.arange(keys.shape[2])
-    live = (slots >= np.asarray(start)[:, None]) & (slots < np.asarray(stop)[:, None])
+    live = (slots >= np.asarray(start)[:, None]) & (slots < np.broadcast_to(stop, np.shape(start))[:, None])
     scores = np.where(live[:, None], scores, -np.inf)
     probs = np.exp(scores - scores.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     return np.einsum("bhs,bhsd->bhd", probs, v)[:, None]
 
 
-def random_inputs(slots: int, start: list[int], stop: list[int], seed: int = 0):
+def random_inputs(slots: int, batch: int, seed: int = 0):
+    """q [B, 1, H, D], the new token's k, v [B, 1, KVH, D], the cache's keys, values [B, KVH, S, D]."""
     rng = np.random.default_rng(seed)
-    batch = len(start)
     q = rng.normal(size=(batch, 1, HEADS, HEAD_DIM)).astype(np.float32)
+    k, v = (rng.normal(size=(batch, 1, KV_HEADS, HEAD_DIM)).astype(np.float32) for _ in range(2))
     keys, values = (rng.normal(size=(batch, KV_HEADS, slots, HEAD_DIM)).astype(np.float32) for _ in range(2))
-    return q, keys, values, np.array(start, np.int32), np.array(stop, np.int32)
+    return q, k, v, keys, values
 
 
-def test_the_kernels_cache_is_whole_blocks_and_the_live_slots_come_from_the_mask():
+def attend(q, k, v, keys, values, start, index):
+    out, keys, values = decode_attention(*map(jnp.asarray, (q, k, v, keys, values, start)), jnp.int32(index),
+                                         None, None)
+    return np.asarray(out), np.asarray(keys), np.asarray(values)
+
+
+def test_the_kernels_cache_is_whole_blocks_and_the_first_live_slot_comes_from_the_mask():
     assert [cache_slots(n, 0, "pallas") for n in (1, CACHE_BLOCK, CACHE_BLOCK + 1, 512)] == [64, 64, 128, 512]
     assert cache_slots(300, 100, "xla") == 400 and cache_slots(300, 100, "pallas") == 448
     live = np.zeros((3, 1, 8), bool)
     live[0, 0, 2:6], live[1, 0, :], live[2, 0, 7] = True, True, True
-    start, stop = live_slots(jnp.asarray(live))
-    assert start.tolist() == [2, 0, 7] and stop.tolist() == [6, 8, 8]
+    assert first_live_slot(jnp.asarray(live)).tolist() == [2, 0, 7]
 
 
-@pytest.mark.parametrize("slots", [CACHE_BLOCK, 4 * CACHE_BLOCK])
-def test_the_kernel_attends_to_each_rows_live_slots_only(slots):
-    # Rows: the whole buffer, a short prompt after long padding, one live slot, a span across blocks.
-    start, stop = [0, slots - 9, 5, 3], [slots, slots - 1, 6, slots // 2 + 7]
-    q, keys, values, start, stop = random_inputs(slots, start, stop)
-    out = decode_attention(jnp.asarray(q), jnp.asarray(keys), jnp.asarray(values), jnp.asarray(start),
-                           jnp.asarray(stop), None, None)
-    assert out.shape == q.shape and out.dtype == jnp.float32
-    np.testing.assert_allclose(np.asarray(out), reference(q, keys, values, start, stop), rtol=1e-5, atol=1e-5)
-    # Values outside the live slots must not matter (garbage there, same output).
+@pytest.mark.parametrize("slots, index", [(CACHE_BLOCK, 40), (4 * CACHE_BLOCK, 3 * CACHE_BLOCK + 9),
+                                          (4 * CACHE_BLOCK, 2 * CACHE_BLOCK)])
+def test_the_kernel_attends_to_the_live_slots_and_the_new_token_and_writes_it(slots, index):
+    # Rows: from slot 0, a short prompt after long padding, the new token alone, a start inside a later block.
+    start = np.array([0, index - 9, index, min(CACHE_BLOCK + 3, index)], np.int32)
+    q, k, v, keys, values = random_inputs(slots, len(start))
+    out, new_keys, new_values = attend(q, k, v, keys, values, start, index)
+    written_keys, written_values = keys.copy(), values.copy()
+    written_keys[:, :, index], written_values[:, :, index] = k[:, 0], v[:, 0]
+    np.testing.assert_array_equal(new_keys, written_keys)  # the new entries at `index`, every other slot kept
+    np.testing.assert_array_equal(new_values, written_values)
+    assert out.shape == q.shape and out.dtype == np.float32
+    np.testing.assert_allclose(out, reference(q, written_keys, written_values, start, index + 1), rtol=1e-5, atol=1e-5)
+    # What the cache holds outside [start, index) must not matter (garbage there, same output).
     dead = np.ones(slots, bool)
-    dead[start[1]:stop[1]] = False
+    dead[start[1]:index] = False
     keys[1][:, dead], values[1][:, dead] = 1e4, -1e4
-    again = decode_attention(jnp.asarray(q), jnp.asarray(keys), jnp.asarray(values), jnp.asarray(start),
-                             jnp.asarray(stop), None, None)
-    np.testing.assert_allclose(np.asarray(again)[1], np.asarray(out)[1], rtol=1e-6, atol=1e-6)
+    again, _, _ = attend(q, k, v, keys, values, start, index)
+    np.testing.assert_allclose(again[1], out[1], rtol=1e-6, atol=1e-6)
 
 
 def greedy_tokens(tiny: dict, kernel: str, prompts, mesh=None, rules=None) -> tuple[np.ndarray, int]:
@@ -130,11 +140,11 @@ def _on_forced_devices(base: str) -> dict:
     for name, (layout, rules) in runs.items():
         tokens, kernel_calls[name] = greedy_tokens(tiny, "pallas", prompts, build_mesh(layout), rules)
         equal[name] = bool(np.array_equal(tokens, expected))
-    q = jnp.zeros((4, 1, HEADS, HEAD_DIM))
+    q, new = jnp.zeros((4, 1, HEADS, HEAD_DIM)), jnp.zeros((4, 1, KV_HEADS, HEAD_DIM))
     cache = jnp.zeros((4, KV_HEADS, CACHE_BLOCK, HEAD_DIM))
-    rows = jnp.zeros(4, jnp.int32)
     mesh = build_mesh(dp2_tp2)
-    jaxpr = jax.make_jaxpr(lambda *a: decode_attention(*a, mesh, None))(q, cache, cache, rows, rows + 1)
+    jaxpr = jax.make_jaxpr(lambda *a: decode_attention(*a, mesh, None))(q, new, new, cache, cache,
+                                                                        jnp.zeros(4, jnp.int32), jnp.int32(1))
     return {"equal": equal, "kernel_calls": kernel_calls, "shard_map_in_program": "shard_map" in str(jaxpr)}
 
 

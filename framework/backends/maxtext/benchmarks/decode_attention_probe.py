@@ -3,10 +3,11 @@
     python -m framework.backends.maxtext.benchmarks.decode_attention_probe             # Qwen2.5-0.5B shapes, GPU
     python -m framework.backends.maxtext.benchmarks.decode_attention_probe --tiny      # CPU check (interpreted)
 
-models/decode_attention.py calls jax's `gqa` with block_k = CACHE_BLOCK, k_splits = kernel_splits(slots) and
-jax's default warps and stages. Here the same call, on 24 layers' different caches (as a decode step reads
-them: rows' live slots from their left padding to the current token), is timed for a grid of those settings;
-the first entry is what the model runs now. Prints one JSON: us per layer per setting, the fastest, and the
+Until session 18 models/decode_attention.py called jax's `gqa` with block_k = CACHE_BLOCK, k_splits =
+kernel_splits(slots) and jax's default warps and stages (the shared-prefix cascade, models/prefix_cache.py, still
+does; a plain decode step now runs our own kernel, docs/benchmarks.md "Session 18"). Here that call, on 24 layers'
+different caches (as a decode step reads them: rows' live slots from their left padding to the current token),
+is timed for a grid of those settings; the first entry is the cascade's setting. Prints one JSON: us per layer per setting, the fastest, and the
 largest difference from the current setting's output.
 """
 

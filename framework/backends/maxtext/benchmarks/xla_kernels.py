@@ -210,9 +210,11 @@ class XlaKernels:
         slots = self.cache_slots(kv)
         cache_shape = (b, c.num_kv_heads, slots, c.head_dim)
         make_args = lambda: (self.heads(b, s), self.randn(*cache_shape), self.randn(*cache_shape))  # noqa: E731
-        if self.config.decode_kernel == "pallas" and s == 1:
-            start, stop = jnp.zeros((b,), jnp.int32), jnp.full((b,), kv, jnp.int32)
-            return Bench(lambda q, keys, values: decode_attention(q, keys, values, start, stop, None, None), make_args)
+        if self.config.decode_kernel == "pallas" and s == 1:  # the kernel also writes the new token's K/V
+            start, index = jnp.zeros((b,), jnp.int32), jnp.int32(kv - 1)
+            return Bench(lambda q, keys, values, k, v: decode_attention(q, k, v, keys, values, start, index, None, None),
+                         lambda: (*make_args(), self.heads(b, s, kv=True), self.heads(b, s, kv=True)),
+                         carry=lambda args, out: (args[0], out[1], out[2], *args[3:]))  # the cache updated in place
         attend = jnp.broadcast_to(jnp.arange(slots) < kv, (b, s, slots))
         return Bench(lambda q, keys, values: self.attention_module._masked(q, keys, values, attend), make_args)
 

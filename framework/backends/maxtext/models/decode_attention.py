@@ -1,14 +1,17 @@
-"""Attention of one new token per row over the KV cache as one fused kernel (flash-decoding).
+"""Attention of one new token per row over the KV cache, and the token's K/V written into it, as one kernel.
 
 The XLA path (Attention._masked) scores every slot of a layer's cache buffer, masks padding and
 unwritten slots, and runs two batched matmuls and a softmax that reach 10-35% of the memory
-bandwidth at decode shapes (docs/benchmarks.md, "Where the rollout's time goes"). Pallas' GPU
-decode-attention kernel (jax.experimental.pallas.ops.gpu.decode_attention.gqa: the query heads of
-one KV head in one tile, the sequence split in `k_splits` parts combined afterwards) attends to a
-row's live slots [start, stop) only and skips the splits that hold none (inside a split holding live
-slots it still reads the blocks before `start`). That is exact because a row's real tokens are
-contiguous in the cache: left padding, then the prompt, then every decoded token (the sampler's
-layout; a cached forward with holes in its mask must use the XLA path).
+bandwidth at decode shapes (docs/benchmarks.md, "Where the rollout's time goes"). jax's Pallas
+decode-attention kernel (`gqa`, which the shared-prefix cascade still calls) splits the sequence
+and combines the parts in two more XLA kernels, and the cache writes are two more: at Qwen2.5-0.5B
+decode shapes each of these small kernels costs 1.3-2 us, a tenth of the layer's attention time.
+So a decode step's attention is one Pallas (Triton) program per (row, KV head): its query heads
+over the live cache slots [start, index) block by block (online softmax, blocks before the row's
+first live slot skipped), plus the new token's (k, v) from registers, normalised in the kernel;
+the new (k, v) are stored at slot `index` of the same buffers (aliased in place). That is exact
+because a row's real tokens are contiguous in the cache: left padding, then the prompt, then every
+decoded token (the sampler's layout; a cached forward with holes in its mask uses the XLA path).
 
 Under a mesh the kernel runs per shard (shard_map): rows split over the batch axes, KV heads over
 the tensor axis together with their query heads.
@@ -20,6 +23,8 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
 from jax.sharding import Mesh, PartitionSpec
 
 from framework.backends.maxtext.sharding import DEFAULT_RULES, LogicalRules, logical_to_spec
@@ -28,7 +33,11 @@ Array = jax.Array
 # The KV cache layout [batch, KV heads, slots, head_dim]: what the kernel reads without a transpose.
 CACHE_AXES = ("cache_batch", "cache_kv_heads", "cache_sequence", "cache_head_dim")
 CACHE_BLOCK = 64  # keys per kernel block; a cache buffer the kernel reads is a multiple of it
-MAX_SPLITS = 4  # sequence parts per (row, KV head): 4 measured 1.5-2.5% faster than 8 (docs/benchmarks.md)
+MAX_SPLITS = 4  # the cascade's sequence parts per (row, KV head) in gqa: 4 measured 1.5-2.5% faster than 8
+# Triton settings of the decode kernel: 3 stages measured 1.9% faster than 2 at 128 rows, blocks of 128 keys and 8
+# warps no faster (one H100, docs/benchmarks.md "Session 18")
+NUM_WARPS = 4
+NUM_STAGES = 3
 
 
 def cache_slots(prompt_length: int, max_new_tokens: int, decode_kernel: str) -> int:
@@ -44,36 +53,82 @@ def kernel_splits(slots: int) -> int:
     return max(s for s in (1, 2, 4, MAX_SPLITS) if blocks % s == 0)
 
 
-def live_slots(attend: Array) -> tuple[Array, Array]:
-    """[B] first and one-past-last live slot of each row, from the [B, 1, S] attend mask of a decode
-    step (the slots between must all be live, see the module docstring)."""
-    live = attend[:, 0]
-    start = jnp.argmax(live, axis=-1)
-    stop = live.shape[-1] - jnp.argmax(live[:, ::-1], axis=-1)
-    return start.astype(jnp.int32), stop.astype(jnp.int32)
+def first_live_slot(attend: Array) -> Array:
+    """[B] first live slot of each row, from the [B, 1, S] attend mask of a decode step (the slots from it to
+    the new token's must all be live, see the module docstring)."""
+    return jnp.argmax(attend[:, 0], axis=-1).astype(jnp.int32)
 
 
-def decode_attention(q: Array, keys: Array, values: Array, start: Array, stop: Array,
-                     mesh: Mesh | None, rules: LogicalRules | None) -> Array:
-    """q [B, 1, H, D]; keys, values [B, KVH, S, D] (the cache layout, S a multiple of CACHE_BLOCK);
-    start, stop [B] -> [B, 1, H, D] in q's dtype. Off GPU the kernel is interpreted (tests)."""
-    kernel = functools.partial(_kernel, interpret=jax.default_backend() != "gpu")
+def decode_attention(q: Array, k: Array, v: Array, keys: Array, values: Array, start: Array, index: Array,
+                     mesh: Mesh | None, rules: LogicalRules | None) -> tuple[Array, Array, Array]:
+    """q [B, 1, H, D], the new token's k, v [B, 1, KVH, D]; keys, values [B, KVH, S, D] (the cache layout, S a
+    multiple of CACHE_BLOCK); start [B]; index (scalar: the new token's slot) -> (attention [B, 1, H, D] in q's
+    dtype over slots [start, index] with the new token at `index`, keys, values with slot `index` written).
+    Off GPU the kernel is interpreted (tests)."""
+    kernel = functools.partial(_attend_and_append, interpret=jax.default_backend() != "gpu")
     if mesh is None or mesh.size == 1:
-        return kernel(q, keys, values, start, stop)
+        return kernel(q, k, v, keys, values, start, index)
     batch_axes, heads_axes, *_ = logical_to_spec(CACHE_AXES, rules or DEFAULT_RULES, keys.shape, mesh)
-    # Each shard holds whole rows' slots: start/stop index the full sequence (a rule sharding it is gathered).
+    # Each shard holds whole rows' slots: start/index count the full sequence (a rule sharding it is gathered).
     cache_spec = PartitionSpec(batch_axes, heads_axes, None, None)
-    q_spec = PartitionSpec(batch_axes, None, heads_axes, None)
-    rows_spec = PartitionSpec(batch_axes)
-    return jax.shard_map(kernel, mesh=mesh, in_specs=(q_spec, cache_spec, cache_spec, rows_spec, rows_spec),
-                         out_specs=q_spec, check_vma=False)(q, keys, values, start, stop)
+    token_spec = PartitionSpec(batch_axes, None, heads_axes, None)
+    return jax.shard_map(kernel, mesh=mesh, out_specs=(token_spec, cache_spec, cache_spec), check_vma=False,
+                         in_specs=(token_spec, token_spec, token_spec, cache_spec, cache_spec,
+                                   PartitionSpec(batch_axes), PartitionSpec()))(q, k, v, keys, values, start, index)
 
 
-def _kernel(q: Array, keys: Array, values: Array, start: Array, stop: Array, *, interpret: bool) -> Array:
-    from jax.experimental.pallas.ops.gpu.decode_attention import gqa
-
+def _attend_and_append(q: Array, k: Array, v: Array, keys: Array, values: Array, start: Array, index: Array, *,
+                       interpret: bool) -> tuple[Array, Array, Array]:
     batch, _, heads, head_dim = q.shape
-    # gqa takes [B, S, KVH, D] and swaps to [B, KVH, S, D]: the two swaps cancel in XLA, no copy.
-    out = gqa(q[:, 0], keys.swapaxes(1, 2), values.swapaxes(1, 2), start, stop, block_k=CACHE_BLOCK,
-              k_splits=kernel_splits(keys.shape[2]), interpret=interpret)
-    return out.reshape(batch, 1, heads, head_dim)
+    kv_heads, slots = keys.shape[1], keys.shape[2]
+    groups = heads // kv_heads
+    grid = (batch, kv_heads)
+    block_h = max(16, pl.next_power_of_2(groups))  # Triton's dot takes at least 16 rows: the heads padded
+    per_head = pl.BlockSpec((None, None, block_h, head_dim), lambda b, h: (b, h, 0, 0))
+    new_entry = pl.BlockSpec((None, None, head_dim), lambda b, h: (b, h, 0))
+    cache = pl.BlockSpec((None, None, slots, head_dim), lambda b, h: (b, h, 0, 0))
+    per_program = pl.BlockSpec((None, None), lambda b, h: (b, h))
+    kernel = functools.partial(_kernel, groups=groups, block_h=block_h, block_k=CACHE_BLOCK, scale=head_dim ** -0.5)
+    out, keys, values = pl.pallas_call(
+        kernel, grid=grid, name="decode_attention",
+        in_specs=[per_head, new_entry, new_entry, cache, cache, per_program, per_program],
+        out_specs=[per_head, cache, cache],
+        out_shape=[jax.ShapeDtypeStruct((batch, kv_heads, groups, head_dim), q.dtype),
+                   jax.ShapeDtypeStruct(keys.shape, keys.dtype), jax.ShapeDtypeStruct(values.shape, values.dtype)],
+        input_output_aliases={3: 1, 4: 2},  # the cache buffers, written in place
+        compiler_params=plgpu.CompilerParams(num_warps=NUM_WARPS, num_stages=NUM_STAGES), interpret=interpret,
+    )(q.reshape(batch, kv_heads, groups, head_dim), k[:, 0].astype(keys.dtype), v[:, 0].astype(values.dtype),
+      keys, values, jnp.broadcast_to(start.astype(jnp.int32)[:, None], grid),
+      jnp.broadcast_to(jnp.asarray(index, jnp.int32), grid))
+    return out.reshape(batch, 1, heads, head_dim), keys, values
+
+
+def _kernel(q_ref, k_ref, v_ref, keys_ref, values_ref, start_ref, index_ref, out_ref, keys_out, values_out, *,
+            groups: int, block_h: int, block_k: int, scale: float) -> None:
+    """One (row, KV head): q [block_h, D] (`groups` real heads), the new k, v [D], the cache [S, D]."""
+    start, index = start_ref[()], index_ref[()]
+    head_mask = (jnp.arange(block_h) < groups)[:, None]
+    q = plgpu.load(q_ref.at[pl.ds(0, block_h), :], mask=head_mask, other=0.0)
+    k_new, v_new = k_ref[...], v_ref[...]
+    # The new token opens the online softmax: every row has it, so the running max is finite from the start.
+    score_new = (q.astype(jnp.float32) * k_new.astype(jnp.float32)[None, :]).sum(axis=-1) * scale
+    out = v_new.astype(jnp.float32)[None, :] * jnp.ones((block_h, 1), jnp.float32)
+    carry = (out, score_new, jnp.ones((block_h,), jnp.float32))
+
+    def block(i: Array, carry: tuple) -> tuple:
+        out, running_max, total = carry
+        slots = pl.ds(pl.multiple_of(i * block_k, block_k), block_k)
+        scores = plgpu.dot(q, keys_ref[slots, :].T).astype(jnp.float32) * scale  # [block_h, block_k]
+        slot = i * block_k + jnp.arange(block_k)
+        scores = jnp.where(((slot >= start) & (slot < index))[None, :], scores, -jnp.inf)
+        new_max = jnp.maximum(running_max, scores.max(axis=-1))
+        correction = jnp.exp(running_max - new_max)
+        weights = jnp.exp(scores - new_max[:, None])
+        values_block = values_ref[slots, :]
+        out = correction[:, None] * out + plgpu.dot(weights.astype(values_block.dtype), values_block)
+        return out, new_max, correction * total + weights.sum(axis=-1)
+
+    out, _, total = jax.lax.fori_loop(start // block_k, pl.cdiv(index, block_k), block, carry)
+    plgpu.store(out_ref.at[pl.ds(0, block_h), :], (out / total[:, None]).astype(out_ref.dtype), mask=head_mask)
+    keys_out[pl.ds(index, 1), :] = k_new[None, :]
+    values_out[pl.ds(index, 1), :] = v_new[None, :]

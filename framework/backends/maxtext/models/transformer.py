@@ -21,7 +21,7 @@ from flax import linen as nn
 from jax.sharding import Mesh
 
 from framework.backends.maxtext.models.config import ModelConfig
-from framework.backends.maxtext.models.decode_attention import decode_attention, live_slots
+from framework.backends.maxtext.models.decode_attention import decode_attention, first_live_slot
 from framework.backends.maxtext.models.kv_cache import KVCache, LayerCache, attend_mask, mark_valid, write_slots
 from framework.backends.maxtext.models.prefix_cache import PrefixCache, cascade_attention
 from framework.backends.maxtext.models.rope import apply_rope, positions_from_mask, rope_inverse_frequencies
@@ -65,8 +65,8 @@ class Attention(nn.Module):
     fused kernel (jax.nn.dot_product_attention; cuDNN flash attention on GPU with attention="cudnn").
     Cached: the new keys/values are written into the layer's cache at `index` and the queries attend
     to the slots `attend` allows (left padding, causality); one new token per row with
-    decode_kernel="pallas" runs the fused decode kernel (models/decode_attention.py), or with a shared
-    prompt prefix the cascade of two (models/prefix_cache.py).
+    decode_kernel="pallas" runs the fused decode kernel, which also writes the new keys/values
+    (models/decode_attention.py), or with a shared prompt prefix the cascade of two (models/prefix_cache.py).
     """
 
     config: ModelConfig
@@ -94,13 +94,15 @@ class Attention(nn.Module):
             out, new_cache = self._packed(q, k, v, lengths), (k, v)
         else:
             keys, values, index, prefix = cache
-            keys, values = self._write(keys, k, index), self._write(values, v, index)
-            if prefix is not None:  # a decode step's token: the suffix's live slots are [0, index]
-                out = cascade_attention(q, prefix, keys, values, index + 1, self.mesh, self.rules)
-            elif c.decode_kernel == "pallas" and q.shape[1] == 1:
-                out = decode_attention(q, keys, values, *live_slots(attend), self.mesh, self.rules)
+            if prefix is None and c.decode_kernel == "pallas" and q.shape[1] == 1:  # writes k, v itself
+                out, keys, values = decode_attention(q, k, v, keys, values, first_live_slot(attend), index,
+                                                     self.mesh, self.rules)
             else:
-                out = self._masked(q, keys, values, attend)
+                keys, values = self._write(keys, k, index), self._write(values, v, index)
+                if prefix is not None:  # a decode step's token: the suffix's live slots are [0, index]
+                    out = cascade_attention(q, prefix, keys, values, index + 1, self.mesh, self.rules)
+                else:
+                    out = self._masked(q, keys, values, attend)
             new_cache = (keys, values)
         out = self._constrain(out, "activation_heads")
         out = _dense(c.hidden_size, ("heads", "head_dim", "embed"), c.o_bias, c, "o_proj", axis=(-2, -1))(out)
