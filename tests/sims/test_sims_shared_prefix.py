@@ -10,7 +10,7 @@ from framework.backends.sim.trainers import simulate_job
 from framework.core.errors import ConfigError
 from framework.core.paths import load_conf
 from sims import simulate
-from sims.api import simulate_many
+from sims.api import predict_op, simulate_many
 from sims.cache import clear_caches
 from tests.conftest import compose_config
 
@@ -71,6 +71,21 @@ def test_a_sweep_costs_shared_prefix_decodes_as_each_alone():
     together = simulate_many(hf, hardware, [c[0] for c in cases], [c[1] for c in cases], stack="xla")
     assert [(r.summary(), r.breakdown_rows()) for r in together] == alone
     assert len({summary["latency_s"] for summary, _ in alone}) == len(cases)
+
+
+@pytest.mark.parametrize("hardware_name", ["h100", "h200"])
+@pytest.mark.parametrize("prompts, samples, prompt, new", [(PROMPTS, SAMPLES, PROMPT, NEW), (2, 8, 256, 32)])
+def test_every_ops_bound_is_predict_ops_in_a_step_and_alone(hardware_name, prompts, samples, prompt, new):
+    """A step's rows (sims/vector_cost.py) label each op as predict_op does (sims/shared_prefix.py's cascade_cost for
+    the shared attention: the bound of its longest call); the small decode's calls are at their kernel floors."""
+    hf, hardware = _model_and_h200()[0], load_conf("hardware", hardware_name)["hardware"]
+    workload = _decode(prompts * samples, prompt + new, seq_len=prompt, shared_prefix=samples)
+    for layout in ({"tp": 1}, {"tp": 2}):
+        rows = simulate(hf, hardware, layout, workload, stack="xla").breakdown_rows()
+        bounds = {row["name"]: row["bound"] for row in rows if row["op_type"] != "loss"}
+        assert bounds == {name: predict_op(hf, hardware, workload, name, layout, stack="xla")["bound"]
+                          for name in bounds}
+        assert bounds["attention"] == ("floor" if prompt == 256 else "memory")
 
 
 def test_tensor_parallel_splits_the_merge_and_both_calls_heads():
