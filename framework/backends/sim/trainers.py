@@ -53,6 +53,8 @@ def simulate_job(job: SimJob) -> tuple[dict, list[dict]]:
         layout, zero = layout_from_parallel(job.parallel.as_dict(), devices)  # no rollout phase here
     except ConfigError as exc:
         return {"status": "invalid", "reason": str(exc), "fits": None}, []
+    if (problem := job.task.batch_problem()) is not None:  # the simulator's reason would name the whole batch
+        return {"status": "invalid", "reason": problem, "fits": None}, []
     workload = job.task.workload(layout["dp"], zero)
     parse_workload(workload, node="sim")  # a bad value's error names the sim.* key typed (simulate's: workload.*)
     result = simulate(job.hf_config, job.hardware, layout, workload, stack=job.task.stack)
