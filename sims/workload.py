@@ -141,8 +141,10 @@ def parse_layout(layout: Mapping) -> Layout:
     return _parsed("layout", layout, _parse_layout)
 
 
-def parse_workload(workload: Mapping) -> Workload:
-    return _parsed("workload", workload, _parse_workload)
+def parse_workload(workload: Mapping, node: str = "workload") -> Workload:
+    """`workload` checked and parsed; its one-line errors name a key as `node`.key (the sim task's `sim`: the keys
+    the user typed). The errors only differ by node, so parses are remembered whatever the node."""
+    return _parsed("workload", workload, lambda record: _parse_workload(record, node))
 
 
 def _parse_layout(layout: Mapping) -> Layout:
@@ -153,46 +155,47 @@ def _parse_layout(layout: Mapping) -> Layout:
     return Layout(**values)
 
 
-def _parse_workload(workload: Mapping) -> Workload:
-    no_unknown("workload", workload, WORKLOAD_DEFAULTS)
+def _parse_workload(workload: Mapping, node: str) -> Workload:
+    no_unknown(node, workload, WORKLOAD_DEFAULTS)
     w = {**WORKLOAD_DEFAULTS, **{k: v for k, v in workload.items() if v is not None}}
     if w["mode"] not in MODES:
-        raise ConfigError(f"workload.mode is {w['mode']!r}; valid: {', '.join(MODES)}")
+        raise ConfigError(f"{node}.mode is {w['mode']!r}; valid: {', '.join(MODES)}")
     if w["dtype"] not in DTYPES:
-        raise ConfigError(f"workload.dtype is {w['dtype']!r}; valid: {', '.join(DTYPES)}")
+        raise ConfigError(f"{node}.dtype is {w['dtype']!r}; valid: {', '.join(DTYPES)}")
     needed = "context_len" if w["mode"] == "decode" else "seq_len"
     if w[needed] is None:
-        raise ConfigError(f"workload.{needed} is required for mode {w['mode']}")
+        raise ConfigError(f"{node}.{needed} is required for mode {w['mode']}")
     for key in ("batch", "microbatches", "seq_len", "context_len", "logits_chunk", "loss_len", "shared_prefix"):
         if w[key] is not None:
-            w[key] = _positive_int(f"workload.{key}", w[key])
+            w[key] = _positive_int(f"{node}.{key}", w[key])
     for key in ("recompute", "zero", "shard_weights"):
         if not isinstance(w[key], bool):
-            raise ConfigError(f"workload.{key} is {w[key]!r}; expected true or false")
-    w["recompute_keeps"] = _recompute_keeps(w["recompute_keeps"], w["recompute"])
-    _check_shared_prefix(w)
+            raise ConfigError(f"{node}.{key} is {w[key]!r}; expected true or false")
+    w["recompute_keeps"] = _recompute_keeps(w["recompute_keeps"], w["recompute"], node)
+    _check_shared_prefix(w, node)
     if w["shard_weights"] and not w["zero"] and w["mode"] == "train":
-        raise ConfigError("workload.shard_weights needs zero: true (sharded weights shard their optimizer states too)")
+        raise ConfigError(f"{node}.shard_weights needs zero: true (sharded weights shard their optimizer states too)")
     return Workload(**w)
 
 
-def _check_shared_prefix(w: dict) -> None:
+def _check_shared_prefix(w: dict, node: str) -> None:
     """A shared prefix is a decode's: its prompt (seq_len) is the first part of the cached context_len tokens."""
     if w["shared_prefix"] == 1:
         return
+    valid = (f"valid: 1 (no shared prefix), or > 1 with {node}.mode decode and {node}.seq_len (the shared prompt) "
+             f"below {node}.context_len (the rows' own tokens follow it)")
     if w["mode"] != "decode":
-        raise ConfigError(f"workload.shared_prefix is {w['shared_prefix']} with mode {w['mode']}; a shared prefix is "
-                          f"decode's (use 1)")
+        raise ConfigError(f"{node}.shared_prefix is {w['shared_prefix']} with {node}.mode {w['mode']}; {valid}")
     if w["seq_len"] is None or w["seq_len"] >= w["context_len"]:
-        raise ConfigError(f"workload.shared_prefix: {w['shared_prefix']} needs seq_len (the shared prompt, got "
-                          f"{w['seq_len']}) below context_len ({w['context_len']}): the rows' own tokens follow it")
+        raise ConfigError(f"{node}.shared_prefix is {w['shared_prefix']} with {node}.seq_len {w['seq_len']} and "
+                          f"{node}.context_len {w['context_len']}; {valid}")
 
 
-def _recompute_keeps(keeps, recompute: bool) -> tuple[str, ...]:
+def _recompute_keeps(keeps, recompute: bool, node: str) -> tuple[str, ...]:
     if not isinstance(keeps, (list, tuple)) or not all(kind in OP_TYPES for kind in keeps):
-        raise ConfigError(f"workload.recompute_keeps is {keeps!r}; expected a list of op types ({', '.join(OP_TYPES)})")
+        raise ConfigError(f"{node}.recompute_keeps is {keeps!r}; expected a list of op types ({', '.join(OP_TYPES)})")
     if keeps and not recompute:
-        raise ConfigError("workload.recompute_keeps needs recompute: true (without recompute every activation is kept)")
+        raise ConfigError(f"{node}.recompute_keeps needs recompute: true (without recompute every activation is kept)")
     return tuple(sorted(set(keeps)))
 
 

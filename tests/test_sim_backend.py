@@ -105,6 +105,20 @@ def test_minus_one_takes_the_remaining_devices():
         layout_from_parallel({**axes, "cp": 2}, devices=16)
 
 
+@pytest.mark.parametrize("overrides, reason", [
+    (["sim.mode=train", "sim.batch=6", "sim.microbatches=4"],
+     "sim.batch=6 with sim.microbatches=4; valid: a multiple of 4 (each replica runs its rows as that many micro-batches)"),
+    (["sim.batch=4", "sim.seq_len=1024", "sim.shared_prefix=8"],
+     "sim.batch=4 with sim.shared_prefix=8; valid: a multiple of 8 (each replica holds whole groups of rows sharing a "
+     "prompt)"),
+])
+def test_a_replicas_rows_that_do_not_split_are_an_invalid_row_naming_the_sim_keys(overrides, reason):
+    """Over 8 replicas the simulator's own reason would name the whole batch (sim.batch x 8), not the key typed."""
+    job = SimAdapter().convert_config(compose_config(["task=sim", "backend=sim", "model=qwen2_5_0_5b_instruct",
+                                                      "hardware=h200", "parallel.fsdp=-1", *overrides]))
+    assert simulate_job(job)[0] == {"status": "invalid", "reason": reason, "fits": None}
+
+
 def test_a_single_invalid_layout_exits_2_with_one_line(tmp_path):
     proc = run_cli(["task=sim", "model=qwen3_30b_a3b", "hardware=h100", "parallel.fsdp=1", "parallel.tp=3",
                     f"hydra.run.dir={tmp_path}"])

@@ -135,19 +135,26 @@ def one_sided_keys(saved: Any, current: Any, prefix: str = "") -> tuple[dict[str
 
 def set_by(key: str, overrides: Sequence[str]) -> str | None:
     """The command-line override that sets or removes `key` (the key, one inside it, a dict or `~` above it, a
-    group placed at a package holding it: `+group@pkg=option`); None: the config files give it. A plain value
-    above it is a group's option (`backend=maxtext`): files."""
+    group placed at a package holding it: `group@pkg=option`, with '+' or without); None: the config files give it.
+    A group's option at its own place (`backend=maxtext`, `+group=option`) is files."""
     for override in overrides:
         target, _, value = override.partition("=")
-        group, _, package = target.lstrip("+~").partition("@")
-        if package:  # group@package=option: the option's keys land under the package (_global_: anywhere)
-            name, whole = ("" if package == "_global_" else package), True
+        group, at, package = target.lstrip("+~").partition("@")
+        if at:  # the option's keys land under the package (the root: anywhere), whether '+' added the group or not
+            name, whole = hydra_package(package), True
         else:
-            name, whole = group, target.startswith("~") or value.lstrip().startswith("{")
+            name, whole = group.replace("/", "."), target.startswith("~") or value.lstrip().startswith("{")
         above = whole and (not name or key.startswith(f"{name}."))
         if name == key or (name and name.startswith(f"{key}.")) or above:
             return override
     return None
+
+
+def hydra_package(package: str) -> str:
+    """The dotted node an override's `@package` places a group at, as Hydra resolves it: `_global_` and the empty
+    package are the root (""), `_global_.a.b` is `a.b`."""
+    start = package.rfind("_global_")
+    return package if start == -1 else package[start + len("_global_") + 1:]
 
 
 def _refusal(path: Path, cfg: DictConfig, difference: str, set_on_command_line: dict[str, str]) -> CheckpointError:

@@ -34,3 +34,13 @@ class SimTask:
                 "context_len": self.context_len, "microbatches": self.microbatches, "recompute": self.recompute,
                 "dtype": SHORT[self.dtype], "zero": zero and self.mode == "train",
                 "shared_prefix": self.shared_prefix}
+
+    def batch_problem(self) -> str | None:
+        """Why a replica's sim.batch rows do not split as the simulator needs (sims.workload.layout_problem's rule on
+        the whole batch, sim.batch x replicas, named in this task's keys), or None."""
+        for key, why in (("microbatches", "each replica runs its rows as that many micro-batches"),
+                         ("shared_prefix", "each replica holds whole groups of rows sharing a prompt")):
+            if self.batch % getattr(self, key):
+                size = getattr(self, key)
+                return f"sim.batch={self.batch} with sim.{key}={size}; valid: a multiple of {size} ({why})"
+        return None

@@ -151,6 +151,21 @@ def test_which_override_sets_a_key():
     assert set_by("backend.adapter.x", ["backend=maxtext", "+hardware@model=cpu", "backend.adapter.y=1"]) is None
 
 
+@pytest.mark.parametrize("plus", ["", "+", "++"])
+def test_a_group_at_a_package_sets_its_keys_with_or_without_plus(plus):
+    """One rule for `group@pkg=option` whether '+' adds the group or not: the package (Hydra's: `_global_` and the
+    empty package are the root, `_global_.a` is `a`) holds what the command line set; at its own place a group's
+    option is files."""
+    for package in ("model", "_global_.model"):
+        override = f"{plus}hardware@{package}=cpu"
+        assert set_by("model.hf_config.x", [override]) == override and set_by("model", [override]) == override
+        assert set_by("backend.adapter.x", [override]) is None and set_by("hardware.name", [override]) is None
+    for package in ("_global_", ""):
+        override = f"{plus}hardware@{package}=cpu"
+        assert set_by("backend.adapter.x", [override]) == override and set_by("a", [override]) == override
+    assert set_by("hardware.name", [f"{plus}hardware=cpu"]) is None
+
+
 def test_a_key_a_release_removed_resumes_with_one_warning(stepped, caplog):
     result = Runtime(stepping_cfg(), stepped, []).run()
     assert result.success, result.error

@@ -210,7 +210,8 @@ def test_predict_step_counts_the_staged_copy_whenever_a_group_divides_the_update
 
 def test_a_separate_rollouts_tp_counts_two_weight_copies():
     from framework.backends.maxtext.models import ModelConfig
-    from framework.backends.maxtext.trainers.preflight import MEMORY_HEADROOM, rollout_tp_for
+    from framework.backends.maxtext.trainers.preflight import MEMORY_HEADROOM
+    from framework.backends.maxtext.trainers.rollout_plan import rollout_tp_for
     from framework.core.paths import load_conf
     from tests.maxtext.test_rollout_layouts import grpo_task
 
@@ -248,7 +249,7 @@ def test_a_run_on_4_devices_takes_the_argmin_of_the_predictions_it_logs(tmp_path
 
 def test_a_candidate_whose_sampler_shares_the_prompt_is_predicted_with_it():
     """Long prompts (2,048 + 256 tokens, 16 prompts x 8): a rollout replica holding all 16 prompts shares their K/V
-    under backend.adapter.shared_prefix=auto (preflight.prompt_decision), so its decode is predicted as the shared-prefix decode
+    under backend.adapter.shared_prefix=auto (rollout_plan.prompt_decision), so its decode is predicted as the shared-prefix decode
     (two kernel calls and their merge, sims/shared_prefix.py); with `off` the same split decodes the repeated cache, slower."""
     from framework.backends.maxtext.trainers.layout_search import predict
 

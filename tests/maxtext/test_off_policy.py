@@ -111,7 +111,7 @@ def test_separate_devices_receive_their_whole_shard_and_the_preflight_overlaps_t
 
 def test_a_rollout_on_devices_of_its_own_counts_no_training_state():
     from framework.backends.maxtext.models import ModelConfig
-    from framework.backends.maxtext.trainers.preflight import rollout_tp_for
+    from framework.backends.maxtext.trainers.rollout_plan import rollout_tp_for
     from framework.core.paths import load_conf
 
     model = ModelConfig.from_hf_config(load_conf("model", "qwen3_8b")["hf_config"], param_dtype="float32",

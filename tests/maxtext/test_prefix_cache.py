@@ -91,7 +91,7 @@ def test_auto_shares_the_prefix_where_it_was_measured_faster():
 
 
 def test_the_sharing_decision_says_why():
-    """prefix_decision: shares_prefix's answer with the reason the run logs (preflight.prompt_sharing)."""
+    """prefix_decision: shares_prefix's answer with the reason the run logs (rollout_plan.prompt_sharing)."""
     auto, on = (SimpleNamespace(decode_kernel="pallas", shared_prefix=setting) for setting in ("auto", "on"))
     assert prefix_decision(auto, 16, 8, 256, 256, 1) == (False, "prompt 256 < 4 x 256 new tokens")
     assert prefix_decision(auto, 32, 8, 1024, 256, 4) == (False, "8 prompts a batch shard < 16")
@@ -109,7 +109,7 @@ def test_the_sharing_decision_says_why():
 def test_the_run_logs_and_records_whether_its_sampler_shares_the_prompt(caplog):
     import logging
 
-    from framework.backends.maxtext.trainers.preflight import prompt_sharing
+    from framework.backends.maxtext.trainers.rollout_plan import prompt_sharing
     from tests.maxtext.test_rollout_layouts import grpo_task
 
     auto = SimpleNamespace(decode_kernel="pallas", shared_prefix="auto")

@@ -119,7 +119,7 @@ def test_auto_micro_batch_and_remat_run_and_are_recorded(tmp_path):
     assert "grpo: remat auto -> none (the preflight's memory estimate at micro-batch 16)" in proc.stderr
     metrics = json.loads((tmp_path / "summary.json").read_text())["result"]["metrics"]
     assert (metrics["micro_batch_size"], metrics["remat"]) == (16, "none")
-    # the sampler's shared-prefix decision, logged and recorded (preflight.prompt_sharing)
+    # the sampler's shared-prefix decision, logged and recorded (rollout_plan.prompt_sharing)
     assert f"shared prefix: off ({metrics['shared_prefix_reason']})" in proc.stderr
     assert metrics["shared_prefix"] is False and metrics["shared_prefix_reason"]
 
@@ -140,7 +140,7 @@ def test_the_update_is_one_optimizer_step_per_epoch_over_accumulated_micro_batch
 
 
 def test_the_preflights_decode_holds_a_shared_prompt_once_per_group():
-    """Where the sampler shares the prompt (preflight.prompt_decision: prefix_cache.prefix_decision at the step's shapes
+    """Where the sampler shares the prompt (rollout_plan.prompt_decision: prefix_cache.prefix_decision at the step's shapes
     over the rollout mesh's prompt shards),
     the preflight's decode phase is the simulator's shared-prefix decode (the prompt held once per group, a kernel
     call over it and one over each row's tokens), so a long-prompt run it fits is not refused; at the recipe's
@@ -148,7 +148,8 @@ def test_the_preflights_decode_holds_a_shared_prompt_once_per_group():
     from dataclasses import replace
 
     from framework.backends.maxtext.sharding import DEFAULT_RULES, abstract_mesh
-    from framework.backends.maxtext.trainers.preflight import grpo_phases, predict_step, prompt_decision
+    from framework.backends.maxtext.trainers.preflight import grpo_phases, predict_step
+    from framework.backends.maxtext.trainers.rollout_plan import prompt_decision
     from framework.core.paths import load_conf
     from tests.maxtext.test_rollout_layouts import grpo_task
 

@@ -76,7 +76,7 @@ def test_rollout_layout_resolution_and_its_one_line_errors():
 
 
 def test_the_rollout_tp_is_the_smallest_group_that_fits_beside_the_training_state():
-    from framework.backends.maxtext.trainers.preflight import pick_rollout_tp
+    from framework.backends.maxtext.trainers.rollout_plan import pick_rollout_tp
 
     task = grpo_task()  # 16 prompts x 8 samples, 32 + 2 tokens
     gb = 1e9
@@ -101,7 +101,7 @@ def test_the_rollout_tp_counts_a_candidates_cache_shards_on_its_mesh_as_the_samp
     from types import SimpleNamespace
 
     from framework.backends.maxtext.sharding import DEFAULT_RULES, rollout_meshes
-    from framework.backends.maxtext.trainers.preflight import rollout_tp_for
+    from framework.backends.maxtext.trainers.rollout_plan import rollout_tp_for
 
     # 64 prompts x 8 of 1024 + 256 tokens, 256 KiB of K/V a token. tp=1: 8 prompts a shard, so auto repeats the
     # prompt: 512 x 1280 / 8 tokens = 21.5 GB a device (the old count, 4 shards of 16 prompts, shared: 12.9 GB);
@@ -121,7 +121,7 @@ def test_the_rollout_tp_counts_a_candidates_cache_shards_on_its_mesh_as_the_samp
 def test_the_trainers_rollout_tp_counts_the_training_state_on_the_update_shards():
     from types import SimpleNamespace
 
-    from framework.backends.maxtext.trainers.preflight import rollout_tp_for
+    from framework.backends.maxtext.trainers.rollout_plan import rollout_tp_for
 
     task, gb = grpo_task(), 1e9  # beta 0: params + 2 AdamW moments stay, no reference
     model = SimpleNamespace(num_layers=28, num_heads=28, num_kv_heads=4, head_dim=128, dtype="bfloat16",
@@ -138,7 +138,7 @@ def test_the_trainers_rollout_tp_counts_the_training_state_on_the_update_shards(
 def test_the_rollout_tp_counts_a_shared_prompt_once_per_group_where_the_sampler_shares_it():
     from types import SimpleNamespace
 
-    from framework.backends.maxtext.trainers.preflight import rollout_tp_for
+    from framework.backends.maxtext.trainers.rollout_plan import rollout_tp_for
 
     # 16 prompts x 8 samples of 256 + 256 tokens, 256 KiB of K/V a token: the Pallas kernel's shared prefix holds
     # 36,864 tokens (9.7 GB), the repeated cache 65,536 (17.2 GB); a quarter of each per device at tp=1

@@ -3,6 +3,8 @@ calls and the merge that run, its cache the prompt once per group, and the task=
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from framework.backends.sim.adapter import SimAdapter
@@ -10,9 +12,9 @@ from framework.backends.sim.trainers import simulate_job
 from framework.core.errors import ConfigError
 from framework.core.paths import load_conf
 from sims import simulate
-from sims.api import simulate_many
+from sims.api import predict_op, simulate_many
 from sims.cache import clear_caches
-from tests.conftest import compose_config
+from tests.conftest import compose_config, run_cli
 
 PROMPTS, SAMPLES, PROMPT, NEW = 16, 8, 1024, 128
 ROWS = PROMPTS * SAMPLES
@@ -73,6 +75,21 @@ def test_a_sweep_costs_shared_prefix_decodes_as_each_alone():
     assert len({summary["latency_s"] for summary, _ in alone}) == len(cases)
 
 
+@pytest.mark.parametrize("hardware_name", ["h100", "h200"])
+@pytest.mark.parametrize("prompts, samples, prompt, new", [(PROMPTS, SAMPLES, PROMPT, NEW), (2, 8, 256, 32)])
+def test_every_ops_bound_is_predict_ops_in_a_step_and_alone(hardware_name, prompts, samples, prompt, new):
+    """A step's rows (sims/vector_cost.py) label each op as predict_op does (sims/shared_prefix.py's cascade_cost for
+    the shared attention: the bound of its longest call); the small decode's calls are at their kernel floors."""
+    hf, hardware = _model_and_h200()[0], load_conf("hardware", hardware_name)["hardware"]
+    workload = _decode(prompts * samples, prompt + new, seq_len=prompt, shared_prefix=samples)
+    for layout in ({"tp": 1}, {"tp": 2}):
+        rows = simulate(hf, hardware, layout, workload, stack="xla").breakdown_rows()
+        bounds = {row["name"]: row["bound"] for row in rows if row["op_type"] != "loss"}
+        assert bounds == {name: predict_op(hf, hardware, workload, name, layout, stack="xla")["bound"]
+                          for name in bounds}
+        assert bounds["attention"] == ("floor" if prompt == 256 else "memory")
+
+
 def test_tensor_parallel_splits_the_merge_and_both_calls_heads():
     hf, hardware = _model_and_h200()
     workload = _decode(ROWS, PROMPT + NEW, seq_len=PROMPT, shared_prefix=SAMPLES)
@@ -81,15 +98,21 @@ def test_tensor_parallel_splits_the_merge_and_both_calls_heads():
     assert flops[2] == pytest.approx(flops[1] / 2, rel=1e-9)
 
 
+VALID = ("valid: 1 (no shared prefix), or > 1 with workload.mode decode and workload.seq_len (the shared prompt) below "
+         "workload.context_len (the rows' own tokens follow it)")
+
+
 @pytest.mark.parametrize("workload, message", [
-    (_decode(ROWS, 512, seq_len=512, shared_prefix=SAMPLES), "workload.shared_prefix: 8 needs seq_len"),
-    (_decode(ROWS, 512, shared_prefix=SAMPLES), "workload.shared_prefix: 8 needs seq_len"),
-    ({"mode": "prefill", "batch": ROWS, "seq_len": 512, "shared_prefix": SAMPLES}, "a shared prefix is decode's"),
+    (_decode(ROWS, 512, seq_len=512, shared_prefix=SAMPLES),
+     f"workload.shared_prefix is 8 with workload.seq_len 512 and workload.context_len 512; {VALID}"),
+    (_decode(ROWS, 512, shared_prefix=SAMPLES), "workload.shared_prefix is 8 with workload.seq_len None"),
+    ({"mode": "prefill", "batch": ROWS, "seq_len": 512, "shared_prefix": SAMPLES},
+     f"workload.shared_prefix is 8 with workload.mode prefill; {VALID}"),
     (_decode(ROWS, 512, seq_len=256, shared_prefix=0), "workload.shared_prefix is 0"),
 ])
 def test_a_shared_prefix_outside_a_decode_after_its_prompt_is_a_one_line_error(workload, message):
     hf, hardware = _model_and_h200()
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
         simulate(hf, hardware, {"tp": 1}, workload, stack="xla")
 
 
@@ -99,11 +122,35 @@ def test_a_replica_holds_whole_groups():
     assert result.status == "invalid" and "dp*shared_prefix=32" in result.reason
 
 
+SIM_DECODE = ["task=sim", "backend=sim", "model=qwen2_5_0_5b_instruct", "hardware=h200", "sim.stack=xla",
+              "sim.mode=decode", "sim.batch=128", "sim.seq_len=2048", "sim.context_len=2176"]
+SIM_VALID = ("valid: 1 (no shared prefix), or > 1 with sim.mode decode and sim.seq_len (the shared prompt) below "
+             "sim.context_len (the rows' own tokens follow it)")
+
+
 def test_task_sim_sweeps_the_shared_prefix():
     """sim.shared_prefix reaches the simulator's workload: the decode it predicts holds a smaller cache."""
-    base = ["task=sim", "backend=sim", "model=qwen2_5_0_5b_instruct", "hardware=h200", "sim.stack=xla",
-            "sim.mode=decode", "sim.batch=128", "sim.seq_len=2048", "sim.context_len=2176"]
-    summaries = [simulate_job(SimAdapter().convert_config(compose_config([*base, f"sim.shared_prefix={n}"])))[0]
+    summaries = [simulate_job(SimAdapter().convert_config(compose_config([*SIM_DECODE, f"sim.shared_prefix={n}"])))[0]
                  for n in (1, 8)]
     assert summaries[1]["memory_breakdown_gb"]["kv_cache"] < summaries[0]["memory_breakdown_gb"]["kv_cache"] / 3
     assert summaries[1]["latency_s"] != summaries[0]["latency_s"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["sim.shared_prefix=8", "sim.seq_len=2176"],
+     f"sim.shared_prefix is 8 with sim.seq_len 2176 and sim.context_len 2176; {SIM_VALID}"),
+    (["sim.shared_prefix=8", "sim.mode=prefill"], f"sim.shared_prefix is 8 with sim.mode prefill; {SIM_VALID}"),
+    (["sim.context_len=0"], "sim.context_len is 0; expected an integer >= 1"),
+])
+def test_a_bad_sim_value_is_one_line_naming_the_key_the_user_typed(overrides, message):
+    """The sim task's workload errors name sim.* (the keys of conf/task/sim.yaml), not the simulator's workload.*."""
+    with pytest.raises(ConfigError) as error:
+        simulate_job(SimAdapter().convert_config(compose_config([*SIM_DECODE, *overrides])))
+    assert str(error.value) == message
+
+
+def test_the_command_line_names_sim_shared_prefix(tmp_path):
+    proc = run_cli([*SIM_DECODE, "sim.shared_prefix=8", "sim.mode=prefill", f"hydra.run.dir={tmp_path}"])
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines() == [
+        f"error: sim.shared_prefix is 8 with sim.mode prefill; {SIM_VALID}"]

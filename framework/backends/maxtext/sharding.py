@@ -98,7 +98,7 @@ def abstract_mesh(sizes: Mapping[str, int]) -> AbstractMesh:
 
 def rollout_meshes(rollout: RolloutLayout, devices: int) -> Callable[[int], dict[str, int]]:
     """tp -> the mesh axis sizes of `rollout` with that tp over `devices`: a candidate of rollout_parallel's
-    fitting_tp (preflight.rollout_tp_for counts its cache's batch shards on it)."""
+    fitting_tp (rollout_plan.rollout_tp_for counts its cache's batch shards on it)."""
     return lambda tp: mesh_shape(rollout.with_tp(tp), devices, ROLLOUT_KEY)
 
 

@@ -46,14 +46,18 @@ def simulate_job(job: SimJob) -> tuple[dict, list[dict]]:
     """The simulator's summary and per-op rows for the job's layout; a layout that cannot split the hardware's devices
     is an `invalid` summary (a row of a sweep), like one that cannot run the model."""
     from sims.api import simulate
-    from sims.workload import layout_from_parallel
+    from sims.workload import layout_from_parallel, parse_workload
 
     devices = job.hardware["devices_per_node"] * job.hardware["nodes"]
     try:
         layout, zero = layout_from_parallel(job.parallel.as_dict(), devices)  # no rollout phase here
     except ConfigError as exc:
         return {"status": "invalid", "reason": str(exc), "fits": None}, []
-    result = simulate(job.hf_config, job.hardware, layout, job.task.workload(layout["dp"], zero), stack=job.task.stack)
+    if (problem := job.task.batch_problem()) is not None:  # the simulator's reason would name the whole batch
+        return {"status": "invalid", "reason": problem, "fits": None}, []
+    workload = job.task.workload(layout["dp"], zero)
+    parse_workload(workload, node="sim")  # a bad value's error names the sim.* key typed (simulate's: workload.*)
+    result = simulate(job.hf_config, job.hardware, layout, workload, stack=job.task.stack)
     return {**result.summary(), **{f"layout_{axis}": size for axis, size in layout.items()}}, result.breakdown_rows()
 
 

@@ -68,7 +68,7 @@ def build_layout(args: argparse.Namespace, task, config, devices: list, update_l
     from framework.backends.maxtext.sampler import Sampler
     from framework.backends.maxtext.sharding import (DEFAULT_RULES, build_mesh, rollout_meshes, rollout_parallel,
                                                     tree_bytes)
-    from framework.backends.maxtext.trainers.preflight import rollout_tp_for
+    from framework.backends.maxtext.trainers.rollout_plan import rollout_tp_for
     from framework.backends.maxtext.trainers.rollout import RolloutPlacement
     from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
     from framework.core.parallel import RolloutLayout
@@ -102,7 +102,8 @@ def build_layout(args: argparse.Namespace, task, config, devices: list, update_l
 def predicted(args: argparse.Namespace, task, config, update_layout, mesh, placement, weight_bytes: float) -> dict:
     """The preflight's prediction of this layout's step (or why there is none)."""
     from framework.backends.maxtext.sharding import DEFAULT_RULES
-    from framework.backends.maxtext.trainers.preflight import predict_step, prompt_decision
+    from framework.backends.maxtext.trainers.preflight import predict_step
+    from framework.backends.maxtext.trainers.rollout_plan import prompt_decision
 
     try:
         prediction = predict_step(load_conf("model", args.model)["hf_config"],

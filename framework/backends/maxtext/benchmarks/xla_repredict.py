@@ -115,7 +115,8 @@ def moved_bytes(hf_config: dict, task, update_mesh: dict, rollout_mesh: dict) ->
 
     from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params
     from framework.backends.maxtext.sharding import tree_bytes
-    from framework.backends.maxtext.trainers.preflight import reshard_bytes_per_device, rollout_weight_bytes
+    from framework.backends.maxtext.trainers.preflight import reshard_bytes_per_device
+    from framework.backends.maxtext.trainers.rollout_plan import rollout_weight_bytes
 
     model = ModelConfig.from_hf_config(hf_config, param_dtype=task.param_dtype, dtype=task.compute_dtype)
     weight_bytes = tree_bytes(nn.unbox(abstract_params(Transformer(model))))

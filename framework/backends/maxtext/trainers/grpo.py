@@ -42,8 +42,9 @@ from framework.backends.maxtext.trainers.checkpointing import (STATE_FILE, host_
                                                                read_state, write_arrays)
 from framework.data.math import load_split, system_prompt, train_examples
 from framework.backends.maxtext.trainers.evaluation import evaluate
-from framework.backends.maxtext.trainers.preflight import (predict_step, preflight_warnings, prompt_sharing,
-                                                             refuse_out_of_memory, resolve_update_plan, rollout_tp_for)
+from framework.backends.maxtext.trainers.preflight import (predict_step, preflight_warnings, refuse_out_of_memory,
+                                                             resolve_update_plan)
+from framework.backends.maxtext.trainers.rollout_plan import prompt_sharing, rollout_tp_for
 from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
 from framework.core.errors import ConfigError, CrucibleError
 from framework.core.records import write_atomic
@@ -281,7 +282,7 @@ class GRPOTrainer(BaseTrainer):
 
     def _rollout_placements(self, boxed: Any) -> list[rollout.RolloutPlacement]:
         """A placement per rollout group (grpo.rollout_lag's), in parallel.rollout on a group's devices, its null tp
-        picked from the memory the rollout needs beside the training state (preflight.rollout_tp_for)."""
+        picked from the memory the rollout needs beside the training state (rollout_plan.rollout_tp_for)."""
         task = self.config.task
         chosen, groups = self.config.parallel.rollout, group_devices(self.rollout_devices, task.rollout_lag)
         count = len(groups[0])

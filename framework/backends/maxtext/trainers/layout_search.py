@@ -24,8 +24,8 @@ from typing import Any, Mapping
 
 from framework.backends.maxtext.sharding import LogicalRules, abstract_mesh
 from framework.backends.maxtext.trainers.preflight import (MEMORY_HEADROOM, pick_update_plan, predict_step,
-                                                             prompt_decision, reshard_bytes_per_device,
-                                                             rollout_weight_bytes)
+                                                             reshard_bytes_per_device)
+from framework.backends.maxtext.trainers.rollout_plan import prompt_decision, rollout_weight_bytes
 from framework.core.errors import ConfigError, CrucibleError
 from framework.core.parallel import AUTO, ParallelConfig
 from framework.tasks.grpo import GRPOTask

@@ -23,7 +23,8 @@ from jax.sharding import Mesh
 
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
 from framework.backends.maxtext.sharding import ROLLOUT_KEY, LogicalRules, build_mesh, param_shardings, resharder
-from framework.backends.maxtext.trainers.preflight import reshard_bytes_per_device, rollout_weight_bytes
+from framework.backends.maxtext.trainers.preflight import reshard_bytes_per_device
+from framework.backends.maxtext.trainers.rollout_plan import rollout_weight_bytes
 from framework.core.errors import ConfigError
 from framework.core.parallel import ParallelConfig
 from framework.data.gsm8k import MathExample
