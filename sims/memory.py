@@ -140,10 +140,14 @@ def _expert_split(layout: Layout) -> int:
 def _stage_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float, float, float, float]]:
     """Per stage: (non-expert, non-expert GEMM, other, all experts) parameters one device holds, the
     experts before _expert_split. Tp-split weights split by tp_split, the rest whole; a tied lm_head
-    shares the embedding's storage when both sit on one device (pp = 1). Counted for every tp size at once."""
-    sizes = columns(graph).sizes_with(layout.tp)
-    every_tp = _MEMO.get(graph, ("params", sizes, layout.pp), lambda: _count_stage_params(graph, sizes, layout.pp))
-    return every_tp[sizes.index(layout.tp)]
+    shares the embedding's storage when both sit on one device (pp = 1). Counted for every tp size at once, and
+    kept per (tp, pp) too: one lookup for the several calls of each configuration."""
+    return _MEMO.get(graph, ("params of tp", layout.tp, layout.pp), lambda: _params_of_tp(graph, layout.tp, layout.pp))
+
+
+def _params_of_tp(graph: ComputationalGraph, tp: int, pp: int) -> list[tuple[float, float, float, float]]:
+    sizes = columns(graph).sizes_with(tp)
+    return _MEMO.get(graph, ("params", sizes, pp), lambda: _count_stage_params(graph, sizes, pp))[sizes.index(tp)]
 
 
 def _count_stage_params(graph: ComputationalGraph, sizes: tuple[int, ...],

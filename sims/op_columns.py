@@ -169,20 +169,30 @@ def work_coefficients(graph: ComputationalGraph, tp: int, ep: int, mode: str) ->
 
 def every_tp_work(graph: ComputationalGraph, sizes: tuple[int, ...], expert_parallel: bool,
                   mode: str) -> tuple[np.ndarray, ...]:
-    """work_coefficients of every tp in `sizes` (Columns.sizes_with), as (tp x node x feature) arrays."""
+    """work_coefficients of every tp in `sizes` (Columns.sizes_with), as (tp x node x feature) arrays. A graph whose
+    token shuffles split differently under expert parallelism gets both variants (ep = 1, ep > 1) in one pass: an
+    MoE sweep uses both, and they share every array but the shuffles'."""
     key = ("work", sizes, expert_parallel, mode)
-    return _COLUMNS.get(graph, key, lambda: _work_coefficients(columns(graph), np.array(sizes)[:, None],
-                                                               expert_parallel, mode))
+    found = _COLUMNS.peek(graph, key)
+    if found is None:
+        cols = columns(graph)
+        variants = (False, True) if cols.attrs["sequence_parallel"].any() else (expert_parallel,)
+        for variant, work in zip(variants, _work_coefficients(cols, np.array(sizes)[:, None], variants, mode)):
+            _COLUMNS.get(graph, ("work", sizes, variant, mode), lambda work=work: work)
+        found = _COLUMNS.peek(graph, key)
+    return found
 
 
-def _work_coefficients(cols: Columns, tps: np.ndarray, expert_parallel: bool, mode: str) -> tuple[np.ndarray, ...]:
-    """The matrices for a column of tp sizes (tp x node x feature): elementwise in tp, so each tp's
-    slice is bit-identical to computing it alone."""
+def _work_coefficients(cols: Columns, tps: np.ndarray, variants: tuple[bool, ...],
+                       mode: str) -> list[tuple[np.ndarray, ...]]:
+    """The matrices for a column of tp sizes (tp x node x feature), for each of `variants` (whether ep > 1) on a
+    leading axis: elementwise in tp and variant, so each variant's tp slice is bit-identical to computing it alone."""
     a = cols.attrs
     per_split = 1 / np.array([cols.splits(tp) for tp in tps[:, 0].tolist()])
     per_in, per_out = np.where(a["in_split"] > 0, per_split, 1.0), np.where(a["out_split"] > 0, per_split, 1.0)
     # MoE token shuffles run on the whole replica's tokens, split over tp only under expert parallelism.
-    per_shuffle = np.where(a["sequence_parallel"] > 0, 1 / tps, per_split) if expert_parallel else per_split
+    per_shuffle = np.stack([np.where(a["sequence_parallel"] > 0, 1 / tps, per_split) if expert_parallel else per_split
+                            for expert_parallel in variants])
     elementwise = a["elementwise"] * per_shuffle
     flops = _outer(a["linear_flops"] * per_split + a["per_element"] * per_shuffle, cols.out)
     flops += _outer(a["norm"] * per_split, cols.first_in)
@@ -205,7 +215,7 @@ def _work_coefficients(cols: Columns, tps: np.ndarray, expert_parallel: bool, mo
     io_out[..., queries] += a["out_per_query"] / tps
     if mode != "decode":
         io_in[..., keys] += kv_dim
-    return flops, moved, io_in, io_out
+    return [(flops[v], moved[v], io_in, io_out) for v in range(len(variants))]
 
 
 def _outer(per_node: np.ndarray, elements: np.ndarray) -> np.ndarray:

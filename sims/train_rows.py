@@ -35,12 +35,14 @@ def train_stage_rows(graph: ComputationalGraph, contexts: list[Context], costs: 
     if section.scanned_update is not None:
         saved = saved_layer_bytes(graph, contexts, [c.inputs for c in costs],
                                   stage_split(graph, contexts[0].layout.pp).matrix)
-    per_plan, rows, times = {}, [], []
+    per_plan, losses, rows, times = {}, {}, [], []
     for b, (one, c) in enumerate(zip(contexts, costs)):
         if id(c.plan) not in per_plan:  # the plan's tp, ep and dtype with the key's pp and fsdp shards
             per_plan[id(c.plan)] = _accumulate_rows_of(graph, one), fsdp_rows(graph, one)
         accumulate, fsdp = per_plan[id(c.plan)]
-        loss = _loss_of(graph, one, ratios)
+        loss = losses.get((id(c.plan), one.dims["logit_tokens"]))  # _loss_of's key: the plan fixes tp and dtype
+        if loss is None:
+            loss = losses[(id(c.plan), one.dims["logit_tokens"])] = _loss_of(graph, one, ratios)
         stage_rows = [(loss, row) if head else (row,) for head, row in zip(heads, accumulate)]
         if saved is not None:
             stage_rows = [in_stage + scan for in_stage, scan in zip(stage_rows, scan_rows(graph, one, saved[b]))]

@@ -69,15 +69,15 @@ def test_every_op_of_a_plan_costs_what_op_cost_says(model, table):
 @pytest.mark.parametrize("model", MODELS)
 def test_every_tp_size_built_at_once_equals_each_tp_alone(model):
     """Work coefficients, tp splits, parameter kinds and counts per stage, KV-cache elements per token and stage, and a
-    plan's arrays are built for every tp size of a graph in one (tp x node) pass; each tp's slice is bit-identical to
-    that tp computed alone (and to tp_split), and a tp outside the sizes (no layout_problem check before predict_op)
-    is computed alone."""
+    plan's arrays are built for every tp size of a graph in one (tp x node) pass (the work coefficients of an MoE
+    graph for ep = 1 and ep > 1 together); each tp's slice is bit-identical to that tp (and ep variant) computed
+    alone (and to tp_split), and a tp outside the sizes (no layout_problem check before predict_op) is computed alone."""
     for mode in ("prefill", "decode", "train"):
         graph = build_graph(model_config(model), mode)
         cols = columns(graph)
         assert len(cols.tp_sizes) >= 5 and 3 not in cols.tp_sizes
         for tp, ep in itertools.product((*cols.tp_sizes, 3), (1, 2)):
-            alone = _work_coefficients(cols, np.array([[tp]]), ep > 1, mode)
+            alone = _work_coefficients(cols, np.array([[tp]]), (ep > 1,), mode)[0]  # one variant, one tp
             for shared, single in zip(work_coefficients(graph, tp, ep, mode), alone, strict=True):
                 assert np.array_equal(shared, single[0]), (mode, tp, ep)
             assert cols.splits(tp).tolist() == [float(tp_split(node, tp)) for node in graph.nodes]
