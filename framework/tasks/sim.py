@@ -11,7 +11,7 @@ from typing import Literal
 
 from framework.core.dtypes import SHORT
 from framework.core.errors import ConfigError
-from framework.core.ranges import Count, NonNegativeInt
+from framework.core.ranges import Count
 
 
 @dataclass
@@ -19,7 +19,7 @@ class SimTask:
     mode: Literal["prefill", "decode", "train"]
     batch: Count  # sequences per step of each data-parallel replica (dp x fsdp of them)
     seq_len: Count  # prompt length (prefill), sequence length (train)
-    context_len: NonNegativeInt  # tokens already in the KV cache (decode)
+    context_len: Count  # tokens already in the KV cache (decode; the simulator takes at least 1)
     microbatches: Count  # pipeline micro-batches per replica (train)
     recompute: bool  # activation recompute (train)
     dtype: Literal["bfloat16", "float8", "float32"]  # framework.core.dtypes
