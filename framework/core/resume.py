@@ -151,8 +151,11 @@ def set_by(key: str, overrides: Sequence[str]) -> str | None:
 
 
 def hydra_package(package: str) -> str:
-    """The dotted node an override's `@package` places a group at, as Hydra resolves it: `_global_` and the empty
-    package are the root (""), `_global_.a.b` is `a.b`."""
+    """The dotted node an override's `@package` places a group at, as Hydra resolves it: `_global_`, `_here_` (the
+    primary config's package, for a command-line override) and the empty package are the root (""), `_global_.a.b`
+    is `a.b`."""
+    if package == "_here_":
+        return ""
     start = package.rfind("_global_")
     return package if start == -1 else package[start + len("_global_") + 1:]
 

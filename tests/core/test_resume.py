@@ -154,13 +154,13 @@ def test_which_override_sets_a_key():
 @pytest.mark.parametrize("plus", ["", "+", "++"])
 def test_a_group_at_a_package_sets_its_keys_with_or_without_plus(plus):
     """One rule for `group@pkg=option` whether '+' adds the group or not: the package (Hydra's: `_global_` and the
-    empty package are the root, `_global_.a` is `a`) holds what the command line set; at its own place a group's
+    empty package and `_here_` are the root, `_global_.a` is `a`) holds what the command line set; at its own place a group's
     option is files."""
     for package in ("model", "_global_.model"):
         override = f"{plus}hardware@{package}=cpu"
         assert set_by("model.hf_config.x", [override]) == override and set_by("model", [override]) == override
         assert set_by("backend.adapter.x", [override]) is None and set_by("hardware.name", [override]) is None
-    for package in ("_global_", ""):
+    for package in ("_global_", "", "_here_"):  # _here_: the primary config's package, the root on the command line
         override = f"{plus}hardware@{package}=cpu"
         assert set_by("backend.adapter.x", [override]) == override and set_by("a", [override]) == override
     assert set_by("hardware.name", [f"{plus}hardware=cpu"]) is None

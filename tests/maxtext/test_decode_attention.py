@@ -74,6 +74,36 @@ def test_the_kernel_attends_to_the_live_slots_and_the_new_token_and_writes_it(sl
     np.testing.assert_allclose(again[1], out[1], rtol=1e-6, atol=1e-6)
 
 
+def test_a_cache_of_partial_blocks_is_refused_by_the_kernel_and_decoded_by_xla_in_the_model(tmp_path_factory):
+    """The kernel reads whole CACHE_BLOCKs (a partial last one would read past the buffer): it refuses such a cache,
+    and the Transformer decodes one (not the sampler's) through XLA's masked path, token for token the same."""
+    from framework.backends.maxtext.models import KVCache, Transformer, forward, positions_from_mask
+    from tests.maxtext.tiny_checkpoints import load_tiny
+
+    q, k, v, keys, values = random_inputs(CACHE_BLOCK + 36, 2)
+    with pytest.raises(ValueError, match=f"100 slots; the kernel needs a multiple of {CACHE_BLOCK}"):
+        attend(q, k, v, keys, values, np.zeros(2, np.int32), 50)
+    tiny = load_tiny("tiny_qwen2", tmp_path_factory.getbasetemp())
+    config, params = tiny["config"], tiny["params"]
+    ids = np.random.default_rng(1).integers(3, config.vocab_size, size=(2, 12)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[0, :3] = 0
+    positions = positions_from_mask(jnp.asarray(mask))
+
+    def logits(kernel: str) -> np.ndarray:
+        model = Transformer(config.replace(decode_kernel=kernel))
+        step = jax.jit(lambda cache, lo, hi: forward(model, params, ids[:, lo:hi], mask[:, lo:hi], positions[:, lo:hi],
+                                                     cache), static_argnums=(1, 2))
+        out, cache = step(KVCache.create(config, 2, CACHE_BLOCK + 36), 0, 6)
+        outs = [out]
+        for t in range(6, ids.shape[1]):  # one token at a time, as a decode step
+            out, cache = step(cache, t, t + 1)
+            outs.append(out)
+        return np.concatenate([np.asarray(o) for o in outs], axis=1)
+
+    np.testing.assert_allclose(logits("pallas"), logits("xla"), rtol=1e-5, atol=1e-5)
+
+
 def greedy_tokens(tiny: dict, kernel: str, prompts, mesh=None, rules=None) -> tuple[np.ndarray, int]:
     """The greedy completions, and how many times the traced program called the fused kernel."""
     from framework.backends.maxtext.models import Transformer

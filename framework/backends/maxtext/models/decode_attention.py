@@ -11,7 +11,9 @@ over the live cache slots [start, index) block by block (online softmax, blocks 
 first live slot skipped), plus the new token's (k, v) from registers, normalised in the kernel;
 the new (k, v) are stored at slot `index` of the same buffers (aliased in place). That is exact
 because a row's real tokens are contiguous in the cache: left padding, then the prompt, then every
-decoded token (the sampler's layout; a cached forward with holes in its mask uses the XLA path).
+decoded token (the sampler's layout). The kernel treats every slot of [start, index) as live: a cached
+forward with holes in its mask must use the XLA path (decode_kernel="xla"); Transformer sends a cache whose
+slots are not whole CACHE_BLOCKs there itself.
 
 Under a mesh the kernel runs per shard (shard_map): rows split over the batch axes, KV heads over
 the tensor axis together with their query heads.
@@ -27,7 +29,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 from jax.sharding import Mesh, PartitionSpec
 
-from framework.backends.maxtext.sharding import DEFAULT_RULES, LogicalRules, logical_to_spec
+from framework.backends.maxtext.sharding import DEFAULT_RULES, LogicalRules, constrain, logical_to_spec
 
 Array = jax.Array
 # The KV cache layout [batch, KV heads, slots, head_dim]: what the kernel reads without a transpose.
@@ -65,6 +67,9 @@ def decode_attention(q: Array, k: Array, v: Array, keys: Array, values: Array, s
     multiple of CACHE_BLOCK); start [B]; index (scalar: the new token's slot) -> (attention [B, 1, H, D] in q's
     dtype over slots [start, index] with the new token at `index`, keys, values with slot `index` written).
     Off GPU the kernel is interpreted (tests)."""
+    if keys.shape[2] % CACHE_BLOCK:  # the kernel reads whole blocks: a partial last one would read past the buffer
+        raise ValueError(f"decode_attention: the cache has {keys.shape[2]} slots; the kernel needs a multiple of "
+                         f"{CACHE_BLOCK} (decode_attention.cache_slots rounds up)")
     kernel = functools.partial(_attend_and_append, interpret=jax.default_backend() != "gpu")
     if mesh is None or mesh.size == 1:
         return kernel(q, k, v, keys, values, start, index)
@@ -72,9 +77,12 @@ def decode_attention(q: Array, k: Array, v: Array, keys: Array, values: Array, s
     # Each shard holds whole rows' slots: start/index count the full sequence (a rule sharding it is gathered).
     cache_spec = PartitionSpec(batch_axes, heads_axes, None, None)
     token_spec = PartitionSpec(batch_axes, None, heads_axes, None)
-    return jax.shard_map(kernel, mesh=mesh, out_specs=(token_spec, cache_spec, cache_spec), check_vma=False,
-                         in_specs=(token_spec, token_spec, token_spec, cache_spec, cache_spec,
-                                   PartitionSpec(batch_axes), PartitionSpec()))(q, k, v, keys, values, start, index)
+    out, keys, values = jax.shard_map(
+        kernel, mesh=mesh, out_specs=(token_spec, cache_spec, cache_spec), check_vma=False,
+        in_specs=(token_spec, token_spec, token_spec, cache_spec, cache_spec, PartitionSpec(batch_axes),
+                  PartitionSpec()))(q, k, v, keys, values, start, index)
+    # Back in the cache's layout under the rules (a rule sharding its slots): the decode loop's carry keeps one sharding.
+    return out, constrain(keys, CACHE_AXES, mesh, rules), constrain(values, CACHE_AXES, mesh, rules)
 
 
 def _attend_and_append(q: Array, k: Array, v: Array, keys: Array, values: Array, start: Array, index: Array, *,

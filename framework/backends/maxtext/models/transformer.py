@@ -21,7 +21,7 @@ from flax import linen as nn
 from jax.sharding import Mesh
 
 from framework.backends.maxtext.models.config import ModelConfig
-from framework.backends.maxtext.models.decode_attention import decode_attention, first_live_slot
+from framework.backends.maxtext.models.decode_attention import CACHE_BLOCK, decode_attention, first_live_slot
 from framework.backends.maxtext.models.kv_cache import KVCache, LayerCache, attend_mask, mark_valid, write_slots
 from framework.backends.maxtext.models.prefix_cache import PrefixCache, cascade_attention
 from framework.backends.maxtext.models.rope import apply_rope, positions_from_mask, rope_inverse_frequencies
@@ -94,7 +94,9 @@ class Attention(nn.Module):
             out, new_cache = self._packed(q, k, v, lengths), (k, v)
         else:
             keys, values, index, prefix = cache
-            if prefix is None and c.decode_kernel == "pallas" and q.shape[1] == 1:  # writes k, v itself
+            whole_blocks = keys.shape[2] % CACHE_BLOCK == 0  # the sampler's caches; others take XLA's path
+            if prefix is None and c.decode_kernel == "pallas" and q.shape[1] == 1 and whole_blocks:
+                # the fused kernel writes k, v itself
                 out, keys, values = decode_attention(q, k, v, keys, values, first_live_slot(attend), index,
                                                      self.mesh, self.rules)
             else:
