@@ -19,6 +19,7 @@ from functools import cached_property
 from sims.builders import build_graph, graph_and_counts
 from sims.calculator import OP_CLASS, Context
 from sims.hardware import HardwareSpec, hardware_spec
+from sims.interpolators import gemm_interpolator, op_interpolator
 from sims.ir import ComputationalGraph
 from sims.memory import activations_together, estimate_memory
 from sims.shared_prefix import attention_cost
@@ -114,9 +115,9 @@ def simulate(
     a chunked loss projects at a time), loss_len (train: the last positions of each sequence the loss
     takes logits of; None = all), dtype (bf16 | fp8 | fp32), zero (shard optimizer states over dp), shared_prefix
     (decode: rows per prompt holding its first seq_len cached tokens once; sims/shared_prefix.py)."""
-    hw = hardware_spec(hardware, stack)
-    result, graph, ctx = _prepare(hf_config, hw, layout, workload, stack, {})
-    return result if ctx is None else _finish(result, graph, hw, ctx)
+    call = _Call(hf_config, hardware_spec(hardware, stack), stack)
+    result, graph, ctx = _prepare(call, layout, workload)
+    return result if ctx is None else _finish(call, result, graph, ctx)
 
 
 def simulate_many(
@@ -139,8 +140,8 @@ def simulate_many(
     if len(workloads) != len(layouts):
         raise ConfigError(f"simulate_many: {len(layouts)} layouts but {len(workloads)} workloads; give one "
                           "workload or one per layout")
-    hw, graphs = hardware_spec(hardware, stack), {}
-    prepared = [_prepare(hf_config, hw, layout, workload, stack, graphs) for layout, workload in zip(layouts, workloads)]
+    call = _Call(hf_config, hardware_spec(hardware, stack), stack)
+    prepared = [_prepare(call, layout, workload) for layout, workload in zip(layouts, workloads)]
     by_graph: dict[int, tuple] = {}
     for _, graph, ctx in prepared:
         if ctx is not None:
@@ -149,18 +150,30 @@ def simulate_many(
         cost_together(graph, contexts)
         sum_stages_together(graph, contexts)
         activations_together(graph, contexts)
-    return [result if ctx is None else _finish(result, graph, hw, ctx) for result, graph, ctx in prepared]
+    return [result if ctx is None else _finish(call, result, graph, ctx) for result, graph, ctx in prepared]
 
 
-def _prepare(
-    hf_config: Mapping, hw: HardwareSpec, layout: Mapping, workload: Mapping, stack: str, graphs: dict
-) -> tuple[SimResult, ComputationalGraph, Context | None]:
-    """The parsed call: its result (final when the layout cannot run the model: no context), graph and context.
-    `graphs` keeps the (graph, parameter counts) of each mode for the calls of one sweep (one config's key each)."""
+class _Call:
+    """What every configuration of one simulate / simulate_many call shares, looked up once per call: the parsed
+    hardware, its interpolators, the uncalibrated-table warning and the (graph, parameter counts) of each mode."""
+
+    def __init__(self, hf_config: Mapping, hw: HardwareSpec, stack: str):
+        self.hf_config, self.hw, self.stack, self.graphs = hf_config, hw, stack, {}
+        self.interpolators = (gemm_interpolator(hw), op_interpolator(hw))
+        self.warning = ""
+        if hw.efficiency.source.startswith("built-in defaults ("):
+            self.warning = f"no {stack} efficiency table for {hw.name}: uncalibrated built-in factors"
+
+    def graph_and_counts(self, mode: str) -> tuple[ComputationalGraph, dict]:
+        return self.graphs.get(mode) or self.graphs.setdefault(mode, graph_and_counts(self.hf_config, mode, self.stack))
+
+
+def _prepare(call: _Call, layout: Mapping, workload: Mapping) -> tuple[SimResult, ComputationalGraph, Context | None]:
+    """The parsed call: its result (final when the layout cannot run the model: no context), graph and context."""
     parsed_layout = parse_layout(layout)
     parsed_workload = parse_workload(workload)
-    graph, counts = graphs.get(parsed_workload.mode) or graphs.setdefault(
-        parsed_workload.mode, graph_and_counts(hf_config, parsed_workload.mode, stack))
+    graph, counts = call.graph_and_counts(parsed_workload.mode)
+    hw = call.hw
     result = SimResult(
         status="ok",
         reason="",
@@ -170,33 +183,34 @@ def _prepare(
         workload=parsed_workload,
         params_total=counts["total"],
         params_active=counts["active"],
-        stack=stack,
+        stack=call.stack,
         efficiency_source=hw.efficiency.source,
     )
     problem = layout_problem(graph.meta, hw, parsed_layout, parsed_workload)
     if problem:
         result.status, result.reason = "invalid", problem
         return result, graph, None
-    return result, graph, Context.for_step(graph, hw, parsed_layout, parsed_workload)
+    return result, graph, Context.for_step(graph, hw, parsed_layout, parsed_workload, call.interpolators)
 
 
-def _finish(result: SimResult, graph: ComputationalGraph, hw: HardwareSpec, ctx: Context) -> SimResult:
+def _finish(call: _Call, result: SimResult, graph: ComputationalGraph, ctx: Context) -> SimResult:
     """The step time and memory of a valid call, into its result."""
-    parsed_layout, parsed_workload = ctx.layout, ctx.workload
-    step = estimate_step(graph, hw, parsed_layout, parsed_workload, ctx)
-    memory = estimate_memory(graph, hw, parsed_layout, parsed_workload, ctx)
-    new_tokens = parsed_workload.batch * parsed_workload.query_len
-    result.latency_s = step.latency_s
-    result.tokens_per_s_per_device = new_tokens / step.latency_s / parsed_layout.devices
-    result.mfu = step.model_flops / (step.latency_s * parsed_layout.devices * hw.peak_flops(parsed_workload.dtype))
-    result.memory_breakdown_gb = memory.breakdown_gb
+    layout, workload, hw = ctx.layout, ctx.workload, call.hw
+    step = estimate_step(graph, hw, layout, workload, ctx)
+    breakdown = estimate_memory(graph, hw, layout, workload, ctx).breakdown_gb
+    latency, devices = step.latency_s, layout.devices
+    result.latency_s = latency
+    result.tokens_per_s_per_device = workload.batch * workload.query_len / latency / devices
+    result.mfu = step.model_flops / (latency * devices * ctx.precision.gemm_peak)  # gemm_peak: the dtype's peak
+    result.memory_breakdown_gb = breakdown
     result.memory_capacity_gb = hw.memory_gb
     result.row_source = step.rows
-    if not result.fits:
-        result.reason = f"needs {result.memory_per_device_gb:.1f} GB per device, {hw.memory_gb:g} GB available"
+    used = sum(breakdown.values())
+    if not used <= hw.memory_gb:  # as SimResult.fits
+        result.reason = f"needs {used:.1f} GB per device, {hw.memory_gb:g} GB available"
         result.warnings.append(f"does not fit: {result.reason}")
-    if hw.efficiency.source.startswith("built-in defaults ("):
-        result.warnings.append(f"no {result.stack} efficiency table for {hw.name}: uncalibrated built-in factors")
+    if call.warning:
+        result.warnings.append(call.warning)
     return result
 
 

@@ -90,8 +90,11 @@ class Context:
     costs: object = None  # its binding's vector_cost.Costs, once costed (vector_cost.costs_for)
 
     @classmethod
-    def for_step(cls, graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload) -> "Context":
+    def for_step(cls, graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload,
+                 interpolators: tuple | None = None) -> "Context":
+        """`interpolators`: hw's (gemm_interpolator, op_interpolator), when the caller looked them up already."""
         precision = _precision(workload.dtype, hw, workload.mode == "train")
+        gemm, other = interpolators or (gemm_interpolator(hw), op_interpolator(hw))
         return cls(
             bind_dims(graph, layout, workload),
             layout.tp,
@@ -100,8 +103,8 @@ class Context:
             hw,
             layout,
             workload,
-            gemm_interpolator(hw),
-            op_interpolator(hw),
+            gemm,
+            other,
         )
 
 
