@@ -205,9 +205,8 @@ def _finish(call: _Call, result: SimResult, graph: ComputationalGraph, ctx: Cont
     result.memory_breakdown_gb = breakdown
     result.memory_capacity_gb = hw.memory_gb
     result.row_source = step.rows
-    used = sum(breakdown.values())
-    if not used <= hw.memory_gb:  # as SimResult.fits
-        result.reason = f"needs {used:.1f} GB per device, {hw.memory_gb:g} GB available"
+    if not result.fits:  # one rule for fitting: SimResult.fits
+        result.reason = f"needs {result.memory_per_device_gb:.1f} GB per device, {hw.memory_gb:g} GB available"
         result.warnings.append(f"does not fit: {result.reason}")
     if call.warning:
         result.warnings.append(call.warning)
