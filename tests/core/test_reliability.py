@@ -104,7 +104,7 @@ CASES: list[tuple[list[str], str]] = [
     *_ranges(SIM, "sim.batch", POSITIVE_INT),
     *_ranges(SIM, "sim.seq_len", POSITIVE_INT[:2]),
     *_ranges(SIM, "sim.microbatches", POSITIVE_INT[:1]),
-    *_ranges(SIM, "sim.context_len", NON_NEGATIVE),
+    *_ranges(SIM, "sim.context_len", POSITIVE_INT[1:2]),  # a count: the simulator decodes after >= 1 cached token
     ([*SIM, "sim.dtype=fp8"], "sim.dtype: expected one of ['bfloat16', 'float8', 'float32'], got 'fp8'"),
     ([*SIM, "sim.mode=generate"], "sim.mode: expected one of ['prefill', 'decode', 'train'], got 'generate'"),
     ([*SIM, "sim.recompute=sometimes"], "sim.recompute: expected true/false, got 'sometimes'"),
