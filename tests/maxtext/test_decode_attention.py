@@ -104,6 +104,16 @@ def test_a_cache_of_partial_blocks_is_refused_by_the_kernel_and_decoded_by_xla_i
     np.testing.assert_allclose(logits("pallas"), logits("xla"), rtol=1e-5, atol=1e-5)
 
 
+def test_the_model_imports_pallas_only_when_the_kernel_is_traced():
+    """Pallas and its Triton backend cost about 80 ms of import: a run whose decode never calls the kernel (CPU,
+    XLA's path) does not pay them at start-up."""
+    import subprocess
+
+    code = ("import sys; import framework.backends.maxtext.models.transformer; "
+            "print('jax.experimental.pallas' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
 def greedy_tokens(tiny: dict, kernel: str, prompts, mesh=None, rules=None) -> tuple[np.ndarray, int]:
     """The greedy completions, and how many times the traced program called the fused kernel."""
     from framework.backends.maxtext.models import Transformer

@@ -2,7 +2,8 @@
 other setting computes the same attention."""
 
 from framework.backends.maxtext.benchmarks.decode_attention_probe import main, settings
-from framework.backends.maxtext.models.decode_attention import CACHE_BLOCK, kernel_splits
+from framework.backends.maxtext.models.decode_attention import CACHE_BLOCK
+from framework.backends.maxtext.models.prefix_cache import kernel_splits
 
 
 def test_current_setting_first_and_grid_divides_the_cache():

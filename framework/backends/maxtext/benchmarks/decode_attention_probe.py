@@ -19,7 +19,8 @@ import json
 import statistics
 import time
 
-from framework.backends.maxtext.models.decode_attention import CACHE_BLOCK, kernel_splits
+from framework.backends.maxtext.models.decode_attention import CACHE_BLOCK
+from framework.backends.maxtext.models.prefix_cache import kernel_splits
 
 LAYERS = 24
 FULL = {"rows": 128, "heads": 14, "kv_heads": 2, "head_dim": 64, "slots": 512, "live_to": 384}

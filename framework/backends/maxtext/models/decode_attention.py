@@ -25,8 +25,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as plgpu
 from jax.sharding import Mesh, PartitionSpec
 
 from framework.backends.maxtext.sharding import DEFAULT_RULES, LogicalRules, constrain, logical_to_spec
@@ -35,7 +33,6 @@ Array = jax.Array
 # The KV cache layout [batch, KV heads, slots, head_dim]: what the kernel reads without a transpose.
 CACHE_AXES = ("cache_batch", "cache_kv_heads", "cache_sequence", "cache_head_dim")
 CACHE_BLOCK = 64  # keys per kernel block; a cache buffer the kernel reads is a multiple of it
-MAX_SPLITS = 4  # the cascade's sequence parts per (row, KV head) in gqa: 4 measured 1.5-2.5% faster than 8
 # Triton settings of the decode kernel: 3 stages measured 1.9% faster than 2 at 128 rows, blocks of 128 keys and 8
 # warps no faster (one H100, docs/benchmarks.md "Session 18")
 NUM_WARPS = 4
@@ -47,12 +44,6 @@ def cache_slots(prompt_length: int, max_new_tokens: int, decode_kernel: str) -> 
     blocks for the Pallas kernel (the sampler allocates it, the preflight counts it)."""
     slots = prompt_length + max_new_tokens
     return -(-slots // CACHE_BLOCK) * CACHE_BLOCK if decode_kernel == "pallas" else slots
-
-
-def kernel_splits(slots: int) -> int:
-    """Sequence parts of a kernel call over `slots` (whole CACHE_BLOCKs): at most MAX_SPLITS, dividing the blocks."""
-    blocks = slots // CACHE_BLOCK
-    return max(s for s in (1, 2, 4, MAX_SPLITS) if blocks % s == 0)
 
 
 def first_live_slot(attend: Array) -> Array:
@@ -87,6 +78,9 @@ def decode_attention(q: Array, k: Array, v: Array, keys: Array, values: Array, s
 
 def _attend_and_append(q: Array, k: Array, v: Array, keys: Array, values: Array, start: Array, index: Array, *,
                        interpret: bool) -> tuple[Array, Array, Array]:
+    from jax.experimental import pallas as pl  # here, not at import: 80 ms of every run's start-up otherwise
+    from jax.experimental.pallas import triton as plgpu
+
     batch, _, heads, head_dim = q.shape
     kv_heads, slots = keys.shape[1], keys.shape[2]
     groups = heads // kv_heads
@@ -114,6 +108,9 @@ def _attend_and_append(q: Array, k: Array, v: Array, keys: Array, values: Array,
 def _kernel(q_ref, k_ref, v_ref, keys_ref, values_ref, start_ref, index_ref, out_ref, keys_out, values_out, *,
             groups: int, block_h: int, block_k: int, scale: float) -> None:
     """One (row, KV head): q [block_h, D] (`groups` real heads), the new k, v [D], the cache [S, D]."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import triton as plgpu
+
     start, index = start_ref[()], index_ref[()]
     head_mask = (jnp.arange(block_h) < groups)[:, None]
     q = plgpu.load(q_ref.at[pl.ds(0, block_h), :], mask=head_mask, other=0.0)
