@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from framework.backends.maxtext.models import transformer
-from framework.backends.maxtext.models.decode_attention import CACHE_BLOCK, cache_slots, decode_attention, first_live_slot
+from framework.backends.maxtext.models.decode_attention import (CACHE_BLOCK, MAX_PARTS, cache_slots, decode_attention,
+                                                                first_live_slot, sequence_splits)
 
 HEADS, KV_HEADS, HEAD_DIM = 8, 2, 16
 
@@ -39,9 +40,9 @@ def random_inputs(slots: int, batch: int, seed: int = 0):
     return q, k, v, keys, values
 
 
-def attend(q, k, v, keys, values, start, index):
+def attend(q, k, v, keys, values, start, index, parts=None):
     out, keys, values = decode_attention(*map(jnp.asarray, (q, k, v, keys, values, start)), jnp.int32(index),
-                                         None, None)
+                                         None, None, parts)
     return np.asarray(out), np.asarray(keys), np.asarray(values)
 
 
@@ -72,6 +73,47 @@ def test_the_kernel_attends_to_the_live_slots_and_the_new_token_and_writes_it(sl
     keys[1][:, dead], values[1][:, dead] = 1e4, -1e4
     again, _, _ = attend(q, k, v, keys, values, start, index)
     np.testing.assert_allclose(again[1], out[1], rtol=1e-6, atol=1e-6)
+
+
+def test_few_rows_split_their_slots_into_parts_and_many_rows_do_not():
+    assert sequence_splits(256, 4096) == 1 and sequence_splits(1024, 4096) == 1  # the rollout's 128 rows x 2 KV heads
+    assert sequence_splits(32, 4096) == MAX_PARTS and sequence_splits(64, 4096) == 4 and sequence_splits(128, 4096) == 2
+    assert sequence_splits(4, 2 * CACHE_BLOCK) == 2  # never more parts than blocks
+
+
+@pytest.mark.parametrize("parts", [2, 3, MAX_PARTS])
+def test_parts_of_a_rows_slots_combine_to_the_same_attention_and_part_0_writes_the_new_entry(parts):
+    # 5 blocks: parts of one block, of none (a row whose live slots fit in fewer blocks than parts), uneven shares.
+    slots, index = 5 * CACHE_BLOCK, 4 * CACHE_BLOCK + 20
+    start = np.array([0, index - 3, index, 2 * CACHE_BLOCK + 1], np.int32)
+    q, k, v, keys, values = random_inputs(slots, len(start), seed=1)
+    out, new_keys, new_values = attend(q, k, v, keys, values, start, index, parts)
+    written_keys, written_values = keys.copy(), values.copy()
+    written_keys[:, :, index], written_values[:, :, index] = k[:, 0], v[:, 0]
+    np.testing.assert_array_equal(new_keys, written_keys)
+    np.testing.assert_array_equal(new_values, written_values)
+    np.testing.assert_allclose(out, reference(q, written_keys, written_values, start, index + 1), rtol=1e-5, atol=1e-5)
+    whole, _, _ = attend(q, k, v, keys, values, start, index, 1)
+    np.testing.assert_allclose(out, whole, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_the_kernel_lowers_to_triton_for_a_gpu(parts):
+    # CPU tests interpret the kernel; Triton's lowering rules (which reject, e.g., a select between a scalar and a
+    # tensor) run only for a GPU: exported for CUDA here, as far as a machine without one gets.
+    from jax import export
+
+    from framework.backends.maxtext.models.decode_attention import _attend_and_append
+
+    batch, slots = 8, 4 * CACHE_BLOCK
+    shapes = [(batch, 1, 14, 64), (batch, 1, 2, 64), (batch, 1, 2, 64), (batch, 2, slots, 64), (batch, 2, slots, 64)]
+    args = [jax.ShapeDtypeStruct(shape, jnp.bfloat16) for shape in shapes]
+    args += [jax.ShapeDtypeStruct((batch,), jnp.int32), jax.ShapeDtypeStruct((), jnp.int32)]
+    kernel = jax.jit(lambda *a: _attend_and_append(*a, parts=parts, interpret=False))
+    triton = "__gpu$xla.gpu.triton"  # no serialisation guarantee; lowering is what is checked
+    exported = export.export(kernel, platforms=["cuda"],
+                             disabled_checks=[export.DisabledSafetyCheck.custom_call(triton)])(*args)
+    assert exported.mlir_module().count(triton) == 1
 
 
 def test_a_cache_of_partial_blocks_is_refused_by_the_kernel_and_decoded_by_xla_in_the_model(tmp_path_factory):
