@@ -184,3 +184,29 @@ def test_bad_calibration_arguments_are_one_line_errors(argv, message, capsys, tm
     with pytest.raises(SystemExit) as exit_:
         xla_calibrate.main([str(tmp_path) if a == "OUT" else a for a in argv])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_merged_gemm_is_timed_with_one_output_as_the_models_step_reads_it():
+    # Separate q/k/v (gate/up) outputs would cost a slice copy after XLA's merged GEMM that the step never runs.
+    import jax
+    import numpy as np
+
+    from framework.backends.maxtext.benchmarks.xla_kernels import XlaKernels
+
+    config = xla_calibrate.model_config("tiny_qwen2", 1)
+    kernels = XlaKernels(config, "float32", "cpu")
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    for name, width, parts in (("qkv_proj", (heads + 2 * kv_heads) * head_dim, ("q_proj", "k_proj", "v_proj")),
+                               ("mlp_gate_up_proj", 2 * config["intermediate_size"], ("gate_proj", "up_proj"))):
+        bench = kernels._gemm(name, 2, 3)
+        x, params = bench.make_args()
+        out = jax.jit(bench.fn)(x, params)
+        assert out.shape == (2, 3, width), name
+        # Each part is its module's x @ kernel + bias, side by side in the order of the model's modules.
+        expected = []
+        for part in params:
+            kernel = np.asarray(part["kernel"]).reshape(config["hidden_size"], -1)
+            bias = np.asarray(part["bias"]).reshape(-1) if "bias" in part else 0.0
+            expected.append(np.asarray(x) @ kernel + bias)
+        np.testing.assert_allclose(np.asarray(out), np.concatenate(expected, axis=-1), rtol=1e-5, atol=1e-5)
