@@ -6,7 +6,6 @@
     python -m sims.benchmarks.speed_compare medians DIR                              # the tables again from DIR
     python -m sims.benchmarks.speed_compare equality /tmp/simbase --out DIR          # every result equal?
     python -m sims.benchmarks.speed_compare profile qwen3_8b train [--reps 20]       # where a first pass goes
-    python -m sims.benchmarks.speed_compare in-order qwen3_30b_a3b:prefill qwen3_8b:prefill  # first passes, in order
 
 timing: runs `python -m sims.benchmarks.speed --seconds S` (--per-layout: also its --per-layout, one simulate call
 per layout) RUNS times in the base tree and in this one, alternating (base, this, base, ...: the dev CPU is shared,
@@ -21,8 +20,6 @@ equality: dumps every summary field and per-op row of the speed sweep (MODELS x 
 zero and recompute for training, built-in factors and the calibrated H100 table: 7,168 configurations) in both
 trees through simulate_many (and in this one also through one simulate call per layout), writes them to
 DIR/*.pkl and prints how many configurations are bit-identical and the worst relative difference.
-in-order: the benchmark's own first pass (sims.benchmarks.speed.measure) of each MODEL:MODE sweep named, in that order
-in this one process (built-in factors): what a sweep's first pass reads as the process's first sweep or after others.
 profile: cProfile over REPS first passes of one of the speed benchmark's sweeps through simulate_many (every cache
 cleared before each, the graph kept built, as sims.benchmarks.speed's first pass), functions by cumulative time.
 """
@@ -85,31 +82,6 @@ def first_passes(reps: int) -> None:
             _simulate_many(hf, hardware, points)
             seconds.append((time.thread_time() - start) / len(points))
         print(f"{model:<18} {mode:<8} {len(points):>3} configs {1e6 * statistics.median(seconds):8.1f} us/config")
-
-
-def in_order(sweeps: list[tuple[str, str]], seconds: float) -> None:
-    import yaml
-
-    from sims.benchmarks.speed import REPO, WORKLOADS, measure
-    from sims.hardware import read_hardware_file
-
-    hardware = read_hardware_file(REPO / "conf/hardware/h100.yaml")
-    hardware["efficiency_table"], hardware["nodes"] = None, 2  # as sims.benchmarks.speed
-    for model, mode in sweeps:
-        hf = yaml.safe_load((REPO / f"conf/model/{model}.yaml").read_text())["hf_config"]
-        first_s, _, _ = measure(hf, hardware, next(w for w in WORKLOADS if w["mode"] == mode), seconds)
-        print(f"{model:<18} {mode:<8} first pass {1e6 * first_s:7.1f} us/config {1 / first_s:>9,.0f} configs/s")
-
-
-def _sweep_name(name: str) -> tuple[str, str]:
-    """MODEL:MODE of one of the speed benchmark's sweeps."""
-    from sims.benchmarks.speed import MODELS
-
-    model, _, mode = name.partition(":")
-    if model not in MODELS or mode not in MODES:
-        raise argparse.ArgumentTypeError(f"{name!r}: expected MODEL:MODE with MODEL one of {', '.join(MODELS)} and "
-                                         f"MODE one of {', '.join(MODES)}")
-    return model, mode
 
 
 def _read(folder: Path, prefix: str) -> tuple[dict, list[float]]:
@@ -325,8 +297,6 @@ def main() -> None:
     prof.add_argument("mode", choices=MODES)
     prof.add_argument("--reps", type=int, default=20)
     prof.add_argument("--top", type=int, default=45, help="functions listed")
-    order = sub.add_parser("in-order", help="the benchmark's first pass of each MODEL:MODE sweep, in one process")
-    order.add_argument("sweeps", nargs="+", type=_sweep_name, help="e.g. qwen3_30b_a3b:prefill qwen3_8b:prefill")
     args = parser.parse_args()
     if args.command == "timing":
         timing(args.base.resolve(), args.runs, args.seconds, args.per_layout, args.out.resolve())
@@ -336,8 +306,6 @@ def main() -> None:
         harness(args.base.resolve(), args.runs, args.reps, args.out.resolve())
     elif args.command == "first-passes":
         first_passes(args.reps)
-    elif args.command == "in-order":
-        in_order(args.sweeps, seconds=0.3)  # the timing runs' --seconds
     elif args.command == "profile":
         profile(args.model, args.mode, args.reps, args.top)
     elif args.command == "equality":
