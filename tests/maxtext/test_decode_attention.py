@@ -198,12 +198,12 @@ def test_under_a_mesh_the_kernel_runs_per_shard_with_the_same_tokens(tmp_path_fa
 
     facts = facts_on_cpu_devices(__file__, 4, str(tmp_path_factory.getbasetemp()), timeout=600)
     assert facts["shard_map_in_program"]
-    assert facts["equal"] == {"dp4": True, "dp2_tp2": True, "dp2_tp2_sequence_rule": True}
+    assert facts["equal"] == {"dp4": True, "dp2_tp2": True, "dp2_tp2_sequence_rule": True, "tp4": True}
     assert set(facts["kernel_calls"].values()) == {2}  # tiny_qwen2's two layers each call it
 
 
 def _on_forced_devices(base: str) -> dict:
-    """Greedy tokens of the kernel under dp=4 and dp=2 x tp=2 meshes against XLA on one device."""
+    """Greedy tokens of the kernel under dp=4, dp=2 x tp=2 and tp=4 (KV heads whole) meshes against XLA alone."""
     from pathlib import Path
 
     from framework.backends.maxtext.sharding import build_mesh, logical_axis_rules
@@ -217,7 +217,9 @@ def _on_forced_devices(base: str) -> dict:
     dp2_tp2 = ParallelConfig(dp=2, fsdp=1, tp=2, pp=1, ep=1, cp=1)
     runs = {"dp4": (ParallelConfig(dp=4, fsdp=1, tp=1, pp=1, ep=1, cp=1), None), "dp2_tp2": (dp2_tp2, None),
             # a user rule sharding the cache's slots: the kernel still sees whole rows
-            "dp2_tp2_sequence_rule": (dp2_tp2, logical_axis_rules({"cache_sequence": "tensor"}))}
+            "dp2_tp2_sequence_rule": (dp2_tp2, logical_axis_rules({"cache_sequence": "tensor"})),
+            # tp=4 splits tiny_qwen2's 4 query heads but not its 2 KV heads: the kernel keeps both whole per shard
+            "tp4": (ParallelConfig(dp=1, fsdp=1, tp=4, pp=1, ep=1, cp=1), None)}
     equal, kernel_calls = {}, {}
     for name, (layout, rules) in runs.items():
         tokens, kernel_calls[name] = greedy_tokens(tiny, "pallas", prompts, build_mesh(layout), rules)

@@ -140,6 +140,8 @@ def test_task_sim_sweeps_the_shared_prefix():
     (["sim.shared_prefix=8", "sim.seq_len=2176"],
      f"sim.shared_prefix is 8 with sim.seq_len 2176 and sim.context_len 2176; {SIM_VALID}"),
     (["sim.shared_prefix=8", "sim.mode=prefill"], f"sim.shared_prefix is 8 with sim.mode prefill; {SIM_VALID}"),
+    # a batch no group divides: still the error (its batch_problem row would advise a multiple of 3 for a prefill)
+    (["sim.shared_prefix=3", "sim.mode=prefill"], f"sim.shared_prefix is 3 with sim.mode prefill; {SIM_VALID}"),
     (["sim.context_len=0"], "sim.context_len: 0 is out of range; valid: >= 1"),  # the task schema, as the simulator
 ])
 def test_a_bad_sim_value_is_one_line_naming_the_key_the_user_typed(overrides, message):

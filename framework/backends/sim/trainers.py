@@ -53,10 +53,10 @@ def simulate_job(job: SimJob) -> tuple[dict, list[dict]]:
         layout, zero = layout_from_parallel(job.parallel.as_dict(), devices)  # no rollout phase here
     except ConfigError as exc:
         return {"status": "invalid", "reason": str(exc), "fits": None}, []
-    if (problem := job.task.batch_problem()) is not None:  # the simulator's reason would name the whole batch
-        return {"status": "invalid", "reason": problem, "fits": None}, []
     workload = job.task.workload(layout["dp"], zero)
     parse_workload(workload, node="sim")  # a bad value's error names the sim.* key typed (simulate's: workload.*)
+    if (problem := job.task.batch_problem()) is not None:  # the simulator's reason would name the whole batch
+        return {"status": "invalid", "reason": problem, "fits": None}, []
     result = simulate(job.hf_config, job.hardware, layout, workload, stack=job.task.stack)
     return {**result.summary(), **{f"layout_{axis}": size for axis, size in layout.items()}}, result.breakdown_rows()
 
