@@ -36,8 +36,9 @@ Array = jax.Array
 # The KV cache layout [batch, KV heads, slots, head_dim]: what the kernel reads without a transpose.
 CACHE_AXES = ("cache_batch", "cache_kv_heads", "cache_sequence", "cache_head_dim")
 CACHE_BLOCK = 64  # keys per kernel block; a cache buffer the kernel reads is a multiple of it
-# Triton settings of the decode kernel: 3 stages measured 1.6% faster than 2 at 128 rows (1.595 -> 1.569 ms a step),
-# blocks of 128 keys and 8 warps no faster (one H100, docs/benchmarks.md "Session 18", call B)
+# Triton settings of the decode kernel: 3 stages measured 1.6% faster than 2 at 128 rows (1.595 -> 1.569 ms a step,
+# one H100, docs/benchmarks.md "Session 18", call B); 8 warps were not faster. Blocks of 128 keys: not established
+# (that call's script set a name the module does not read; see the note under call B's table).
 NUM_WARPS = 4
 NUM_STAGES = 3
 # Below this many programs (rows x KV heads) a row's slots are split into parts: about two resident programs per SM of
