@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from framework.core.dtypes import SHORT
-from framework.core.errors import ConfigError
 from framework.core.ranges import Count
 
 
@@ -28,8 +27,6 @@ class SimTask:
 
     def workload(self, replicas: int, zero: bool) -> dict:
         """The simulator's workload for `replicas` data-parallel replicas (its batch counts them all)."""
-        if self.batch < 1:
-            raise ConfigError(f"sim.batch: {self.batch} must be >= 1 (sequences per data-parallel replica)")
         return {"mode": self.mode, "batch": self.batch * replicas, "seq_len": self.seq_len,
                 "context_len": self.context_len, "microbatches": self.microbatches, "recompute": self.recompute,
                 "dtype": SHORT[self.dtype], "zero": zero and self.mode == "train",
