@@ -15,7 +15,7 @@ from sims.calculator import Context, loss_positions
 from sims.hardware import HardwareSpec
 from sims.cache import GraphCache
 from sims.ir import ComputationalGraph
-from sims.op_columns import columns
+from sims.op_columns import columns, tp_column
 from sims.partition import expert_data_parallel, per_stage, stage_counts, stage_layer_bounds, stage_split
 from sims.shared_prefix import cached_tokens
 from sims.vector_cost import costs_for
@@ -165,8 +165,7 @@ def _param_kinds(graph: ComputationalGraph, tp_sizes: tuple[int, ...], tied_apar
     apart from the embedding (elementwise in tp: each tp's slice equals it computed alone)."""
     cols = columns(graph)
     a, experts, gemms = cols.attrs, cols.mask("moe_gemm"), cols.attrs["gemm_weights"] > 0
-    splits = np.array([cols.splits(tp) for tp in tp_sizes])
-    split = np.where(a["tp_split_weights"] > 0, splits, 1.0)
+    split = np.where(a["tp_split_weights"] > 0, cols.splits(tp_sizes), 1.0)
     stored = (a["tied"] == 0) | tied_apart
     by_kind = np.empty((*split.shape, 4))
     params = by_kind[..., 0] = np.where(stored & ~experts, a["weights"] / split, 0.0)
@@ -202,7 +201,7 @@ def _kv_elements_per_token(graph: ComputationalGraph, sizes: tuple[int, ...], pp
     """Cached elements per token on each stage, for every tp in `sizes` (Columns.sizes_with): elementwise per tp,
     and one matrix-vector product per tp (partition.per_stage), so each equals its tp computed alone."""
     a = columns(graph).attrs
-    per_node = a["cache_dim"] / np.minimum(np.array(sizes)[:, None], a["cache_heads"])
+    per_node = a["cache_dim"] / np.minimum(tp_column(sizes), a["cache_heads"])
     return per_stage(stage_split(graph, pp).matrix, list(per_node))
 
 

@@ -40,7 +40,7 @@ class Columns:
     comm: np.ndarray
     attrs: dict[str, np.ndarray]
     tp_sizes: tuple[int, ...]  # the tp sizes a layout may use (layout_problem): the divisors of the attention heads
-    split_memo: dict[int, np.ndarray]
+    split_memo: dict[tuple[int, ...], np.ndarray]
 
     def mask(self, op_type: str) -> np.ndarray:
         mask = self.masks.get(op_type)
@@ -68,13 +68,12 @@ class Columns:
             rows.append(values)
         return np.array(rows)
 
-    def splits(self, tp: int) -> np.ndarray:
-        """partition.tp_split of every node (read-only)."""
-        split = self.split_memo.get(tp)
-        if split is None:  # every tp size's at once (rows of one array), else this tp's alone
-            sizes = self.sizes_with(tp)
-            self.split_memo.update(zip(sizes, self._splits(np.array(sizes)[:, None])))
-            split = self.split_memo[tp]
+    def splits(self, sizes: tuple[int, ...]) -> np.ndarray:
+        """partition.tp_split of every node for each tp in `sizes` (Columns.sizes_with), a (tp x node) array
+        (read-only): elementwise in tp, so each row equals its tp alone."""
+        split = self.split_memo.get(sizes)
+        if split is None:
+            split = self.split_memo[sizes] = self._splits(tp_column(sizes))
         return split
 
     def sizes_with(self, tp: int) -> tuple[int, ...]:
@@ -82,12 +81,18 @@ class Columns:
         return self.tp_sizes if tp in self.tp_sizes else (tp,)
 
     def _splits(self, tps: np.ndarray) -> np.ndarray:
-        """tp_split per (tp x node) for a column of tp sizes; elementwise, so each row equals its tp alone."""
         a = self.attrs
         plain = np.minimum(tps, a["max_split"])
         width, limited = a["width"], a["limited_width"]
         partly = width / ((width - limited) / tps + limited / np.minimum(tps, a["limited_split"]))
         return np.where(a["replicated"] > 0, 1.0, np.where(limited > 0, partly, plain))
+
+
+def tp_column(sizes: tuple[int, ...]) -> np.ndarray:
+    """The tp sizes as a (tp x 1) float column: float like the per-node numbers it meets, so that numpy runs one
+    float loop per operation (an int column costs a cast, and in a fresh process a first call per dtype mix); the
+    sizes are small integers, exact in float, so every result is the same."""
+    return np.array(sizes, dtype=float)[:, None]
 
 
 def columns(graph: ComputationalGraph) -> Columns:
@@ -137,25 +142,26 @@ def _node_attrs(node: OpNode, num_layers: int) -> dict[str, float]:
 
 def _build_columns(graph: ComputationalGraph) -> Columns:
     nodes = graph.nodes
-    monomials = {split_shape(shape)[1] for node in nodes for shape in (*node.inputs, node.outputs[0])}
+    # each node's first input, other inputs and first output as (constant, symbols), split once
+    parts = [[[split_shape(shape) for shape in shapes] for shapes in (node.inputs[:1], node.inputs[1:], node.outputs[:1])]
+             for node in nodes]
+    monomials = {symbols for kinds in parts for shapes in kinds for _, symbols in shapes}
     features = tuple(dict.fromkeys((*sorted(monomials), TOKENS, QUERIES, KEYS, PAIRS)))
     position = {feature: i for i, feature in enumerate(features)}
-    first_in, other_in, out = ([[0.0] * len(features) for _ in nodes] for _ in range(3))
-    for row, node in enumerate(nodes):
-        for target, shapes in ((first_in, node.inputs[:1]), (other_in, node.inputs[1:]), (out, node.outputs[:1])):
-            for shape in shapes:
-                constant, symbols = split_shape(shape)
-                target[row][position[symbols]] += constant
+    elements = [[[0.0] * len(features) for _ in nodes] for _ in range(3)]  # first input, other inputs, first output
+    for row, kinds in enumerate(parts):
+        for kind, shapes in enumerate(kinds):
+            for constant, symbols in shapes:
+                elements[kind][row][position[symbols]] += constant
     per_node = [_node_attrs(node, graph.meta["num_layers"]) for node in nodes]
     values = itertools.chain.from_iterable(attrs.values() for attrs in per_node)
-    table = np.fromiter(values, dtype=float, count=len(nodes) * len(per_node[0])).reshape(len(nodes), -1).T
-    attrs = dict(zip(per_node[0], table))
+    table = np.fromiter(values, dtype=float, count=len(nodes) * len(per_node[0])).reshape(len(nodes), -1)
+    attrs = dict(zip(per_node[0], table.T.copy()))  # contiguous rows: numpy's fast loops, not its strided ones
     index = {node.name: i for i, node in enumerate(nodes)}
     comm, op_types = np.array([n.is_comm for n in nodes]), np.array([n.op_type for n in nodes])
     heads = graph.meta["num_attention_heads"]
     tp_sizes = tuple(tp for tp in range(1, heads + 1) if heads % tp == 0)
-    elements = map(np.array, (first_in, other_in, out))
-    return Columns(features, *elements, index, op_types, {}, comm, attrs, tp_sizes, {})
+    return Columns(features, *np.array(elements), index, op_types, {}, comm, attrs, tp_sizes, {})
 
 
 def work_coefficients(graph: ComputationalGraph, tp: int, ep: int, mode: str) -> tuple[np.ndarray, ...]:
@@ -177,18 +183,18 @@ def every_tp_work(graph: ComputationalGraph, sizes: tuple[int, ...], expert_para
     if found is None:
         cols = columns(graph)
         variants = (False, True) if cols.attrs["sequence_parallel"].any() else (expert_parallel,)
-        for variant, work in zip(variants, _work_coefficients(cols, np.array(sizes)[:, None], variants, mode)):
+        for variant, work in zip(variants, _work_coefficients(cols, sizes, variants, mode)):
             _COLUMNS.get(graph, ("work", sizes, variant, mode), lambda work=work: work)
         found = _COLUMNS.peek(graph, key)
     return found
 
 
-def _work_coefficients(cols: Columns, tps: np.ndarray, variants: tuple[bool, ...],
+def _work_coefficients(cols: Columns, sizes: tuple[int, ...], variants: tuple[bool, ...],
                        mode: str) -> list[tuple[np.ndarray, ...]]:
-    """The matrices for a column of tp sizes (tp x node x feature), for each of `variants` (whether ep > 1) on a
-    leading axis: elementwise in tp and variant, so each variant's tp slice is bit-identical to computing it alone."""
-    a = cols.attrs
-    per_split = 1 / np.array([cols.splits(tp) for tp in tps[:, 0].tolist()])
+    """The matrices for the tp `sizes` (tp x node x feature), for each of `variants` (whether ep > 1) on a leading
+    axis: elementwise in tp and variant, so each variant's tp slice is bit-identical to computing it alone."""
+    a, tps = cols.attrs, tp_column(sizes)
+    per_split = 1 / cols.splits(sizes)
     per_in, per_out = np.where(a["in_split"] > 0, per_split, 1.0), np.where(a["out_split"] > 0, per_split, 1.0)
     # MoE token shuffles run on the whole replica's tokens, split over tp only under expert parallelism.
     per_shuffle = np.stack([np.where(a["sequence_parallel"] > 0, 1 / tps, per_split) if expert_parallel else per_split

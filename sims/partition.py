@@ -75,6 +75,8 @@ def stage_counts(graph: ComputationalGraph, pp: int) -> list[list[int]]:
 
 
 def _split_stages(graph: ComputationalGraph, pp: int) -> StageSplit:
+    if pp == 1:  # one stage runs every layer: no layers to sort and split
+        return _as_split([[len(node.layers) for node in graph.nodes]])
     interior = stage_layer_bounds(graph.meta["num_layers"], pp)[1:-1]
     counts = [[0] * len(graph.nodes) for _ in range(pp)]
     for index, layers in enumerate(_STAGE_SPLITS.get(graph, "sorted layers", lambda: _sorted_layers(graph))):
@@ -82,6 +84,10 @@ def _split_stages(graph: ComputationalGraph, pp: int) -> StageSplit:
         edges = [0, *(bisect_left(layers, bound) for bound in interior), len(layers)]
         for stage in range(pp):
             counts[stage][index] = edges[stage + 1] - edges[stage]
+    return _as_split(counts)
+
+
+def _as_split(counts: list[list[int]]) -> StageSplit:
     matrix = np.array(counts, dtype=float)
     return StageSplit(counts, matrix, (matrix > 0).astype(float))
 

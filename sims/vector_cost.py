@@ -246,7 +246,7 @@ def _every_tp_arrays(graph: ComputationalGraph, ctx: Context, sizes: tuple[int, 
     compute, memory, _, _ = _CACHES.of(ctx.hw).get(graph, "efficiency", lambda: _efficiency(graph, ctx))
     flops, moved, io_in, io_out = every_tp_work(graph, sizes, ctx.ep > 1, ctx.workload.mode)
     weight_bytes = np.where(cols.mask("gemm"), p.gemm_weight_bytes, p.other_weight_bytes)
-    split = 1 / np.array([cols.splits(tp) for tp in sizes])
+    split = 1 / cols.splits(sizes)
     const_bytes = a["linear"] * a["weights"] * split * weight_bytes + (a["norm"] > 0) * a["weights"] * p.other_weight_bytes
     peak = np.where(a["gemm_weights"] > 0, p.gemm_peak, p.other_peak) * compute
     work = np.concatenate([flops, moved * p.act_bytes, io_in, io_out], axis=1)

@@ -13,7 +13,7 @@ from sims.calculator import Context, op_cost
 from sims.hardware import hardware_spec
 from sims.memory import _count_stage_params, _kv_elements_per_token, _param_kinds
 from sims.op_columns import _work_coefficients, columns, work_coefficients
-from sims.partition import tp_split
+from sims.partition import stage_split, tp_split
 from sims.vector_cost import _every_tp_arrays, plan_for
 from sims.workload import layout_problem, parse_layout, parse_workload
 
@@ -77,10 +77,12 @@ def test_every_tp_size_built_at_once_equals_each_tp_alone(model):
         cols = columns(graph)
         assert len(cols.tp_sizes) >= 5 and 3 not in cols.tp_sizes
         for tp, ep in itertools.product((*cols.tp_sizes, 3), (1, 2)):
-            alone = _work_coefficients(cols, np.array([[tp]]), (ep > 1,), mode)[0]  # one variant, one tp
+            alone = _work_coefficients(cols, (tp,), (ep > 1,), mode)[0]  # one variant, one tp
             for shared, single in zip(work_coefficients(graph, tp, ep, mode), alone, strict=True):
                 assert np.array_equal(shared, single[0]), (mode, tp, ep)
-            assert cols.splits(tp).tolist() == [float(tp_split(node, tp)) for node in graph.nodes]
+            every_tp, one = cols.splits(cols.sizes_with(tp)), cols.splits((tp,))
+            assert every_tp[cols.sizes_with(tp).index(tp)].tolist() == one[0].tolist() == [
+                float(tp_split(node, tp)) for node in graph.nodes]
         for apart in (False, True):
             every_tp = _param_kinds(graph, cols.tp_sizes, apart)
             for row, tp in enumerate(cols.tp_sizes):
@@ -139,3 +141,14 @@ def test_a_sweep_predicts_what_each_configuration_predicts_alone():
         assert shared.breakdown_rows() == alone.breakdown_rows(), (model, layout, workload)
         valid += shared.status == "ok"
     assert valid > 300
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_one_stage_runs_every_layer_and_stages_share_them(model):
+    """pp = 1 (built without splitting the layers) counts each node's every execution on its one stage; the stages
+    of pp > 1 split the same executions between them."""
+    graph = build_graph(model_config(model), "train")
+    assert stage_split(graph, 1).counts == [[len(node.layers) for node in graph.nodes]]
+    assert stage_split(graph, 1).runs.tolist() == [[1.0] * len(graph.nodes)]
+    for pp in (2, 3):
+        assert [sum(column) for column in zip(*stage_split(graph, pp).counts)] == stage_split(graph, 1).counts[0]
