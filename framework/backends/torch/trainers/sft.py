@@ -23,7 +23,7 @@ class SFTTrainer(TRLTrainer):
 
     def build_trainer(self, output_dir: str):
         task = self.config.task
-        args = trl.SFTConfig(**training_arguments(self.config, output_dir), max_length=task.max_seq_length,
+        args = trl.SFTConfig(**training_arguments(self.config, output_dir, bool(self.eval_rows)), max_length=task.max_seq_length,
                              packing=task.packing, completion_only_loss=task.completion_only_loss,
                              assistant_only_loss=False, loss_type="nll")
         return CheckpointedSFTTrainer(model=self.base_model, peft_config=self.peft_config, args=args, processing_class=self.tokenizer,
