@@ -59,6 +59,15 @@ def test_steps_below_the_checkpoint_are_refused(run_dir):
     assert result.error.startswith("record.steps: 1 is below the checkpoint's step 2")
 
 
+
+def test_every_manifest_unreadable_is_refused_before_any_record_is_touched(run_dir):
+    """Was a fresh start in the run dir: a second step 1.. appended to its metrics."""
+    (run_dir / "checkpoints" / "step_2" / "manifest.json").write_text("{cut off")
+    before = records(run_dir)
+    result = Runtime(checkpointing_cfg(), run_dir, []).run()
+    assert result.status == "refused" and "every checkpoint's manifest is unreadable (steps 2)" in result.error
+    assert records(run_dir) == before
+
 def test_allowed_changes_resume_and_each_segment_is_recorded(run_dir):
     result = Runtime(checkpointing_cfg(**{"record.steps": 8, "progress": False}), run_dir,
                      ["record.steps=8", "progress=false"]).run()
