@@ -179,6 +179,9 @@ def _refusal(path: Path, cfg: DictConfig, difference: str, set_on_command_line: 
 def check_resumable(run_dir: Path, cfg: DictConfig, overrides: Sequence[str] = ()) -> ResumePoint | None:
     """Where a run in `run_dir` resumes (None: a fresh start); CheckpointError when the run dir's checkpoints
     must not be resumed with this config and command line (`overrides`) or overwritten. Reads only."""
+    if (Path(run_dir) / CHECKPOINT_DIR).exists() and not (Path(run_dir) / CHECKPOINT_DIR).is_dir():
+        raise CheckpointError(f"{Path(run_dir) / CHECKPOINT_DIR}: not a folder (the run's checkpoints go there); "
+                              f"move it away, or start in a new run dir (hydra.run.dir=...)")
     steps = published_steps(run_dir)
     if not steps:
         return None
