@@ -170,8 +170,11 @@ class CheckpointStore:
                                   f"settings, or a new run dir")
 
     def latest(self) -> Checkpoint | None:
-        """The newest checkpoint that verifies; a damaged one is skipped with a warning. None: nothing to resume."""
-        for step in reversed(self.steps()):
+        """The newest checkpoint that verifies; a damaged one is skipped with a warning. None: nothing to resume.
+        Every one damaged is a CheckpointError: starting over in this run dir would append a second step 1.. to its
+        metrics and prune the damaged checkpoints."""
+        steps = self.steps()
+        for step in reversed(steps):
             try:
                 checkpoint = self.verify(step)
             except CheckpointError as exc:
@@ -179,6 +182,10 @@ class CheckpointStore:
                 continue
             self.check_fingerprint(checkpoint)
             return checkpoint
+        if steps:
+            raise CheckpointError(f"{self.root}: every checkpoint is damaged (steps {', '.join(map(str, steps))}; "
+                                  f"see the warnings); start in a new run dir (hydra.run.dir=...), or move "
+                                  f"{self.root} away to start over here")
         return None
 
     def resume_point(self) -> Checkpoint | None:

@@ -179,6 +179,9 @@ def _refusal(path: Path, cfg: DictConfig, difference: str, set_on_command_line: 
 def check_resumable(run_dir: Path, cfg: DictConfig, overrides: Sequence[str] = ()) -> ResumePoint | None:
     """Where a run in `run_dir` resumes (None: a fresh start); CheckpointError when the run dir's checkpoints
     must not be resumed with this config and command line (`overrides`) or overwritten. Reads only."""
+    if (Path(run_dir) / CHECKPOINT_DIR).exists() and not (Path(run_dir) / CHECKPOINT_DIR).is_dir():
+        raise CheckpointError(f"{Path(run_dir) / CHECKPOINT_DIR}: not a folder (the run's checkpoints go there); "
+                              f"move it away, or start in a new run dir (hydra.run.dir=...)")
     steps = published_steps(run_dir)
     if not steps:
         return None
@@ -191,8 +194,9 @@ def check_resumable(run_dir: Path, cfg: DictConfig, overrides: Sequence[str] = (
         raise CheckpointError(f"{root}: holds checkpoints (latest: step {steps[-1]}) and {key}.resume=false; resume "
                               f"them with {key}.resume=true, or start in a new run dir (hydra.run.dir=...)")
     found = _latest_manifest(run_dir, steps)
-    if found is None:
-        return None  # every manifest is unreadable: the trainer's store reports and starts over
+    if found is None:  # a fresh start would append a second step 1.. to the metrics and prune the checkpoints
+        raise CheckpointError(f"{root}: every checkpoint's manifest is unreadable (steps {', '.join(map(str, steps))}); "
+                              f"start in a new run dir (hydra.run.dir=...), or move {root} away to start over here")
     path, manifest = found
     saved, current = manifest.get("fingerprint", {}), run_fingerprint(cfg)
     for dotted in may_change(cfg):  # a key allowed to change now is not compared, even one the checkpoint holds

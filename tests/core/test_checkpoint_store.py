@@ -40,6 +40,15 @@ def test_a_flipped_byte_falls_back_to_the_previous_checkpoint(tmp_path, caplog):
     assert "checksum mismatch" in caplog.text
 
 
+
+def test_every_checkpoint_damaged_is_refused_not_a_fresh_start(tmp_path):
+    """A fresh start there appended a second step 1.. to the run's metrics (was: None, training from step 0)."""
+    store = _store(tmp_path)
+    for step in (1, 2):
+        (_save(store, step) / "w.bin").write_bytes(b"flipped")
+    with pytest.raises(CheckpointError, match="every checkpoint is damaged .steps 1, 2.*new run dir"):
+        store.latest()
+
 def test_a_failed_write_leaves_no_checkpoint(tmp_path):
     store = _store(tmp_path)
 

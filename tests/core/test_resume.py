@@ -59,6 +59,29 @@ def test_steps_below_the_checkpoint_are_refused(run_dir):
     assert result.error.startswith("record.steps: 1 is below the checkpoint's step 2")
 
 
+
+def test_every_manifest_unreadable_is_refused_before_any_record_is_touched(run_dir):
+    """Was a fresh start in the run dir: a second step 1.. appended to its metrics."""
+    (run_dir / "checkpoints" / "step_2" / "manifest.json").write_text("{cut off")
+    before = records(run_dir)
+    result = Runtime(checkpointing_cfg(), run_dir, []).run()
+    assert result.status == "refused" and "every checkpoint's manifest is unreadable (steps 2)" in result.error
+    assert records(run_dir) == before
+
+
+def test_a_file_where_the_checkpoints_go_is_refused_before_any_record_is_touched(run_dir):
+    """Was exit 1 with FileExistsError at the first checkpoint save, after training up to it."""
+    import shutil
+
+    shutil.rmtree(run_dir / "checkpoints")
+    (run_dir / "checkpoints").write_text("not a folder")
+    before = records(run_dir)
+    result = Runtime(checkpointing_cfg(), run_dir, []).run()
+    assert result.status == "refused" and result.error.endswith("checkpoints: not a folder (the run's checkpoints "
+                                                                "go there); move it away, or start in a new run "
+                                                                "dir (hydra.run.dir=...)")
+    assert records(run_dir) == before
+
 def test_allowed_changes_resume_and_each_segment_is_recorded(run_dir):
     result = Runtime(checkpointing_cfg(**{"record.steps": 8, "progress": False}), run_dir,
                      ["record.steps=8", "progress=false"]).run()

@@ -73,3 +73,10 @@ def test_reference_model_directory_missing(tmp_path, mlx_cache):
 def test_m2_ultra_on_linux_says_what_it_found(tmp_path, mlx_cache):
     line = one_line_error(["recipe=dpo_mlx", "progress=false"], tmp_path, mlx_cache)
     assert "hardware=m2_ultra" in line and "Linux" in line and "hardware=cpu" in line
+
+
+def test_a_max_seq_length_every_prompt_fills(tmp_path, mlx_cache):
+    """Was exit 0 after a step of loss 0 and grad norm 0: no completion token left to learn."""
+    line = one_line_error(["recipe=sft_mlx_cpu", "sft.steps=1", "progress=false", "sft.max_seq_length=8"],
+                          tmp_path, mlx_cache)
+    assert line.startswith("error: sft.max_seq_length: 8 tokens leave no training record a completion token")

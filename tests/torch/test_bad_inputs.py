@@ -77,3 +77,9 @@ def test_dpo_loss_type_trl_does_not_know(tmp_path):
 def test_label_smoothing_with_the_sigmoid_loss(tmp_path):
     line = one_line_error(run(tmp_path, [*DPO, "dpo.label_smoothing=0.1"]))
     assert line.startswith("error: dpo.label_smoothing:") and "robust" in line
+
+
+def test_a_max_seq_length_every_prompt_fills(tmp_path):
+    """TRL drops the rows left no completion token; none left was torch's `num_samples=0` ValueError, exit 1."""
+    line = one_line_error(run(tmp_path, [*SFT, "sft.max_seq_length=32", "sft.steps=1"]))
+    assert line.startswith("error: sft.max_seq_length: 32 tokens leave no training record")

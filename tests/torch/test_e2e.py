@@ -38,6 +38,20 @@ def test_one_step_of_the_cpu_recipe(task, tmp_path):
     assert patches["counts"]["failed"] == 0
 
 
+
+@pytest.mark.parametrize("task", ["sft", "dpo"])
+def test_a_single_file_data_set_trains_without_evaluating(task, tmp_path):
+    """A local jsonl file has no test split: the run trains and skips eval (was: transformers' ValueError,
+    eval steps without an eval dataset, exit 1)."""
+    from framework.data.records import SAMPLES
+
+    data = tmp_path / "train.jsonl"
+    sample = "chat" if task == "sft" else "preference"
+    data.write_text("".join((SAMPLES / sample / "train.jsonl").read_text().splitlines(keepends=True)[:16]))
+    run_dir, _ = run_ok([f"recipe={task}_torch_cpu", f"{task}.steps=1", f"{task}.eval.every=1",
+                         "data.source=local", f"data.path={data}", f"{task}.export_hf=false"], tmp_path)
+    assert [row["step"] for row in read_metrics(run_dir / "metrics.jsonl")] == [1]
+
 def test_maxtext_export_starts_an_sft_and_a_dpo_run(tmp_path):
     grpo_dir, _ = run_ok(["recipe=grpo_arithmetic_cpu", "grpo.steps=2", "grpo.prompts_per_step=4",
                           "grpo.num_generations=2", "grpo.micro_batch_size=8", "grpo.export_hf=true"], tmp_path, "grpo")

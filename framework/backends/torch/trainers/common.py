@@ -41,11 +41,12 @@ def no_activation_checkpointing() -> dict[str, bool]:
     return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": False}
 
 
-def training_arguments(config: TorchConfig, output_dir: str) -> dict[str, Any]:
-    """The TrainingArguments fields every TRL config here shares."""
+def training_arguments(config: TorchConfig, output_dir: str, has_eval_rows: bool) -> dict[str, Any]:
+    """The TrainingArguments fields every TRL config here shares. `has_eval_rows`: the data set has held-out
+    rows (a single-file data set has no test split: transformers refuses eval steps without an eval dataset)."""
     task, opt = config.task, config.task.optimizer
     mixed = task.param_dtype == "float32" and task.compute_dtype != "float32"
-    has_eval = task.eval.every > 0 and task.eval.num_examples > 0
+    has_eval = task.eval.every > 0 and task.eval.num_examples > 0 and has_eval_rows
     return dict(
         output_dir=output_dir, max_steps=task.steps, seed=config.seed, data_seed=config.seed,
         per_device_train_batch_size=task.micro_batch_size, per_device_eval_batch_size=task.micro_batch_size,

@@ -51,7 +51,7 @@ class DPOTrainer(TRLTrainer):
 
     def build_trainer(self, output_dir: str):
         task = self.config.task
-        args = trl.DPOConfig(**training_arguments(self.config, output_dir),
+        args = trl.DPOConfig(**training_arguments(self.config, output_dir, bool(self.eval_rows)),
                              max_length=task.max_prompt_length + task.max_completion_length,
                              beta=task.beta, loss_type=[task.loss_type], label_smoothing=task.label_smoothing,
                              precompute_ref_log_probs=task.reference == "precomputed")
