@@ -195,8 +195,9 @@ def check_resumable(run_dir: Path, cfg: DictConfig, overrides: Sequence[str] = (
                               f"them with {key}.resume=true, or start in a new run dir (hydra.run.dir=...)")
     found = _latest_manifest(run_dir, steps)
     if found is None:  # a fresh start would append a second step 1.. to the metrics and prune the checkpoints
-        raise CheckpointError(f"{root}: every checkpoint's manifest is unreadable (steps {', '.join(map(str, steps))}); "
-                              f"start in a new run dir (hydra.run.dir=...), or move {root} away to start over here")
+        raise CheckpointError(f"{root}: every checkpoint's manifest is unreadable (steps "
+                              f"{', '.join(map(str, steps))}); start in a new run dir (hydra.run.dir=...), or move "
+                              f"{root} away to start over here")
     path, manifest = found
     saved, current = manifest.get("fingerprint", {}), run_fingerprint(cfg)
     for dotted in may_change(cfg):  # a key allowed to change now is not compared, even one the checkpoint holds

@@ -28,9 +28,9 @@ class SFTTrainer(TRLTrainer):
 
     def build_trainer(self, output_dir: str):
         task = self.config.task
-        args = trl.SFTConfig(**training_arguments(self.config, output_dir, bool(self.eval_rows)), max_length=task.max_seq_length,
-                             packing=task.packing, completion_only_loss=task.completion_only_loss,
-                             assistant_only_loss=False, loss_type="nll")
+        args = trl.SFTConfig(**training_arguments(self.config, output_dir, bool(self.eval_rows)),
+                             max_length=task.max_seq_length, packing=task.packing,
+                             completion_only_loss=task.completion_only_loss, assistant_only_loss=False, loss_type="nll")
         trainer = CheckpointedSFTTrainer(model=self.base_model, peft_config=self.peft_config, args=args,
                                          processing_class=self.tokenizer, train_dataset=as_dataset(self.train_rows),
                                          eval_dataset=as_dataset(self.eval_rows) if self.eval_rows else None)
