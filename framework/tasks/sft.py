@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Literal
 
@@ -11,6 +12,8 @@ from framework.core.errors import ConfigError
 from framework.core.ranges import Count
 from framework.tasks.common import (EvalConfig, LoRAConfig, OptimizerConfig, check_batch, check_lora,
                                     check_optimizer, check_positive)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -40,3 +43,14 @@ def check_sft(task: SFTTask, key: str = "sft") -> None:
     if task.eval.every < 0 or task.eval.num_examples < 0:
         raise ConfigError(f"{key}.eval: every and num_examples must be >= 0")
     task.checkpoint.check(f"{key}.checkpoint")
+
+
+def check_learnable_rows(learnable: int, rows: int, max_seq_length: int, key: str = "sft") -> None:
+    """Rows whose prompt alone fills max_seq_length keep no completion token and teach nothing (TRL drops them, mlx
+    trains on them with loss 0): none left is one line naming the key, some, a warning with the count."""
+    if learnable == 0:
+        raise ConfigError(f"{key}.max_seq_length: {max_seq_length} tokens leave no training record a completion token "
+                          f"(all {rows} prompts fill it); raise it or set {key}.completion_only_loss=false")
+    if learnable < rows:
+        log.warning("%s.max_seq_length: %d tokens leave %d of %d training records no completion token; they teach "
+                    "nothing", key, max_seq_length, rows - learnable, rows)

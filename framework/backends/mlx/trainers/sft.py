@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import logging
-
 import mlx.core as mx
 
 from framework.backends.mlx.batching import collate_chats, encode_chat
 from framework.backends.mlx.losses import sft_loss
 from framework.backends.mlx.trainers.base import MLXTrainer, as_arrays
-from framework.core.errors import ConfigError
-
-log = logging.getLogger(__name__)
+from framework.tasks.sft import check_learnable_rows
 
 
 class SFTTrainer(MLXTrainer):
@@ -20,7 +16,8 @@ class SFTTrainer(MLXTrainer):
 
     def init(self) -> None:
         super().init()
-        check_loss_tokens(self.train_examples, self.task.max_seq_length)
+        learnable = sum(1 for example in self.train_examples if any(example["mask"]))
+        check_learnable_rows(learnable, len(self.train_examples), self.task.max_seq_length)
 
     def encode(self, messages: list[dict]) -> dict:
         return encode_chat(self.tokenizer, messages, self.task.max_seq_length, self.task.completion_only_loss)
@@ -52,14 +49,3 @@ class SFTTrainer(MLXTrainer):
         self.model.train()
         return {"eval_loss": loss_sum / max(tokens, 1.0)}
 
-
-def check_loss_tokens(examples: list[dict], max_seq_length: int) -> None:
-    """Rows whose truncation to max_seq_length left no loss token teach nothing: none with one is one line naming
-    the key (was: exit 0 after steps of loss 0 and grad norm 0); some without, a warning."""
-    empty = sum(1 for example in examples if not any(example["mask"]))
-    if empty == len(examples):
-        raise ConfigError(f"sft.max_seq_length: {max_seq_length} tokens leave no training record a completion token "
-                          f"(all {empty} prompts fill it); raise it or set sft.completion_only_loss=false")
-    if empty:
-        log.warning("sft.max_seq_length: %d tokens leave %d of %d training records no completion token; they "
-                    "teach nothing", max_seq_length, empty, len(examples))

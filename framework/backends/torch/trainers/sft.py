@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import logging
-
 import trl
 
 from framework.backends.torch.checkpointing import CrucibleCheckpointing
 from framework.backends.torch.data import as_dataset, sft_rows
 from framework.backends.torch.trainers.common import TRLTrainer, training_arguments
-from framework.core.errors import ConfigError
 from framework.data.records import load_records
-
-log = logging.getLogger(__name__)
+from framework.tasks.sft import check_learnable_rows
 
 
 class CheckpointedSFTTrainer(CrucibleCheckpointing, trl.SFTTrainer):
@@ -34,16 +30,6 @@ class SFTTrainer(TRLTrainer):
         trainer = CheckpointedSFTTrainer(model=self.base_model, peft_config=self.peft_config, args=args,
                                          processing_class=self.tokenizer, train_dataset=as_dataset(self.train_rows),
                                          eval_dataset=as_dataset(self.eval_rows) if self.eval_rows else None)
-        check_kept_rows(len(trainer.train_dataset), len(self.train_rows), task.max_seq_length)
+        check_learnable_rows(len(trainer.train_dataset), len(self.train_rows), task.max_seq_length)
         return trainer
 
-
-def check_kept_rows(kept: int, rows: int, max_seq_length: int) -> None:
-    """TRL drops the rows whose prompt alone fills max_length (no completion token left to learn): none left is
-    one line naming the key (was: torch's `num_samples=0` ValueError at the first step); some dropped, a warning."""
-    if kept == 0:
-        raise ConfigError(f"sft.max_seq_length: {max_seq_length} tokens leave no training record a completion token "
-                          f"(all {rows} prompts fill it); raise it or set sft.completion_only_loss=false")
-    if kept < rows:
-        log.warning("sft.max_seq_length: %d tokens leave %d of %d training records no completion token; "
-                    "they are dropped", max_seq_length, rows - kept, rows)
