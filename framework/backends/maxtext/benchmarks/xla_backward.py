@@ -106,7 +106,8 @@ def with_backward(bench):
         cotangents = jax.tree.map(lambda s: jax.random.normal(key, s.shape, s.dtype), shapes)
         return (*args, cotangents)
 
-    return Bench(forward_backward, make_args, shared=bench.shared)
+    alternative = with_backward(bench.alternative) if bench.alternative is not None else None
+    return Bench(forward_backward, make_args, shared=bench.shared, alternative=alternative)
 
 
 def vocab_benches(kernels, b: int, chunk: int):
