@@ -239,5 +239,8 @@ def test_a_bench_with_another_form_is_timed_both_ways_and_keeps_the_faster():
     timer = CannedTimer(cpu=True, repeats=1, target_s=1e-3)
     for canned, fastest in (({one: 3.0, other: 5.0}, 3.0), ({one: 7.0, other: 2.0}, 2.0)):
         assert timer.time(Bench(one, args, alternative=Bench(other, args)), 16, 1e-6).time_us == fastest
-    # The training kernels' forward + backward bench keeps the other form too.
-    assert with_backward(Bench(one, args, alternative=Bench(other, args))).alternative is not None
+    # The training kernels' forward + backward bench keeps the other form too, as its own forward + backward.
+    other_pair = with_backward(Bench(one, args, alternative=Bench(other, args))).alternative
+    x, cotangent = other_pair.make_args()
+    outputs, (gradient,) = other_pair.fn(x, cotangent)
+    assert jnp.allclose(outputs, x * 2) and jnp.allclose(gradient, 2 * cotangent)
