@@ -15,7 +15,7 @@ arrays of those shapes:
                                  that GEMM's output, and separate ones add a slice copy the model's step never runs
                                  (1.2-2.0 us per GEMM at Qwen2.5-0.5B decode shapes on an H200, session 19); where it
                                  leaves them apart (large prefill shapes), the concatenation is the copy (gate_up at
-                                 8 x 1,024 tokens: 273 us concatenated against 195 apart, session 20)
+                                 8 x 1,024 tokens: 273 us concatenated in session 20, 195 apart in session 19)
     rotary                       rope.apply_rope on q and k
     kv_cache_write               Attention._write of k and v into [B, KVH, S, D] buffers carried through the loop
                                  (with the Pallas decode kernel, which writes the cache itself, the node stands for
