@@ -237,10 +237,38 @@ def test_a_bench_with_another_form_is_timed_both_ways_and_keeps_the_faster():
 
     args = lambda: (jnp.ones(4),)  # noqa: E731
     timer = CannedTimer(cpu=True, repeats=1, target_s=1e-3)
-    for canned, fastest in (({one: 3.0, other: 5.0}, 3.0), ({one: 7.0, other: 2.0}, 2.0)):
-        assert timer.time(Bench(one, args, alternative=Bench(other, args)), 16, 1e-6).time_us == fastest
+    cases = (({one: 3.0, other: 5.0}, 3.0, "a", 5.0), ({one: 7.0, other: 2.0}, 2.0, "b", 7.0))
+    for canned, fastest, form, slower in cases:
+        timing = timer.time(Bench(one, args, form="a", alternative=Bench(other, args, form="b")), 16, 1e-6)
+        assert (timing.time_us, timing.form, timing.other_us) == (fastest, form, slower)
+        assert xla_calibrate.timing_fields(timing)["form"] == form  # recorded beside the time
     # The training kernels' forward + backward bench keeps the other form too, as its own forward + backward.
     other_pair = with_backward(Bench(one, args, alternative=Bench(other, args))).alternative
     x, cotangent = other_pair.make_args()
     outputs, (gradient,) = other_pair.fn(x, cotangent)
     assert jnp.allclose(outputs, x * 2) and jnp.allclose(gradient, 2 * cotangent)
+
+
+def test_a_training_kernel_takes_its_forward_in_the_form_whose_forward_and_backward_was_kept():
+    # The backward is derived as (forward + backward) - forward: both must be the same form, even where the other
+    # form's forward alone is faster.
+    from framework.backends.maxtext.benchmarks import xla_backward
+    from framework.backends.maxtext.benchmarks.xla_kernels import LoopTimer, LoopTiming
+
+    class CannedTimer(LoopTimer):
+        def time(self, bench, bytes_touched, estimate_s, target_s=None):
+            if bench.alternative is not None:
+                return super().time(bench, bytes_touched, estimate_s, target_s)
+            pair = bench.fn.__name__ == "forward_backward"
+            canned = {"one output": 20.0, "parts apart": 10.0} if pair else {"one output": 3.0, "parts apart": 5.0}
+            return LoopTiming(canned.get(bench.form, 1.0), 0.0, 1, 1, 0.0)
+
+    plan = xla_backward.TINY
+    name, conf_name, workloads, _ = plan["models"][0]
+    hardware = xla_calibrate.hardware_named("cpu", "cpu", True)
+    records = xla_backward.measure(name, xla_calibrate.model_config(conf_name, None), hardware, plan, workloads[:1],
+                                   CannedTimer(True, 1, 1e-3), "cpu", lambda _: None, float("inf"), update=False)
+    merged = [r for r in records if r.get("op", "").endswith("gate_up_proj")]
+    assert merged and all(r["form"] == "parts apart" for r in merged)
+    forward = next(r for r in merged if r["benchmark"] == r["op"])
+    assert forward["time_us"] == 5.0  # the kept pair's form, not the faster forward alone (3.0)

@@ -64,6 +64,7 @@ class Bench:
     carry: Callable[[tuple, object], tuple] | None = None  # the next repetition's args from (args, outputs)
     shared: tuple = ()  # arrays every argument set uses (an embedding table: a lookup reads only its rows)
     alternative: Bench | None = None  # the same work in another form; the timer keeps the faster of the two
+    form: str = ""  # names this form where there is an alternative (recorded with the time kept)
 
 
 class XlaKernels:
@@ -186,8 +187,8 @@ class XlaKernels:
 
         if len(modules) == 1:
             return Bench(lambda x, params: apart(x, params)[0], make_args)
-        return Bench(lambda x, params: jnp.concatenate(apart(x, params), axis=-1), make_args,
-                     alternative=Bench(apart, make_args))
+        return Bench(lambda x, params: jnp.concatenate(apart(x, params), axis=-1), make_args, form="one output",
+                     alternative=Bench(apart, make_args, form="parts apart"))
 
     def _rotary(self, b: int, s: int, kv: int) -> Bench:
         positions = jnp.broadcast_to(jnp.arange(kv - s, kv, dtype=jnp.int32), (b, s))
@@ -292,6 +293,8 @@ class LoopTiming:
     repetitions: int
     copies: int
     loop_overhead_us: float
+    form: str = ""  # the form kept, where the bench had two
+    other_us: float | None = None  # the other form's time
 
 
 class LoopTimer:
@@ -307,8 +310,10 @@ class LoopTimer:
         faster form's time."""
         if bench.alternative is not None:
             forms = (replace(bench, alternative=None), bench.alternative)
-            return min((self.time(form, bytes_touched, estimate_s, target_s) for form in forms),
-                       key=lambda timing: timing.time_us)
+            first, second = (self.time(form, bytes_touched, estimate_s, target_s) for form in forms)
+            kept, other = (first, second) if first.time_us <= second.time_us else (second, first)
+            form = forms[0].form if kept is first else forms[1].form
+            return replace(kept, form=form, other_us=other.time_us)
         first = bench.make_args()
         args_bytes = sum(leaf.nbytes for leaf in jax.tree.leaves(first))
         copies = 1
