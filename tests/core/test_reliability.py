@@ -147,6 +147,7 @@ CASES: list[tuple[list[str], str]] = [
     ([*GRPO, "backend.adapter.decode_attention=flash"], "backend.adapter.decode_attention: 'flash' is not one of"),
     ([*GRPO, "backend.adapter.shared_prefix=yes"], "backend.adapter.shared_prefix: 'yes' is not one of auto, on, off"),
     ([*GRPO, "backend.adapter.remat=some"], "backend.adapter.remat: 'some' is not one of none, minimal, full, auto"),
+    ([*GRPO, "backend.adapter.attention=cudnn"], "backend.adapter.attention: cudnn has no float32 kernel"),
     ([*GRPO, "data=chat_sample"], "data=chat_sample: task=grpo needs a math (question/answer) data set"),
     ([*GRPO, "data.train_limit=0"], "data.train_limit: 0 is out of range; valid: >= 1 (or null)"),
     ([*GRPO, "data.train_limit=-3"], "data.train_limit: -3 is out of range; valid: >= 1 (or null)"),
@@ -206,6 +207,12 @@ def test_an_adapters_own_check_is_its_line_not_hydras_wrapping(tmp_path):
     result = run_batch([(args, "")], tmp_path)[0]
     assert result["rc"] == 2
     assert result["stderr"].strip() == "error: backend.adapter.remat: 'some' is not one of none, minimal, full, auto"
+
+
+def test_a_kernel_without_a_float32_kernel_is_one_line_before_the_trainer_logs(tmp_path):
+    """Was the error after two INFO lines (the mesh, the tokenizer): the model checked it once the trainer ran."""
+    case = [([*GRPO, "backend.adapter.attention=cudnn"], "backend.adapter.attention: cudnn has no float32 kernel")]
+    assert not problems(case, run_batch(case, tmp_path))
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from framework.backends.maxtext.config import (ATTENTION_KERNELS, DECODE_KERNELS, REMAT_NAMES, SHARED_PREFIX,
-                                              GRPOConfig, check_choice)
+                                              GRPOConfig, check_attention_dtype, check_choice)
 from framework.core.adapter import BackendAdapter, require_modules
 from framework.core.build import build
 from framework.core.distributed import DistEnv, detect
@@ -68,6 +68,7 @@ class MaxTextAdapter(BackendAdapter):
 
         task = build(GRPOTask, cfg.grpo, "grpo")
         check_grpo_values(task)
+        check_attention_dtype(self.attention, task.compute_dtype)  # the model checks it again: one rule
         parallel = build(ParallelConfig, cfg.parallel, "parallel")
         check_supported(parallel)
         check_off_policy(task.rollout_lag, parallel.rollout)
