@@ -6,7 +6,8 @@ the data position and RNG, the run's fingerprint and the SHA-256 of every file) 
 folder with one rename, so a crash never leaves a half-written checkpoint that looks complete.
 `newest_intact()` verifies the checksums and falls back to the previous checkpoint, with a warning, when a
 byte changed; the runtime's resume check (framework.core.resume) calls it before any record is written and
-hands the checkpoint it found to the trainer's store, so the step recorded is the step resumed. Pickle is never used: a checkpoint holds no code.
+hands the checkpoint it found to the trainer's store, so the step recorded is the step resumed. Pickle is
+never used: a checkpoint holds no code.
 """
 
 from __future__ import annotations
