@@ -137,7 +137,7 @@ class GRPOTrainer(BaseTrainer):
                 rows = self._train_step(step)
                 check_finite(rows, step)  # a NaN/inf loss is neither logged as a good row nor saved
                 step_times.append(rows["step_time_s"])
-                if self._due(step, task.eval.every):
+                if self.eval_set and self._due(step, task.eval.every):  # eval.num_examples=0: no evaluation
                     rows |= self._evaluate()
                 self.run.logger.log(rows, step)
                 bar.set_postfix(reward=f"{rows['reward_mean']:.3f}", acc=f"{rows['accuracy']:.2f}")
