@@ -150,3 +150,13 @@ def test_resolve_model_dir(tmp_path, monkeypatch):
 
     with pytest.raises(ConfigError, match="model.path, model.hub_id or model.random_init"):
         resolve_model_dir({"name": "nothing", "path": None, "hub_id": None, "random_init": False}, tmp_path)
+
+
+def test_a_build_draws_no_progress_bar_and_leaves_transformers_bars_as_they_were(tmp_path, capfd):
+    """Was transformers' "Writing model shards" bar on stderr, also under progress=false (megatron's CPU recipe)."""
+    from transformers.utils import logging as transformers_logging
+
+    before = transformers_logging.is_progress_bar_enabled()
+    build_tiny_model(model_cfg("tiny_llama"), tmp_path / "m")
+    assert "Writing model shards" not in capfd.readouterr().err
+    assert transformers_logging.is_progress_bar_enabled() == before

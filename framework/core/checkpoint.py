@@ -4,8 +4,10 @@ A backend writes its files (safetensors, an orbax tree, a megatron dist checkpoi
 folder through a callback; the store then adds `manifest.json` (the step, small JSON state such as
 the data position and RNG, the run's fingerprint and the SHA-256 of every file) and publishes the
 folder with one rename, so a crash never leaves a half-written checkpoint that looks complete.
-`latest()` verifies the checksums and falls back to the previous checkpoint, with a warning, when a
-byte changed. Pickle is never used: a checkpoint holds no code.
+`newest_intact()` verifies the checksums and falls back to the previous checkpoint, with a warning, when a
+byte changed; the runtime's resume check (framework.core.resume) calls it before any record is written and
+hands the checkpoint it found to the trainer's store, so the step recorded is the step resumed. Pickle is
+never used: a checkpoint holds no code.
 """
 
 from __future__ import annotations
@@ -80,12 +82,13 @@ class CheckpointStore:
     """Checkpoints of one run. `enabled=False` (ranks other than the main one) writes nothing."""
 
     def __init__(self, run_dir: Path, policy: CheckpointPolicy, fingerprint: dict | None = None,
-                 enabled: bool = True, absent_ok: Container[str] = frozenset()):
+                 enabled: bool = True, absent_ok: Container[str] = frozenset(), verified: Checkpoint | None = None):
         self.root = Path(run_dir) / CHECKPOINT_DIR
         self.policy = policy
         self.fingerprint = fingerprint or {}
         self.enabled = enabled
         self.absent_ok = absent_ok  # keys the runtime's resume check accepted on one side only (resume.py)
+        self.verified = verified  # the checkpoint that check verified: its files are not hashed twice
 
     # ---- writing ---------------------------------------------------------------------------------
 
@@ -169,28 +172,38 @@ class CheckpointStore:
             raise CheckpointError(f"{checkpoint.path}: saved by a different setup: {difference}; use the same "
                                   f"settings, or a new run dir")
 
-    def latest(self) -> Checkpoint | None:
-        """The newest checkpoint that verifies; a damaged one is skipped with a warning. None: nothing to resume.
+    def newest_intact(self) -> Checkpoint | None:
+        """The newest checkpoint whose files verify; a damaged one is skipped with a warning. None: no checkpoint.
         Every one damaged is a CheckpointError: starting over in this run dir would append a second step 1.. to its
         metrics and prune the damaged checkpoints."""
         steps = self.steps()
         for step in reversed(steps):
             try:
-                checkpoint = self.verify(step)
+                return self.verify(step)
             except CheckpointError as exc:
                 log.warning("skipping damaged checkpoint: %s", exc)
-                continue
-            self.check_fingerprint(checkpoint)
-            return checkpoint
         if steps:
             raise CheckpointError(f"{self.root}: every checkpoint is damaged (steps {', '.join(map(str, steps))}; "
                                   f"see the warnings); start in a new run dir (hydra.run.dir=...), or move "
                                   f"{self.root} away to start over here")
         return None
 
+    def latest(self) -> Checkpoint | None:
+        """newest_intact(), refused when the run that saved it had a different setup."""
+        checkpoint = self.newest_intact()
+        if checkpoint is not None:
+            self.check_fingerprint(checkpoint)
+        return checkpoint
+
     def resume_point(self) -> Checkpoint | None:
-        """latest() when the policy resumes, else None."""
-        return self.latest() if self.policy.resume else None
+        """The checkpoint the runtime's resume check verified before writing any record (segments.jsonl names its
+        step), else latest(); None when the policy does not resume."""
+        if not self.policy.resume:
+            return None
+        if self.verified is None:
+            return self.latest()
+        self.check_fingerprint(self.verified)
+        return self.verified
 
 
 def first_difference(saved: Any, current: Any, prefix: str = "", absent_ok: Container[str] = frozenset()) -> str | None:

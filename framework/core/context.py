@@ -8,6 +8,7 @@ from typing import Container, Iterable
 
 from omegaconf import DictConfig
 
+from framework.core.checkpoint import Checkpoint
 from framework.core.distributed import DistEnv, detect
 from framework.core.loggers import MetricLogger
 from framework.core.stopping import StopSignals
@@ -24,6 +25,7 @@ class RunContext:
     fingerprint: dict | None = None  # the settings a resumed run must share (framework.core.resume)
     signals: StopSignals | None = None  # SIGINT/SIGTERM received (framework.core.stopping)
     resume_absent_ok: Container[str] = frozenset()  # keys the resume check accepts on one side only (OneSidedAllowed)
+    resume_from: Checkpoint | None = None  # the checkpoint the resume check verified (segments.jsonl names its step)
 
     @property
     def stop_requested(self) -> bool:
@@ -54,7 +56,7 @@ class RunContext:
         from framework.core.checkpoint import CheckpointStore
 
         return CheckpointStore(self.run_dir, policy, self.fingerprint, enabled=self.is_main,
-                               absent_ok=self.resume_absent_ok)
+                               absent_ok=self.resume_absent_ok, verified=self.resume_from)
 
     def path(self, name: str) -> Path:
         """A path inside the run directory (parents created)."""

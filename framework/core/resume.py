@@ -23,7 +23,8 @@ from typing import Any, Container, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from framework.core.checkpoint import CHECKPOINT_DIR, MANIFEST, PREFIX, CheckpointPolicy, first_difference
+from framework.core.checkpoint import (CHECKPOINT_DIR, MANIFEST, PREFIX, Checkpoint, CheckpointPolicy, CheckpointStore,
+                                       first_difference)
 from framework.core.errors import CheckpointError
 
 # Settings that never change what is computed: where metrics go, what is shown, which patches run.
@@ -76,21 +77,11 @@ def published_steps(run_dir: Path) -> list[int]:
                   if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX):].isdigit())
 
 
-def _latest_manifest(run_dir: Path, steps: list[int]) -> tuple[Path, dict] | None:
-    for step in reversed(steps):
-        path = Path(run_dir) / CHECKPOINT_DIR / f"{PREFIX}{step}"
-        try:
-            return path, json.loads((path / MANIFEST).read_text())
-        except (OSError, ValueError):
-            continue  # a damaged manifest: the store falls back past it too
-    return None
-
-
 @dataclass(frozen=True)
 class OneSidedAllowed:
     """The keys a checkpoint comparison accepts on one side only: any that no command-line override sets (a
     release added or removed it) and the keys that may change. A container (`key in allowed`), so the trainer's
-    store asks it of whichever checkpoint it resumes, also one older than the manifest the runtime read."""
+    store asks it again of the checkpoint it resumes."""
 
     overrides: tuple[str, ...] = ()
     may_change: frozenset[str] = frozenset()
@@ -107,6 +98,7 @@ class ResumePoint:
     new_keys: dict[str, Any] = field(default_factory=dict)  # not in the checkpoint: the config files' value now
     removed_keys: dict[str, Any] = field(default_factory=dict)  # in the checkpoint, gone now: the saved value
     absent_ok: Container[str] = frozenset()  # for the trainer's store: OneSidedAllowed
+    checkpoint: Checkpoint | None = None  # verified: the trainer's store resumes it without hashing it again
 
     def warnings(self) -> list[str]:
         return ([f"resume: {key} is not in the checkpoint's settings; resuming with the config files' {value!r}"
@@ -193,12 +185,9 @@ def check_resumable(run_dir: Path, cfg: DictConfig, overrides: Sequence[str] = (
     if not policy.resume:
         raise CheckpointError(f"{root}: holds checkpoints (latest: step {steps[-1]}) and {key}.resume=false; resume "
                               f"them with {key}.resume=true, or start in a new run dir (hydra.run.dir=...)")
-    found = _latest_manifest(run_dir, steps)
-    if found is None:  # a fresh start would append a second step 1.. to the metrics and prune the checkpoints
-        raise CheckpointError(f"{root}: every checkpoint's manifest is unreadable (steps "
-                              f"{', '.join(map(str, steps))}); start in a new run dir (hydra.run.dir=...), or move "
-                              f"{root} away to start over here")
-    path, manifest = found
+    # the one the trainer resumes: every one damaged is refused here, before a record is written
+    checkpoint = CheckpointStore(run_dir, policy, enabled=False).newest_intact()
+    path, manifest = checkpoint.path, json.loads((checkpoint.path / MANIFEST).read_text())
     saved, current = manifest.get("fingerprint", {}), run_fingerprint(cfg)
     for dotted in may_change(cfg):  # a key allowed to change now is not compared, even one the checkpoint holds
         _drop(saved, dotted.split("."))
@@ -213,4 +202,5 @@ def check_resumable(run_dir: Path, cfg: DictConfig, overrides: Sequence[str] = (
     if isinstance(total, int) and total < manifest["step"]:
         raise CheckpointError(f"{steps_key}: {total} is below the checkpoint's step {manifest['step']} in {path}; "
                               f"set {steps_key} >= {manifest['step']} or use a new run dir")
-    return ResumePoint(int(manifest["step"]), new, removed, OneSidedAllowed(tuple(overrides), frozenset(may_change(cfg))))
+    return ResumePoint(checkpoint.step, new, removed, OneSidedAllowed(tuple(overrides), frozenset(may_change(cfg))),
+                       checkpoint)

@@ -191,7 +191,8 @@ class Runtime:
                                             enabled=self.dist.is_main)
         context = RunContext(self.run_dir, self.cfg, logger, int(self.cfg.seed), self.multirun, dist=self.dist,
                              fingerprint=run_fingerprint(self.cfg), signals=self.signals,
-                             resume_absent_ok=self.resume.absent_ok if self.resume else frozenset())
+                             resume_absent_ok=self.resume.absent_ok if self.resume else frozenset(),
+                             resume_from=self.resume.checkpoint if self.resume else None)
         self.trainer = trainer = trainer_cls(backend_config, context)
         self.signals.cooperative = bool(getattr(trainer, "handles_stop_requests", False))
         self._apply(Phase.SETUP, adapter, backend_config=backend_config)

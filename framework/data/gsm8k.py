@@ -6,16 +6,17 @@ correctness reward compares against. Bad records raise `DataError` naming the fi
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from framework.core.errors import DataError
+from framework.data.hub import load_hub_split
 from framework.data.records import read_jsonl as read_records
 
 HUB_DATASET = "openai/gsm8k"
 HUB_CONFIG = "main"
+HUB_WAY_OUT = "use data=gsm8k_sample (shipped with Crucible) or data=gsm8k_local (a local folder)"
 SAMPLE_DIR = Path(__file__).parent / "samples" / "gsm8k"
 SPLITS = ("train", "test")
 ANSWER_MARKER = "####"
@@ -82,24 +83,8 @@ def looks_like_local_path(source: str) -> bool:
 def load_from_hub(
     dataset_id: str, split: str, limit: int | None = None, cache_dir: str | None = None
 ) -> list[MathExample]:
-    """Load a split from the Hugging Face hub (needs network access or a warm `datasets` cache)."""
-    quiet = {name: logging.getLogger(name) for name in ("huggingface_hub.utils._http", "datasets")}
-    levels = {name: log.level for name, log in quiet.items()}
-    for log in quiet.values():  # offline, each retry (and datasets' import notes) would log before our one line
-        log.setLevel(logging.ERROR)
-    try:
-        import datasets
-
-        rows = datasets.load_dataset(dataset_id, HUB_CONFIG, split=split, cache_dir=cache_dir)
-    except Exception as error:  # datasets raises many types (connection, not found, offline); report them as one
-        raise DataError(
-            f"{dataset_id} (split {split}): could not load from the hub "
-            f"({type(error).__name__}: {first_line(str(error))}); "
-            "use data=gsm8k_sample (shipped with Crucible) or data=gsm8k_local (a local folder)"
-        ) from None
-    finally:
-        for name, log in quiet.items():
-            log.setLevel(levels[name])
+    """Load a split from the Hugging Face hub (needs network access, or HF_HUB_OFFLINE=1 and a warm cache)."""
+    rows = load_hub_split(dataset_id, split, HUB_WAY_OUT, HUB_CONFIG, cache_dir)
     if limit is not None:
         rows = rows.select(range(min(limit, len(rows))))
     return examples_from_rows(rows, f"{dataset_id}:{split}")

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Literal, Optional
 
 from framework.core.errors import DataError
 from framework.core.ranges import Count
+from framework.data.hub import load_hub_split
 
 SAMPLES = Path(__file__).parent / "samples"
 ROLES = ("system", "user", "assistant")
@@ -139,14 +140,7 @@ def load_records(spec: RecordSpec, split: str = "train", limit: int | None = Non
 
 
 def _load_hub(dataset_id: str, split: str, parse: Callable[[Any, str], Any], limit: int | None) -> list:
-    import datasets
-
-    try:
-        rows = datasets.load_dataset(dataset_id, split=split)
-    except Exception as error:  # datasets raises many types (offline, not found): one line
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise DataError(f"{dataset_id} (split {split}): could not load from the hub ({type(error).__name__}: "
-                        f"{detail}); use a local jsonl file or folder (data.source=local data.path=...)") from None
+    rows = load_hub_split(dataset_id, split, "use a local jsonl file or folder (data.source=local data.path=...)")
     if limit is not None:
         rows = rows.select(range(min(limit, len(rows))))
     return [parse(dict(row), f"{dataset_id}:{split} row {index}") for index, row in enumerate(rows)]

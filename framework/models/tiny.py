@@ -278,4 +278,18 @@ def _save_random_model(config, generation, dtype_name: str, seed: int, out_dir: 
     # GPU host (24.6 s of a 41 s Qwen2.5-0.5B build there; docs/benchmarks.md, issue 15, session 11).
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(torch_dtype(dtype_name))
     model.generation_config = generation
-    model.save_pretrained(out_dir)
+    _save_without_a_bar(model, out_dir)
+
+
+def _save_without_a_bar(model, out_dir: Path) -> None:
+    """save_pretrained without transformers' "Writing model shards" bar: a run draws one bar, its steps', and
+    none under progress=false (the build knows no run; the torch trainers turn transformers' bars off too)."""
+    from transformers.utils import logging as transformers_logging
+
+    was_on = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(out_dir)
+    finally:
+        if was_on:
+            transformers_logging.enable_progress_bar()

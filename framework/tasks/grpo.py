@@ -80,3 +80,16 @@ def check_grpo_values(task: GRPOTask, key: str = "grpo") -> None:
     check_optimizer(task.optimizer, f"{key}.optimizer")
     task.checkpoint.check(f"{key}.checkpoint")
     check_reward_weights(task.rewards, f"{key}.rewards")
+
+
+def check_sequence_fits(task: GRPOTask, max_positions: int, key: str = "grpo") -> None:
+    """A prompt and its completion (the rollout's, evaluation's when it runs) fit the model's positions: past them
+    a decode of 100000 tokens ran for minutes, deaf to SIGTERM, where a model could not use them."""
+    budgets = {f"{key}.max_new_tokens": task.max_new_tokens}
+    if task.eval.every > 0 and task.eval.num_examples > 0:
+        budgets[f"{key}.eval.max_new_tokens"] = task.eval.max_new_tokens
+    for name, new_tokens in budgets.items():
+        if task.max_prompt_tokens + new_tokens > max_positions:
+            raise ConfigError(f"{name}: {new_tokens} + {key}.max_prompt_tokens {task.max_prompt_tokens} = "
+                              f"{task.max_prompt_tokens + new_tokens} tokens exceed the model's "
+                              f"{max_positions} positions (model.hf_config.max_position_embeddings); lower them")

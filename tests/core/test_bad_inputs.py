@@ -89,3 +89,18 @@ def test_headline_command_offline_is_one_line_naming_the_ways_out(tmp_path):
     for part in ("model.hub_id=Qwen/Qwen2.5-0.5B-Instruct", "model.path=DIR", "model.random_init=true",
                  "data=gsm8k_sample"):
         assert part in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("args", [["recipe=grpo_gsm8k_cpu", "data=gsm8k"],
+                                  ["recipe=sft_torch_cpu", "data.source=hub", "data.path=org/chat"]])
+def test_a_hub_data_set_out_of_reach_is_one_line_naming_the_ways_out(args, tmp_path):
+    """Was about 25 s of retries with 22 warning lines before the error. The hub here is a closed local port:
+    nothing leaves the machine."""
+    unreachable = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0",
+                   "HF_DATASETS_OFFLINE": "0"}
+    proc = run_cli([*args, f"hydra.run.dir={tmp_path}/run"], env=unreachable)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: data.path: ") and "cannot reach the hub at http://127.0.0.1:9" in lines[0]
+    assert "data.source=local" in lines[0] or "data=gsm8k_local" in lines[0]
+    assert "HF_HUB_OFFLINE=1" in lines[0]

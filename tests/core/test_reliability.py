@@ -147,6 +147,14 @@ CASES: list[tuple[list[str], str]] = [
     ([*GRPO, "backend.adapter.decode_attention=flash"], "backend.adapter.decode_attention: 'flash' is not one of"),
     ([*GRPO, "backend.adapter.shared_prefix=yes"], "backend.adapter.shared_prefix: 'yes' is not one of auto, on, off"),
     ([*GRPO, "backend.adapter.remat=some"], "backend.adapter.remat: 'some' is not one of none, minimal, full, auto"),
+    ([*GRPO, "backend.adapter.attention=cudnn"], "backend.adapter.attention: cudnn has no float32 kernel"),
+    ([*GRPO, "parallel.tp=3"], "parallel.rollout: dp x fsdp = 3 does not divide grpo.prompts_per_step=16"),
+    ([*GRPO, "parallel.fsdp=4", "parallel.rollout.tp=3"],
+     "parallel.rollout: 4 devices do not split into the fixed axes' product 3"),
+    ([*GRPO, "grpo.max_new_tokens=100000"],
+     "grpo.max_new_tokens: 100000 + grpo.max_prompt_tokens 32 = 100032 tokens exceed the model's 1024 positions"),
+    ([*GRPO, "model.hf_config.max_position_embeddings=8"],
+     "grpo.max_new_tokens: 2 + grpo.max_prompt_tokens 32 = 34 tokens exceed the model's 8 positions"),
     ([*GRPO, "data=chat_sample"], "data=chat_sample: task=grpo needs a math (question/answer) data set"),
     ([*GRPO, "data.train_limit=0"], "data.train_limit: 0 is out of range; valid: >= 1 (or null)"),
     ([*GRPO, "data.train_limit=-3"], "data.train_limit: -3 is out of range; valid: >= 1 (or null)"),
@@ -206,6 +214,17 @@ def test_an_adapters_own_check_is_its_line_not_hydras_wrapping(tmp_path):
     result = run_batch([(args, "")], tmp_path)[0]
     assert result["rc"] == 2
     assert result["stderr"].strip() == "error: backend.adapter.remat: 'some' is not one of none, minimal, full, auto"
+
+
+@pytest.mark.parametrize("overrides", [["backend.adapter.attention=cudnn"], ["parallel.tp=3"],
+                                       ["parallel.fsdp=4", "parallel.rollout.tp=3"], ["grpo.max_new_tokens=100000"],
+                                       ["model.hf_config.max_position_embeddings=8"]])
+def test_what_the_grpo_trainer_found_late_is_one_line(overrides, tmp_path):
+    """Session 19 found these after two INFO lines (the mesh, the tokenizer's time; cudnn in float32, checked by the
+    model) or not at all (100000 new tokens decoded for minutes, deaf to SIGTERM). The rollout's layout needs the
+    trainer's devices, so the trainer says its mesh once the layout is good; the others are checked before the run."""
+    case = [(args, expected) for args, expected in CASES if args == [*GRPO, *overrides]]
+    assert len(case) == 1 and not problems(case, run_batch(case, tmp_path))
 
 
 @pytest.mark.slow

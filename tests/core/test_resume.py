@@ -65,8 +65,17 @@ def test_every_manifest_unreadable_is_refused_before_any_record_is_touched(run_d
     (run_dir / "checkpoints" / "step_2" / "manifest.json").write_text("{cut off")
     before = records(run_dir)
     result = Runtime(checkpointing_cfg(), run_dir, []).run()
-    assert result.status == "refused" and "every checkpoint's manifest is unreadable (steps 2)" in result.error
+    assert result.status == "refused" and "every checkpoint is damaged (steps 2;" in result.error
     assert records(run_dir) == before
+
+
+def test_every_checksum_failing_is_refused_before_segments_jsonl_is_touched(run_dir):
+    """Was a segments.jsonl row appended before the trainer's store refused (exit 2 all the same)."""
+    (run_dir / "checkpoints" / "step_2" / "w.bin").write_bytes(b"flipped")
+    before = {**records(run_dir), "segments.jsonl": (run_dir / "segments.jsonl").read_text()}
+    result = Runtime(checkpointing_cfg(), run_dir, []).run()
+    assert result.status == "refused" and "every checkpoint is damaged (steps 2;" in result.error
+    assert {**records(run_dir), "segments.jsonl": (run_dir / "segments.jsonl").read_text()} == before
 
 
 def test_a_file_where_the_checkpoints_go_is_refused_before_any_record_is_touched(run_dir):
@@ -147,6 +156,14 @@ def test_a_key_a_release_added_resumes_with_its_default_and_one_warning(stepped,
     segment = last_segment(stepped)
     assert segment["resumed_from_step"] == 5 and segment["removed_keys"] == {}
     assert segment["new_keys"] == {"backend.new_knob": {"size": 2}, "record_steps.new_knob": "auto"}
+
+
+def test_segments_jsonl_names_the_step_resumed_after_a_fallback_past_a_damaged_newest(stepped):
+    """Was the damaged newest step (5): the runtime read its manifest without checking the files' checksums."""
+    (stepped / "checkpoints" / "step_5" / "w.txt").write_text("flipped")
+    result = Runtime(stepping_cfg(old_knob=3), stepped, []).run()
+    assert result.success and result.metrics["resumed_from_step"] == 4
+    assert last_segment(stepped)["resumed_from_step"] == 4
 
 
 @pytest.mark.parametrize("override", ["record_steps.new_knob=auto", "+record_steps.new_knob=auto",

@@ -273,3 +273,12 @@ def test_two_gpu_parity_takes_its_gpus_from_the_callers_visible_devices(monkeypa
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(SystemExit, match="lists 0 GPU"):
         visible("0")
+
+
+def test_evaluation_of_no_examples_trains_without_evaluating(tmp_path):
+    """grpo.eval.num_examples=0 with eval on was exit 1 at the first evaluation (`range() arg 3 must not be zero`)."""
+    proc = run_cli(["recipe=grpo_arithmetic_cpu", "grpo.steps=1", "grpo.eval.every=1", "grpo.eval.num_examples=0",
+                    "progress=false", f"hydra.run.dir={tmp_path}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert len(rows) == 1 and "eval_accuracy" not in rows[0]

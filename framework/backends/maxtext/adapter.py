@@ -12,7 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from framework.backends.maxtext.config import (ATTENTION_KERNELS, DECODE_KERNELS, REMAT_NAMES, SHARED_PREFIX,
-                                              GRPOConfig, check_choice)
+                                              GRPOConfig, check_attention_dtype, check_choice)
 from framework.core.adapter import BackendAdapter, require_modules
 from framework.core.build import build
 from framework.core.distributed import DistEnv, detect
@@ -20,7 +20,7 @@ from framework.core.errors import ConfigError
 from framework.core.hardware import require_accelerator
 from framework.core.parallel import ParallelConfig
 from framework.core.plain import to_plain
-from framework.tasks.grpo import GRPOTask, check_grpo_values
+from framework.tasks.grpo import GRPOTask, check_grpo_values, check_sequence_fits
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,8 @@ class MaxTextAdapter(BackendAdapter):
 
         task = build(GRPOTask, cfg.grpo, "grpo")
         check_grpo_values(task)
+        check_sequence_fits(task, int(cfg.model.hf_config.max_position_embeddings))
+        check_attention_dtype(self.attention, task.compute_dtype)  # the model checks it again: one rule
         parallel = build(ParallelConfig, cfg.parallel, "parallel")
         check_supported(parallel)
         check_off_policy(task.rollout_lag, parallel.rollout)

@@ -33,6 +33,13 @@ def check_choice(value: str, valid: tuple[str, ...], key: str) -> str:
     return value
 
 
+def check_attention_dtype(attention: str, dtype: str) -> None:
+    """cuDNN's flash attention has bfloat16 and float16 kernels only (auto picks it in bfloat16 alone)."""
+    if attention == "cudnn" and dtype == "float32":
+        raise ConfigError("backend.adapter.attention: cudnn has no float32 kernel; use xla or auto "
+                          "with compute dtype float32")
+
+
 @dataclass
 class GRPOConfig:
     task: GRPOTask

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from framework.backends.maxtext.config import (ATTENTION_KERNELS, DECODE_KERNELS, REMAT_NAMES, SHARED_PREFIX,
-                                              check_choice)
+                                              check_attention_dtype, check_choice)
 from framework.core.errors import ConfigError, DataError
 from framework.core.plain import to_plain
 from framework.models.hf_config import DecoderArchitecture, read_decoder
@@ -46,9 +46,7 @@ class ModelConfig(DecoderArchitecture):
         check_choice(self.attention_kernel, ATTENTION_KERNELS, "backend.adapter.attention")
         check_choice(self.decode_kernel, DECODE_KERNELS, "backend.adapter.decode_attention")
         check_choice(self.shared_prefix, SHARED_PREFIX, "backend.adapter.shared_prefix")
-        if self.attention_kernel == "cudnn" and self.dtype == "float32":
-            raise ConfigError("backend.adapter.attention: cudnn has no float32 kernel; use xla or auto "
-                              "with compute dtype float32")
+        check_attention_dtype(self.attention_kernel, self.dtype)
 
     def for_platform(self, remat: str, attention: str, decode: str, platform: str,
                      shared_prefix: str = "auto") -> "ModelConfig":

@@ -137,7 +137,7 @@ class GRPOTrainer(BaseTrainer):
                 rows = self._train_step(step)
                 check_finite(rows, step)  # a NaN/inf loss is neither logged as a good row nor saved
                 step_times.append(rows["step_time_s"])
-                if self._due(step, task.eval.every):
+                if self.eval_set and self._due(step, task.eval.every):  # eval.num_examples=0: no evaluation
                     rows |= self._evaluate()
                 self.run.logger.log(rows, step)
                 bar.set_postfix(reward=f"{rows['reward_mean']:.3f}", acc=f"{rows['accuracy']:.2f}")
@@ -275,10 +275,8 @@ class GRPOTrainer(BaseTrainer):
         available = usable_devices(self.config.hardware)  # parallel.rollout.devices auto -> the preflight's split
         self.config.parallel, self.layout_search = choose_rollout_devices(self.config, len(available))
         self.rollout_devices, devices = split_devices(available, self.config.parallel.rollout)
-        mesh = build_mesh(self.config.parallel, devices)
-        log.info("grpo: mesh %s over %d %s device(s)", dict(mesh.shape), len(devices), devices[0].platform)
         self.devices = devices
-        return mesh
+        return build_mesh(self.config.parallel, devices)  # logged by _rollout_placements
 
     def _rollout_placements(self, boxed: Any) -> list[rollout.RolloutPlacement]:
         """A placement per rollout group (grpo.rollout_lag's), in parallel.rollout on a group's devices, its null tp
@@ -294,6 +292,9 @@ class GRPOTrainer(BaseTrainer):
 
         layout = (rollout_parallel(chosen, count, task.prompts_per_step, fitting_tp) if chosen is not None
                   else self.config.parallel.resolve(count))
+        # said once the rollout's layout is known good: a bad one stays one line
+        log.info("grpo: mesh %s over %d %s device(s)", dict(self.mesh.shape), len(self.devices),
+                 self.devices[0].platform)
         return rollout.group_placements(layout, groups, self.mesh, boxed, self.rules, self.model_config.dtype)
 
     @property
