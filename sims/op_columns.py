@@ -12,13 +12,12 @@ tokens hit) is not linear and is added per binding by vector_cost.Plan.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 from sims.cache import GraphCache
-from sims.ir import ComputationalGraph, OpNode
+from sims.ir import TP_MODES, ComputationalGraph, OpNode
 from sims.partition import split_shape, weight_numel
 
 PAIRS = ("pairs",)
@@ -102,42 +101,78 @@ def columns(graph: ComputationalGraph) -> Columns:
 _COLUMNS = GraphCache(maxsize=256)
 
 
-def _node_attrs(node: OpNode, num_layers: int) -> dict[str, float]:
-    """What the formulas read from one node (0 where they do not apply); bytes in activation elements."""
-    a, mode, op = node.attrs, node.parallel.tp_mode, node.op_type
+# The per-node numbers (Columns.attrs) and their value where they do not apply: a node sets only those its op type
+# reads (those of the formulas of sims/calculator.py and sims/memory.py; bytes in activation elements).
+_DEFAULTS = {
+    # gemm_work, norm_work, elementwise_work, embedding_work: per element of first input / output
+    "linear": 0.0, "linear_flops": 0.0, "in_split": 0.0, "out_split": 0.0, "norm": 0.0, "norm_passes": 0.0,
+    "elementwise": 0.0, "per_element": 0.0, "sequence_parallel": 0.0, "embedding": 0.0, "comm": 0.0, "all_to_all": 0.0,
+    # moe_gemm_work: per token of the replica, and the weights of all experts
+    "moe_flops": 0.0, "moe_elements": 0.0, "expert_weights": 0.0, "miss": 1.0,
+    # attention_work: per query-key pair, per query, per cached key
+    "attention_flops": 0.0, "query_elements": 0.0, "kv_dim": 0.0, "kv_heads": 1.0, "saved_per_query": 0.0,
+    "out_per_query": 0.0,
+    # memory.py: activations, weights and KV cache
+    "moe": 0.0, "plain_io": 0.0, "io_in_split": 0.0, "io_out_split": 0.0, "weights": 0.0, "gemm_weights": 0.0,
+    "tp_split_weights": 0.0, "tied": 0.0, "cache_dim": 0.0, "cache_heads": 1.0, "in_layer": 0.0,
+    # partition.tp_split
+    "max_split": np.inf, "limited_width": 0.0, "limited_split": 1.0, "width": 1.0, "replicated": 0.0,
+}
+# What a tp mode splits: (in_split, out_split, io_in_split, io_out_split, replicated)
+_MODE_SPLITS = {mode: (mode in ("row", "heads"), mode in ("column", "heads"), mode in ("row", "heads", "sharded"),
+                       mode in ("column", "heads", "sharded"), mode == "replicated") for mode in TP_MODES}
+_SPLIT_NAMES = ("in_split", "out_split", "io_in_split", "io_out_split", "replicated")
+_SPLIT_LIMITS = frozenset(("max_split", "limited_width", "limited_split"))
+
+
+def _attr_table(nodes: list[OpNode], num_layers: int) -> dict[str, np.ndarray]:
+    """Columns.attrs: each per-node number as a contiguous row over the nodes (numpy's fast loops), filled from
+    per-node lists in which each node sets only the numbers it has (not all of them through a dict per node)."""
+    rows = {name: [default] * len(nodes) for name, default in _DEFAULTS.items()}
+    for i, node in enumerate(nodes):
+        _set_node(rows, i, node, num_layers)
+    return dict(zip(rows, np.array(list(rows.values()), dtype=float)))
+
+
+def _set_node(rows: dict[str, list], i: int, node: OpNode, num_layers: int) -> None:
+    """Node i's numbers into `rows`: those every node has, then those its op type reads (the rest keep _DEFAULTS)."""
+    a, op = node.attrs, node.op_type
     weights = node.weights[0] if node.weights else (0, 0)
-    experts, k, n = weights if op == "moe_gemm" else (1, weights[-2] if len(weights) > 1 else 0, 0)
+    for name, value in zip(_SPLIT_NAMES, _MODE_SPLITS[node.parallel.tp_mode]):
+        rows[name][i] = value
+    rows["weights"][i], rows["tp_split_weights"][i] = weight_numel(node.weights), node.parallel.tp_dim is not None
+    rows["in_layer"][i], rows["tied"][i] = 0 <= node.layers[0] < num_layers, bool(a.get("tied"))
+    rows["sequence_parallel"][i], rows["kv_heads"][i] = bool(a.get("sequence_parallel_with_ep")), a.get("kv_heads", 1)
+    for name in _SPLIT_LIMITS.intersection(a):  # partition.tp_split's attrs, on the few nodes that have them
+        rows[name][i] = a[name]
+    if a.get("limited_width"):
+        rows["width"][i] = weights[-1]
+    if op in ("gemm", "router"):
+        rows["linear"][i], rows["plain_io"][i], rows["gemm_weights"][i] = 1.0, 1.0, op == "gemm"
+        rows["linear_flops"][i] = 2.0 * (weights[-2] if len(weights) > 1 else 0)
+    elif op in ("norm", "elementwise"):
+        rows["plain_io"][i] = 1.0
+        if op == "norm":
+            rows["norm"][i], rows["norm_passes"][i] = 5.0, 4 if a.get("fused_residual") else 2
+        else:
+            rows["elementwise"][i], rows["per_element"][i] = 1.0, a.get("flops_per_element", 1)
+    elif op == "moe_gemm":
+        (experts, k, n), top_k = weights, a["top_k"]
+        rows["moe_flops"][i], rows["moe_elements"][i] = 2.0 * top_k * k * n, top_k * (k + n)
+        rows["expert_weights"][i], rows["miss"][i] = experts * k * n, 1.0 - top_k / experts
+        rows["moe"][i], rows["gemm_weights"][i] = 1.0, 1.0
+    elif op == "attention":
+        _set_attention(rows, i, a)
+    elif op == "embedding" or node.is_comm:
+        rows["all_to_all" if op == "all_to_all" else "comm" if node.is_comm else "embedding"][i] = 1.0
+
+
+def _set_attention(rows: dict[str, list], i: int, a: dict) -> None:
     heads, qk, v = a.get("heads", 0), a.get("qk_dim", 0), a.get("v_dim", 0)
-    linear, attention, moe = op in ("gemm", "router"), op == "attention", op == "moe_gemm"
-    plain_io = op in ("gemm", "router", "norm", "elementwise")
-    return {
-        # gemm_work, norm_work, elementwise_work, embedding_work: per element of first input / output
-        "linear": linear, "linear_flops": 2.0 * k if linear else 0.0,
-        "in_split": mode in ("row", "heads"), "out_split": mode in ("column", "heads"),
-        "norm": 5.0 if op == "norm" else 0.0, "norm_passes": (4 if a.get("fused_residual") else 2) if op == "norm" else 0,
-        "elementwise": op == "elementwise", "per_element": a.get("flops_per_element", 1) if op == "elementwise" else 0,
-        "sequence_parallel": bool(a.get("sequence_parallel_with_ep")), "embedding": op == "embedding",
-        "comm": node.is_comm and op != "all_to_all", "all_to_all": op == "all_to_all",
-        # moe_gemm_work: per token of the replica, and the weights of all experts
-        "moe_flops": 2.0 * a["top_k"] * k * n if moe else 0.0, "moe_elements": a["top_k"] * (k + n) if moe else 0,
-        "expert_weights": experts * k * n if moe else 0, "miss": 1.0 - a["top_k"] / experts if moe else 1.0,
-        # attention_work: per query-key pair, per query, per cached key
-        "attention_flops": 2.0 * heads * (qk + v) if attention else 0.0,
-        "query_elements": heads * (qk + v) if attention else 0, "kv_dim": a.get("kv_dim", 0) if attention else 0,
-        "kv_heads": a.get("kv_heads", 1), "saved_per_query": heads * (qk + 2) if attention else 0,
-        "out_per_query": heads * v if attention else 0,
-        # memory.py: activations, weights and KV cache
-        "moe": moe, "plain_io": plain_io,
-        "io_in_split": mode in ("row", "heads", "sharded"), "io_out_split": mode in ("column", "heads", "sharded"),
-        "weights": weight_numel(node.weights), "gemm_weights": op in ("gemm", "moe_gemm"),
-        "tp_split_weights": node.parallel.tp_dim is not None, "tied": bool(a.get("tied")),
-        "cache_dim": a.get("cache_dim", 0) if attention else 0, "cache_heads": a.get("cache_heads", 1) if attention else 1,
-        "in_layer": 0 <= node.layers[0] < num_layers,
-        # partition.tp_split
-        "max_split": a.get("max_split", np.inf), "limited_width": a.get("limited_width", 0),
-        "limited_split": a.get("limited_split", 1), "width": weights[-1] if a.get("limited_width") else 1,
-        "replicated": mode == "replicated",
-    }
+    rows["attention_flops"][i], rows["query_elements"][i] = 2.0 * heads * (qk + v), heads * (qk + v)
+    rows["saved_per_query"][i], rows["out_per_query"][i] = heads * (qk + 2), heads * v
+    rows["kv_dim"][i], rows["cache_dim"][i] = a.get("kv_dim", 0), a.get("cache_dim", 0)
+    rows["cache_heads"][i] = a.get("cache_heads", 1)
 
 
 def _build_columns(graph: ComputationalGraph) -> Columns:
@@ -153,10 +188,7 @@ def _build_columns(graph: ComputationalGraph) -> Columns:
         for kind, shapes in enumerate(kinds):
             for constant, symbols in shapes:
                 elements[kind][row][position[symbols]] += constant
-    per_node = [_node_attrs(node, graph.meta["num_layers"]) for node in nodes]
-    values = itertools.chain.from_iterable(attrs.values() for attrs in per_node)
-    table = np.fromiter(values, dtype=float, count=len(nodes) * len(per_node[0])).reshape(len(nodes), -1)
-    attrs = dict(zip(per_node[0], table.T.copy()))  # contiguous rows: numpy's fast loops, not its strided ones
+    attrs = _attr_table(nodes, graph.meta["num_layers"])
     index = {node.name: i for i, node in enumerate(nodes)}
     comm, op_types = np.array([n.is_comm for n in nodes]), np.array([n.op_type for n in nodes])
     heads = graph.meta["num_attention_heads"]
