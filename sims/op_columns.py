@@ -40,6 +40,9 @@ class Columns:
     attrs: dict[str, np.ndarray]
     tp_sizes: tuple[int, ...]  # the tp sizes a layout may use (layout_problem): the divisors of the attention heads
     split_memo: dict[tuple[int, ...], np.ndarray]
+    term_numbers: np.ndarray  # (term x node): each node's number of each work term (0 where it has none)
+    term_bases: np.ndarray  # (term x node): the basis each term's number multiplies
+    term_elements: np.ndarray  # (term x node x feature): the element counts each term is per
 
     def mask(self, op_type: str) -> np.ndarray:
         mask = self.masks.get(op_type)
@@ -104,42 +107,46 @@ _COLUMNS = GraphCache(maxsize=256)
 # The per-node numbers (Columns.attrs) and their value where they do not apply: a node sets only those its op type
 # reads (those of the formulas of sims/calculator.py and sims/memory.py; bytes in activation elements).
 _DEFAULTS = {
-    # gemm_work, norm_work, elementwise_work, embedding_work: per element of first input / output
-    "linear": 0.0, "linear_flops": 0.0, "in_split": 0.0, "out_split": 0.0, "norm": 0.0, "norm_passes": 0.0,
-    "elementwise": 0.0, "per_element": 0.0, "sequence_parallel": 0.0, "embedding": 0.0, "comm": 0.0, "all_to_all": 0.0,
+    # _every_tp_arrays: GEMM and norm weight reads; _work_coefficients: MoE token shuffles
+    "linear": 0.0, "norm": 0.0, "sequence_parallel": 0.0,
     # moe_gemm_work: per token of the replica, and the weights of all experts
     "moe_flops": 0.0, "moe_elements": 0.0, "expert_weights": 0.0, "miss": 1.0,
     # attention_work: per query-key pair, per query, per cached key
     "attention_flops": 0.0, "query_elements": 0.0, "kv_dim": 0.0, "kv_heads": 1.0, "saved_per_query": 0.0,
     "out_per_query": 0.0,
-    # memory.py: activations, weights and KV cache
-    "moe": 0.0, "plain_io": 0.0, "io_in_split": 0.0, "io_out_split": 0.0, "weights": 0.0, "gemm_weights": 0.0,
-    "tp_split_weights": 0.0, "tied": 0.0, "cache_dim": 0.0, "cache_heads": 1.0, "in_layer": 0.0,
+    # memory.py: weights and KV cache
+    "weights": 0.0, "gemm_weights": 0.0, "tp_split_weights": 0.0, "tied": 0.0, "cache_dim": 0.0, "cache_heads": 1.0,
+    "in_layer": 0.0,
     # partition.tp_split
     "max_split": np.inf, "limited_width": 0.0, "limited_split": 1.0, "width": 1.0, "replicated": 0.0,
 }
-# What a tp mode splits: (in_split, out_split, io_in_split, io_out_split, replicated)
+# The terms of the work coefficients (_work_coefficients): an output (FLOPs, elements moved, saved inputs, outputs)
+# per element of one of a node's element counts; each node's term is a number times one basis, a function of tp.
+FLOPS_OUT, FLOPS_IN, MOVED_IN, MOVED_OTHER, MOVED_OUT, IO_IN, IO_OUT = range(7)
+_TERM_ELEMENTS = (2, 0, 0, 1, 2, 0, 2)  # each term's counts: first input 0, other inputs 1, first output 2
+SPLIT, SHUFFLE, PER_TP, ONE, EMBEDDING = range(5)  # 1 / tp_split, MoE shuffles' split, 1 / tp, 1, 1 / tp + 1
+# What a tp mode splits: (input, output) of GEMMs, (input, output) of saved activations
 _MODE_SPLITS = {mode: (mode in ("row", "heads"), mode in ("column", "heads"), mode in ("row", "heads", "sharded"),
-                       mode in ("column", "heads", "sharded"), mode == "replicated") for mode in TP_MODES}
-_SPLIT_NAMES = ("in_split", "out_split", "io_in_split", "io_out_split", "replicated")
+                       mode in ("column", "heads", "sharded")) for mode in TP_MODES}
 _SPLIT_LIMITS = frozenset(("max_split", "limited_width", "limited_split"))
 
 
-def _attr_table(nodes: list[OpNode], num_layers: int) -> dict[str, np.ndarray]:
-    """Columns.attrs: each per-node number as a contiguous row over the nodes (numpy's fast loops), filled from
-    per-node lists in which each node sets only the numbers it has (not all of them through a dict per node)."""
+def _node_table(nodes: list[OpNode], num_layers: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """Columns.attrs (each per-node number as a contiguous row over the nodes: numpy's fast loops), and the work
+    terms' numbers and bases (term x node), filled from lists in which each node sets only what it has."""
     rows = {name: [default] * len(nodes) for name, default in _DEFAULTS.items()}
     for i, node in enumerate(nodes):
         _set_node(rows, i, node, num_layers)
-    return dict(zip(rows, np.array(list(rows.values()), dtype=float)))
+    numbers, bases = zip(*map(_work_terms, nodes))
+    attrs = dict(zip(rows, np.array(list(rows.values()), dtype=float)))
+    return attrs, np.array(numbers, dtype=float).T, np.array(bases).T
 
 
 def _set_node(rows: dict[str, list], i: int, node: OpNode, num_layers: int) -> None:
     """Node i's numbers into `rows`: those every node has, then those its op type reads (the rest keep _DEFAULTS)."""
     a, op = node.attrs, node.op_type
     weights = node.weights[0] if node.weights else (0, 0)
-    for name, value in zip(_SPLIT_NAMES, _MODE_SPLITS[node.parallel.tp_mode]):
-        rows[name][i] = value
+    rows["replicated"][i] = node.parallel.tp_mode == "replicated"
     rows["weights"][i], rows["tp_split_weights"][i] = weight_numel(node.weights), node.parallel.tp_dim is not None
     rows["in_layer"][i], rows["tied"][i] = 0 <= node.layers[0] < num_layers, bool(a.get("tied"))
     rows["sequence_parallel"][i], rows["kv_heads"][i] = bool(a.get("sequence_parallel_with_ep")), a.get("kv_heads", 1)
@@ -148,23 +155,40 @@ def _set_node(rows: dict[str, list], i: int, node: OpNode, num_layers: int) -> N
     if a.get("limited_width"):
         rows["width"][i] = weights[-1]
     if op in ("gemm", "router"):
-        rows["linear"][i], rows["plain_io"][i], rows["gemm_weights"][i] = 1.0, 1.0, op == "gemm"
-        rows["linear_flops"][i] = 2.0 * (weights[-2] if len(weights) > 1 else 0)
-    elif op in ("norm", "elementwise"):
-        rows["plain_io"][i] = 1.0
-        if op == "norm":
-            rows["norm"][i], rows["norm_passes"][i] = 5.0, 4 if a.get("fused_residual") else 2
-        else:
-            rows["elementwise"][i], rows["per_element"][i] = 1.0, a.get("flops_per_element", 1)
+        rows["linear"][i], rows["gemm_weights"][i] = 1.0, op == "gemm"
+    elif op == "norm":
+        rows["norm"][i] = 5.0
     elif op == "moe_gemm":
         (experts, k, n), top_k = weights, a["top_k"]
         rows["moe_flops"][i], rows["moe_elements"][i] = 2.0 * top_k * k * n, top_k * (k + n)
-        rows["expert_weights"][i], rows["miss"][i] = experts * k * n, 1.0 - top_k / experts
-        rows["moe"][i], rows["gemm_weights"][i] = 1.0, 1.0
+        rows["expert_weights"][i], rows["miss"][i], rows["gemm_weights"][i] = experts * k * n, 1.0 - top_k / experts, 1.0
     elif op == "attention":
         _set_attention(rows, i, a)
-    elif op == "embedding" or node.is_comm:
-        rows["all_to_all" if op == "all_to_all" else "comm" if node.is_comm else "embedding"][i] = 1.0
+
+
+def _work_terms(node: OpNode) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """Each work term's number and basis for one node, in term order (FLOPS_OUT ... IO_OUT): sims/calculator.py's
+    gemm_work, norm_work, elementwise_work, embedding_work, moe_gemm_work; collectives move their input; memory.py's
+    saved activations. A term a node does not have is 0 (its basis unused); attention and MoE FLOPs and bytes are
+    per feature (_work_coefficients adds them)."""
+    op, a = node.op_type, node.attrs
+    split_in, split_out, saved_in, saved_out = _MODE_SPLITS[node.parallel.tp_mode]
+    io_in, io_out = SPLIT if saved_in else ONE, SPLIT if saved_out else ONE
+    if op in ("gemm", "router"):
+        k = node.weights[0][-2] if node.weights and len(node.weights[0]) > 1 else 0
+        return (2.0 * k, 0, 1.0, 0, 1.0, 1.0, 1.0), (SPLIT, SPLIT, SPLIT if split_in else ONE, SPLIT,
+                                                     SPLIT if split_out else ONE, io_in, io_out)
+    if op == "norm":
+        return (0, 5.0, 4 if a.get("fused_residual") else 2, 0, 0, 1.0, 1.0), (SPLIT,) * 5 + (io_in, io_out)
+    if op == "elementwise":  # MoE token shuffles: the whole replica's tokens, split over tp only under ep (SHUFFLE)
+        return (a.get("flops_per_element", 1), 0, 1.0, 1.0, 1.0, 1.0, 1.0), (SHUFFLE,) * 5 + (io_in, io_out)
+    if op == "embedding":
+        return (0, 0, 0, 0, 1.0, 0, 1.0), (SPLIT, SPLIT, SPLIT, SPLIT, EMBEDDING, SPLIT, ONE)
+    if op == "moe_gemm":
+        return (0, 0, 0, 0, 0, 1.0, 1.0), (SPLIT,) * 5 + (PER_TP, PER_TP)
+    if node.is_comm:
+        return (0, 0, 1.0, 0, 0, 0, 0), (SPLIT, SPLIT, PER_TP if op == "all_to_all" else ONE, SPLIT, SPLIT, SPLIT, SPLIT)
+    return (0,) * 7, (SPLIT,) * 7
 
 
 def _set_attention(rows: dict[str, list], i: int, a: dict) -> None:
@@ -188,12 +212,14 @@ def _build_columns(graph: ComputationalGraph) -> Columns:
         for kind, shapes in enumerate(kinds):
             for constant, symbols in shapes:
                 elements[kind][row][position[symbols]] += constant
-    attrs = _attr_table(nodes, graph.meta["num_layers"])
+    attrs, numbers, bases = _node_table(nodes, graph.meta["num_layers"])
+    counts = np.array(elements)
     index = {node.name: i for i, node in enumerate(nodes)}
     comm, op_types = np.array([n.is_comm for n in nodes]), np.array([n.op_type for n in nodes])
     heads = graph.meta["num_attention_heads"]
     tp_sizes = tuple(tp for tp in range(1, heads + 1) if heads % tp == 0)
-    return Columns(features, *np.array(elements), index, op_types, {}, comm, attrs, tp_sizes, {})
+    return Columns(features, *counts, index, op_types, {}, comm, attrs, tp_sizes, {}, numbers, bases,
+                   counts[list(_TERM_ELEMENTS)])
 
 
 def work_coefficients(graph: ComputationalGraph, tp: int, ep: int, mode: str) -> tuple[np.ndarray, ...]:
@@ -224,20 +250,22 @@ def every_tp_work(graph: ComputationalGraph, sizes: tuple[int, ...], expert_para
 def _work_coefficients(cols: Columns, sizes: tuple[int, ...], variants: tuple[bool, ...],
                        mode: str) -> list[tuple[np.ndarray, ...]]:
     """The matrices for the tp `sizes` (tp x node x feature), for each of `variants` (whether ep > 1) on a leading
-    axis: elementwise in tp and variant, so each variant's tp slice is bit-identical to computing it alone."""
+    axis: elementwise in tp and variant, so each variant's tp slice is bit-identical to computing it alone. A node's
+    coefficient of each term is one number times one basis (the formulas' other products are exact zeros for its op
+    type, and adding them changed no bit), all terms times their element counts in one product, summed per output
+    in the formulas' order."""
     a, tps = cols.attrs, tp_column(sizes)
-    per_split = 1 / cols.splits(sizes)
-    per_in, per_out = np.where(a["in_split"] > 0, per_split, 1.0), np.where(a["out_split"] > 0, per_split, 1.0)
-    # MoE token shuffles run on the whole replica's tokens, split over tp only under expert parallelism.
-    per_shuffle = np.stack([np.where(a["sequence_parallel"] > 0, 1 / tps, per_split) if expert_parallel else per_split
-                            for expert_parallel in variants])
-    elementwise = a["elementwise"] * per_shuffle
-    flops = _outer(a["linear_flops"] * per_split + a["per_element"] * per_shuffle, cols.out)
-    flops += _outer(a["norm"] * per_split, cols.first_in)
-    moved = _outer(
-        a["linear"] * per_in + a["norm_passes"] * per_split + elementwise + a["comm"] + a["all_to_all"] / tps, cols.first_in)
-    moved += _outer(elementwise, cols.other_in)
-    moved += _outer(a["linear"] * per_out + elementwise + a["embedding"] * (1 / tps + 1), cols.out)
+    per_split, per_tp = 1 / cols.splits(sizes), 1 / tps
+    bases = np.empty((5, len(cols.index), len(variants), len(sizes)))  # (basis x node x variant x tp)
+    bases[SPLIT], bases[PER_TP], bases[ONE], bases[EMBEDDING] = per_split.T[:, None], per_tp.T, 1.0, (per_tp + 1).T
+    for v, expert_parallel in enumerate(variants):  # MoE token shuffles split over tp only under expert parallelism
+        bases[SHUFFLE, :, v] = (np.where(a["sequence_parallel"] > 0, per_tp, per_split) if expert_parallel
+                                else per_split).T
+    numbers = cols.term_numbers[:, :, None, None] * bases[cols.term_bases, np.arange(len(cols.index))]
+    products = (numbers[..., None] * cols.term_elements[:, :, None, None]).transpose(0, 2, 3, 1, 4)
+    flops, io_in, io_out = products[FLOPS_OUT] + products[FLOPS_IN], products[IO_IN], products[IO_OUT]
+    moved = products[MOVED_IN] + products[MOVED_OTHER]
+    moved += products[MOVED_OUT]
     tokens, pairs, queries, keys = (cols.column(f) for f in (TOKENS, PAIRS, QUERIES, KEYS))
     flops[..., tokens] += a["moe_flops"] / tps
     moved[..., tokens] += a["moe_elements"] / tps
@@ -246,15 +274,8 @@ def _work_coefficients(cols: Columns, sizes: tuple[int, ...], variants: tuple[bo
     kv_dim = a["kv_dim"] * (a["kv_heads"] / np.minimum(tps, a["kv_heads"]))  # kv heads replicated when tp > kv_heads
     moved[..., keys] += kv_dim
     # Activations (memory.py): attention saves q (+ fp32 log-sum-exp) and, outside decode, k and v.
-    io_in = _outer(a["moe"] / tps + a["plain_io"] * np.where(a["io_in_split"] > 0, per_split, 1.0), cols.first_in)
-    io_out = _outer(a["moe"] / tps + a["plain_io"] * np.where(a["io_out_split"] > 0, per_split, 1.0) + a["embedding"],
-                    cols.out)
     io_in[..., queries] += a["saved_per_query"] / tps
     io_out[..., queries] += a["out_per_query"] / tps
     if mode != "decode":
         io_in[..., keys] += kv_dim
-    return [(flops[v], moved[v], io_in, io_out) for v in range(len(variants))]
-
-
-def _outer(per_node: np.ndarray, elements: np.ndarray) -> np.ndarray:
-    return per_node[..., None] * elements
+    return [(flops[v], moved[v], io_in[v], io_out[v]) for v in range(len(variants))]
