@@ -201,25 +201,35 @@ def _set_attention(rows: dict[str, list], i: int, a: dict) -> None:
 
 def _build_columns(graph: ComputationalGraph) -> Columns:
     nodes = graph.nodes
-    # each node's first input, other inputs and first output as (constant, symbols), split once
-    parts = [[[split_shape(shape) for shape in shapes] for shapes in (node.inputs[:1], node.inputs[1:], node.outputs[:1])]
-             for node in nodes]
-    monomials = {symbols for kinds in parts for shapes in kinds for _, symbols in shapes}
-    features = tuple(dict.fromkeys((*sorted(monomials), TOKENS, QUERIES, KEYS, PAIRS)))
-    position = {feature: i for i, feature in enumerate(features)}
-    elements = [[[0.0] * len(features) for _ in nodes] for _ in range(3)]  # first input, other inputs, first output
-    for row, kinds in enumerate(parts):
-        for kind, shapes in enumerate(kinds):
-            for constant, symbols in shapes:
-                elements[kind][row][position[symbols]] += constant
+    features, counts = _element_counts(nodes)
     attrs, numbers, bases = _node_table(nodes, graph.meta["num_layers"])
-    counts = np.array(elements)
     index = {node.name: i for i, node in enumerate(nodes)}
     comm, op_types = np.array([n.is_comm for n in nodes]), np.array([n.op_type for n in nodes])
     heads = graph.meta["num_attention_heads"]
     tp_sizes = tuple(tp for tp in range(1, heads + 1) if heads % tp == 0)
     return Columns(features, *counts, index, op_types, {}, comm, attrs, tp_sizes, {}, numbers, bases,
                    counts[list(_TERM_ELEMENTS)])
+
+
+def _element_counts(nodes: list[OpNode]) -> tuple[tuple[tuple[str, ...], ...], np.ndarray]:
+    """The features, and the elements per feature of each node's first input, other inputs and first output (3 x node
+    x feature); each shape split once, in one flat pass (not a comprehension per node and kind)."""
+    shapes = []  # (kind, node, constant, symbols): kind 0 first input, 1 other inputs, 2 first output
+    for row, node in enumerate(nodes):
+        inputs = node.inputs
+        if inputs:
+            shapes.append((0, row, *split_shape(inputs[0])))
+            for shape in inputs[1:]:
+                shapes.append((1, row, *split_shape(shape)))
+        if node.outputs:
+            shapes.append((2, row, *split_shape(node.outputs[0])))
+    monomials = {symbols for _, _, _, symbols in shapes}
+    features = tuple(dict.fromkeys((*sorted(monomials), TOKENS, QUERIES, KEYS, PAIRS)))
+    position = {feature: i for i, feature in enumerate(features)}
+    elements = [[[0.0] * len(features) for _ in nodes] for _ in range(3)]
+    for kind, row, constant, symbols in shapes:
+        elements[kind][row][position[symbols]] += constant
+    return features, np.array(elements)
 
 
 def work_coefficients(graph: ComputationalGraph, tp: int, ep: int, mode: str) -> tuple[np.ndarray, ...]:
