@@ -262,7 +262,7 @@ def _work_coefficients(cols: Columns, sizes: tuple[int, ...], variants: tuple[bo
     """The matrices for the tp `sizes` (tp x node x feature), for each of `variants` (whether ep > 1) on a leading
     axis: elementwise in tp and variant, so each variant's tp slice is bit-identical to computing it alone. A node's
     coefficient of each term is one number times one basis (the formulas' other products are exact zeros for its op
-    type, and adding them changed no bit), all terms times their element counts in one product, summed per output
+    type, and adding them changed no bit), all in one product; each term times its element counts, summed per output
     in the formulas' order."""
     a, tps = cols.attrs, tp_column(sizes)
     per_split, per_tp = 1 / cols.splits(sizes), 1 / tps
@@ -272,10 +272,14 @@ def _work_coefficients(cols: Columns, sizes: tuple[int, ...], variants: tuple[bo
         bases[SHUFFLE, :, v] = (np.where(a["sequence_parallel"] > 0, per_tp, per_split) if expert_parallel
                                 else per_split).T
     numbers = cols.term_numbers[:, :, None, None] * bases[cols.term_bases, np.arange(len(cols.index))]
-    products = (numbers[..., None] * cols.term_elements[:, :, None, None]).transpose(0, 2, 3, 1, 4)
-    flops, io_in, io_out = products[FLOPS_OUT] + products[FLOPS_IN], products[IO_IN], products[IO_OUT]
-    moved = products[MOVED_IN] + products[MOVED_OTHER]
-    moved += products[MOVED_OUT]
+    numbers, elements = numbers.transpose(0, 2, 3, 1)[..., None], cols.term_elements  # (term x variant x tp x node)
+    # one product per term: arrays the size of the outputs (one of every term at once outgrew malloc's small blocks)
+    flops = numbers[FLOPS_OUT] * elements[FLOPS_OUT]
+    flops += numbers[FLOPS_IN] * elements[FLOPS_IN]
+    moved = numbers[MOVED_IN] * elements[MOVED_IN]
+    moved += numbers[MOVED_OTHER] * elements[MOVED_OTHER]
+    moved += numbers[MOVED_OUT] * elements[MOVED_OUT]
+    io_in, io_out = numbers[IO_IN] * elements[IO_IN], numbers[IO_OUT] * elements[IO_OUT]
     tokens, pairs, queries, keys = (cols.column(f) for f in (TOKENS, PAIRS, QUERIES, KEYS))
     flops[..., tokens] += a["moe_flops"] / tps
     moved[..., tokens] += a["moe_elements"] / tps
