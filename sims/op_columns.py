@@ -42,7 +42,6 @@ class Columns:
     split_memo: dict[tuple[int, ...], np.ndarray]
     term_numbers: np.ndarray  # (term x node): each node's number of each work term (0 where it has none)
     term_bases: np.ndarray  # (term x node): the basis each term's number multiplies
-    term_elements: np.ndarray  # (term x node x feature): the element counts each term is per
 
     def mask(self, op_type: str) -> np.ndarray:
         mask = self.masks.get(op_type)
@@ -121,9 +120,9 @@ _DEFAULTS = {
     "max_split": np.inf, "limited_width": 0.0, "limited_split": 1.0, "width": 1.0, "replicated": 0.0,
 }
 # The terms of the work coefficients (_work_coefficients): an output (FLOPs, elements moved, saved inputs, outputs)
-# per element of one of a node's element counts; each node's term is a number times one basis, a function of tp.
+# per element of one of a node's element counts (FLOPS_OUT: FLOPs per element of its first output, ...); each node's
+# term is a number times one basis, a function of tp.
 FLOPS_OUT, FLOPS_IN, MOVED_IN, MOVED_OTHER, MOVED_OUT, IO_IN, IO_OUT = range(7)
-_TERM_ELEMENTS = (2, 0, 0, 1, 2, 0, 2)  # each term's counts: first input 0, other inputs 1, first output 2
 SPLIT, SHUFFLE, PER_TP, ONE, EMBEDDING = range(5)  # 1 / tp_split, MoE shuffles' split, 1 / tp, 1, 1 / tp + 1
 # What a tp mode splits: (input, output) of GEMMs, (input, output) of saved activations
 _MODE_SPLITS = {mode: (mode in ("row", "heads"), mode in ("column", "heads"), mode in ("row", "heads", "sharded"),
@@ -161,7 +160,8 @@ def _set_node(rows: dict[str, list], i: int, node: OpNode, num_layers: int) -> N
     elif op == "moe_gemm":
         (experts, k, n), top_k = weights, a["top_k"]
         rows["moe_flops"][i], rows["moe_elements"][i] = 2.0 * top_k * k * n, top_k * (k + n)
-        rows["expert_weights"][i], rows["miss"][i], rows["gemm_weights"][i] = experts * k * n, 1.0 - top_k / experts, 1.0
+        rows["expert_weights"][i], rows["miss"][i] = experts * k * n, 1.0 - top_k / experts
+        rows["gemm_weights"][i] = 1.0
     elif op == "attention":
         _set_attention(rows, i, a)
 
@@ -187,7 +187,8 @@ def _work_terms(node: OpNode) -> tuple[tuple[float, ...], tuple[int, ...]]:
     if op == "moe_gemm":
         return (0, 0, 0, 0, 0, 1.0, 1.0), (SPLIT,) * 5 + (PER_TP, PER_TP)
     if node.is_comm:
-        return (0, 0, 1.0, 0, 0, 0, 0), (SPLIT, SPLIT, PER_TP if op == "all_to_all" else ONE, SPLIT, SPLIT, SPLIT, SPLIT)
+        moved_by = PER_TP if op == "all_to_all" else ONE
+        return (0, 0, 1.0, 0, 0, 0, 0), (SPLIT, SPLIT, moved_by, SPLIT, SPLIT, SPLIT, SPLIT)
     return (0,) * 7, (SPLIT,) * 7
 
 
@@ -207,8 +208,7 @@ def _build_columns(graph: ComputationalGraph) -> Columns:
     comm, op_types = np.array([n.is_comm for n in nodes]), np.array([n.op_type for n in nodes])
     heads = graph.meta["num_attention_heads"]
     tp_sizes = tuple(tp for tp in range(1, heads + 1) if heads % tp == 0)
-    return Columns(features, *counts, index, op_types, {}, comm, attrs, tp_sizes, {}, numbers, bases,
-                   counts[list(_TERM_ELEMENTS)])
+    return Columns(features, *counts, index, op_types, {}, comm, attrs, tp_sizes, {}, numbers, bases)
 
 
 def _element_counts(nodes: list[OpNode]) -> tuple[tuple[tuple[str, ...], ...], np.ndarray]:
@@ -272,14 +272,15 @@ def _work_coefficients(cols: Columns, sizes: tuple[int, ...], variants: tuple[bo
         bases[SHUFFLE, :, v] = (np.where(a["sequence_parallel"] > 0, per_tp, per_split) if expert_parallel
                                 else per_split).T
     numbers = cols.term_numbers[:, :, None, None] * bases[cols.term_bases, np.arange(len(cols.index))]
-    numbers, elements = numbers.transpose(0, 2, 3, 1)[..., None], cols.term_elements  # (term x variant x tp x node)
+    numbers = numbers.transpose(0, 2, 3, 1)[..., None]  # (term x variant x tp x node x 1)
+    first_in, out = cols.first_in, cols.out
     # one product per term: arrays the size of the outputs (one of every term at once outgrew malloc's small blocks)
-    flops = numbers[FLOPS_OUT] * elements[FLOPS_OUT]
-    flops += numbers[FLOPS_IN] * elements[FLOPS_IN]
-    moved = numbers[MOVED_IN] * elements[MOVED_IN]
-    moved += numbers[MOVED_OTHER] * elements[MOVED_OTHER]
-    moved += numbers[MOVED_OUT] * elements[MOVED_OUT]
-    io_in, io_out = numbers[IO_IN] * elements[IO_IN], numbers[IO_OUT] * elements[IO_OUT]
+    flops = numbers[FLOPS_OUT] * out
+    flops += numbers[FLOPS_IN] * first_in
+    moved = numbers[MOVED_IN] * first_in
+    moved += numbers[MOVED_OTHER] * cols.other_in
+    moved += numbers[MOVED_OUT] * out
+    io_in, io_out = numbers[IO_IN] * first_in, numbers[IO_OUT] * out
     tokens, pairs, queries, keys = (cols.column(f) for f in (TOKENS, PAIRS, QUERIES, KEYS))
     flops[..., tokens] += a["moe_flops"] / tps
     moved[..., tokens] += a["moe_elements"] / tps
