@@ -12,13 +12,12 @@ tokens hit) is not linear and is added per binding by vector_cost.Plan.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 from sims.cache import GraphCache
-from sims.ir import ComputationalGraph, OpNode
+from sims.ir import TP_MODES, ComputationalGraph, OpNode
 from sims.partition import split_shape, weight_numel
 
 PAIRS = ("pairs",)
@@ -41,6 +40,8 @@ class Columns:
     attrs: dict[str, np.ndarray]
     tp_sizes: tuple[int, ...]  # the tp sizes a layout may use (layout_problem): the divisors of the attention heads
     split_memo: dict[tuple[int, ...], np.ndarray]
+    term_numbers: np.ndarray  # (term x node): each node's number of each work term (0 where it has none)
+    term_bases: np.ndarray  # (term x node): the basis each term's number multiplies
 
     def mask(self, op_type: str) -> np.ndarray:
         mask = self.masks.get(op_type)
@@ -102,66 +103,133 @@ def columns(graph: ComputationalGraph) -> Columns:
 _COLUMNS = GraphCache(maxsize=256)
 
 
-def _node_attrs(node: OpNode, num_layers: int) -> dict[str, float]:
-    """What the formulas read from one node (0 where they do not apply); bytes in activation elements."""
-    a, mode, op = node.attrs, node.parallel.tp_mode, node.op_type
+# The per-node numbers (Columns.attrs) and their value where they do not apply: a node sets only those its op type
+# reads (those of the formulas of sims/calculator.py and sims/memory.py; bytes in activation elements).
+_DEFAULTS = {
+    # _every_tp_arrays: GEMM and norm weight reads; _work_coefficients: MoE token shuffles
+    "linear": 0.0, "norm": 0.0, "sequence_parallel": 0.0,
+    # moe_gemm_work: per token of the replica, and the weights of all experts
+    "moe_flops": 0.0, "moe_elements": 0.0, "expert_weights": 0.0, "miss": 1.0,
+    # attention_work: per query-key pair, per query, per cached key
+    "attention_flops": 0.0, "query_elements": 0.0, "kv_dim": 0.0, "kv_heads": 1.0, "saved_per_query": 0.0,
+    "out_per_query": 0.0,
+    # memory.py: weights and KV cache
+    "weights": 0.0, "gemm_weights": 0.0, "tp_split_weights": 0.0, "tied": 0.0, "cache_dim": 0.0, "cache_heads": 1.0,
+    "in_layer": 0.0,
+    # partition.tp_split
+    "max_split": np.inf, "limited_width": 0.0, "limited_split": 1.0, "width": 1.0, "replicated": 0.0,
+}
+# The terms of the work coefficients (_work_coefficients): an output (FLOPs, elements moved, saved inputs, outputs)
+# per element of one of a node's element counts (FLOPS_OUT: FLOPs per element of its first output, ...); each node's
+# term is a number times one basis, a function of tp.
+FLOPS_OUT, FLOPS_IN, MOVED_IN, MOVED_OTHER, MOVED_OUT, IO_IN, IO_OUT = range(7)
+SPLIT, SHUFFLE, PER_TP, ONE, EMBEDDING = range(5)  # 1 / tp_split, MoE shuffles' split, 1 / tp, 1, 1 / tp + 1
+# What a tp mode splits: (input, output) of GEMMs, (input, output) of saved activations
+_MODE_SPLITS = {mode: (mode in ("row", "heads"), mode in ("column", "heads"), mode in ("row", "heads", "sharded"),
+                       mode in ("column", "heads", "sharded")) for mode in TP_MODES}
+_SPLIT_LIMITS = frozenset(("max_split", "limited_width", "limited_split"))
+
+
+def _node_table(nodes: list[OpNode], num_layers: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """Columns.attrs (each per-node number as a contiguous row over the nodes: numpy's fast loops), and the work
+    terms' numbers and bases (term x node), filled from lists in which each node sets only what it has."""
+    rows = {name: [default] * len(nodes) for name, default in _DEFAULTS.items()}
+    for i, node in enumerate(nodes):
+        _set_node(rows, i, node, num_layers)
+    numbers, bases = zip(*map(_work_terms, nodes))
+    attrs = dict(zip(rows, np.array(list(rows.values()), dtype=float)))
+    return attrs, np.array(numbers, dtype=float).T, np.array(bases).T
+
+
+def _set_node(rows: dict[str, list], i: int, node: OpNode, num_layers: int) -> None:
+    """Node i's numbers into `rows`: those every node has, then those its op type reads (the rest keep _DEFAULTS)."""
+    a, op = node.attrs, node.op_type
     weights = node.weights[0] if node.weights else (0, 0)
-    experts, k, n = weights if op == "moe_gemm" else (1, weights[-2] if len(weights) > 1 else 0, 0)
+    rows["replicated"][i] = node.parallel.tp_mode == "replicated"
+    rows["weights"][i], rows["tp_split_weights"][i] = weight_numel(node.weights), node.parallel.tp_dim is not None
+    rows["in_layer"][i], rows["tied"][i] = 0 <= node.layers[0] < num_layers, bool(a.get("tied"))
+    rows["sequence_parallel"][i], rows["kv_heads"][i] = bool(a.get("sequence_parallel_with_ep")), a.get("kv_heads", 1)
+    for name in _SPLIT_LIMITS.intersection(a):  # partition.tp_split's attrs, on the few nodes that have them
+        rows[name][i] = a[name]
+    if a.get("limited_width"):
+        rows["width"][i] = weights[-1]
+    if op in ("gemm", "router"):
+        rows["linear"][i], rows["gemm_weights"][i] = 1.0, op == "gemm"
+    elif op == "norm":
+        rows["norm"][i] = 5.0
+    elif op == "moe_gemm":
+        (experts, k, n), top_k = weights, a["top_k"]
+        rows["moe_flops"][i], rows["moe_elements"][i] = 2.0 * top_k * k * n, top_k * (k + n)
+        rows["expert_weights"][i], rows["miss"][i] = experts * k * n, 1.0 - top_k / experts
+        rows["gemm_weights"][i] = 1.0
+    elif op == "attention":
+        _set_attention(rows, i, a)
+
+
+def _work_terms(node: OpNode) -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """Each work term's number and basis for one node, in term order (FLOPS_OUT ... IO_OUT): sims/calculator.py's
+    gemm_work, norm_work, elementwise_work, embedding_work, moe_gemm_work; collectives move their input; memory.py's
+    saved activations. A term a node does not have is 0 (its basis unused); attention and MoE FLOPs and bytes are
+    per feature (_work_coefficients adds them)."""
+    op, a = node.op_type, node.attrs
+    split_in, split_out, saved_in, saved_out = _MODE_SPLITS[node.parallel.tp_mode]
+    io_in, io_out = SPLIT if saved_in else ONE, SPLIT if saved_out else ONE
+    if op in ("gemm", "router"):
+        k = node.weights[0][-2] if node.weights and len(node.weights[0]) > 1 else 0
+        return (2.0 * k, 0, 1.0, 0, 1.0, 1.0, 1.0), (SPLIT, SPLIT, SPLIT if split_in else ONE, SPLIT,
+                                                     SPLIT if split_out else ONE, io_in, io_out)
+    if op == "norm":
+        return (0, 5.0, 4 if a.get("fused_residual") else 2, 0, 0, 1.0, 1.0), (SPLIT,) * 5 + (io_in, io_out)
+    if op == "elementwise":  # MoE token shuffles: the whole replica's tokens, split over tp only under ep (SHUFFLE)
+        return (a.get("flops_per_element", 1), 0, 1.0, 1.0, 1.0, 1.0, 1.0), (SHUFFLE,) * 5 + (io_in, io_out)
+    if op == "embedding":
+        return (0, 0, 0, 0, 1.0, 0, 1.0), (SPLIT, SPLIT, SPLIT, SPLIT, EMBEDDING, SPLIT, ONE)
+    if op == "moe_gemm":
+        return (0, 0, 0, 0, 0, 1.0, 1.0), (SPLIT,) * 5 + (PER_TP, PER_TP)
+    if node.is_comm:
+        moved_by = PER_TP if op == "all_to_all" else ONE
+        return (0, 0, 1.0, 0, 0, 0, 0), (SPLIT, SPLIT, moved_by, SPLIT, SPLIT, SPLIT, SPLIT)
+    return (0,) * 7, (SPLIT,) * 7
+
+
+def _set_attention(rows: dict[str, list], i: int, a: dict) -> None:
     heads, qk, v = a.get("heads", 0), a.get("qk_dim", 0), a.get("v_dim", 0)
-    linear, attention, moe = op in ("gemm", "router"), op == "attention", op == "moe_gemm"
-    plain_io = op in ("gemm", "router", "norm", "elementwise")
-    return {
-        # gemm_work, norm_work, elementwise_work, embedding_work: per element of first input / output
-        "linear": linear, "linear_flops": 2.0 * k if linear else 0.0,
-        "in_split": mode in ("row", "heads"), "out_split": mode in ("column", "heads"),
-        "norm": 5.0 if op == "norm" else 0.0, "norm_passes": (4 if a.get("fused_residual") else 2) if op == "norm" else 0,
-        "elementwise": op == "elementwise", "per_element": a.get("flops_per_element", 1) if op == "elementwise" else 0,
-        "sequence_parallel": bool(a.get("sequence_parallel_with_ep")), "embedding": op == "embedding",
-        "comm": node.is_comm and op != "all_to_all", "all_to_all": op == "all_to_all",
-        # moe_gemm_work: per token of the replica, and the weights of all experts
-        "moe_flops": 2.0 * a["top_k"] * k * n if moe else 0.0, "moe_elements": a["top_k"] * (k + n) if moe else 0,
-        "expert_weights": experts * k * n if moe else 0, "miss": 1.0 - a["top_k"] / experts if moe else 1.0,
-        # attention_work: per query-key pair, per query, per cached key
-        "attention_flops": 2.0 * heads * (qk + v) if attention else 0.0,
-        "query_elements": heads * (qk + v) if attention else 0, "kv_dim": a.get("kv_dim", 0) if attention else 0,
-        "kv_heads": a.get("kv_heads", 1), "saved_per_query": heads * (qk + 2) if attention else 0,
-        "out_per_query": heads * v if attention else 0,
-        # memory.py: activations, weights and KV cache
-        "moe": moe, "plain_io": plain_io,
-        "io_in_split": mode in ("row", "heads", "sharded"), "io_out_split": mode in ("column", "heads", "sharded"),
-        "weights": weight_numel(node.weights), "gemm_weights": op in ("gemm", "moe_gemm"),
-        "tp_split_weights": node.parallel.tp_dim is not None, "tied": bool(a.get("tied")),
-        "cache_dim": a.get("cache_dim", 0) if attention else 0, "cache_heads": a.get("cache_heads", 1) if attention else 1,
-        "in_layer": 0 <= node.layers[0] < num_layers,
-        # partition.tp_split
-        "max_split": a.get("max_split", np.inf), "limited_width": a.get("limited_width", 0),
-        "limited_split": a.get("limited_split", 1), "width": weights[-1] if a.get("limited_width") else 1,
-        "replicated": mode == "replicated",
-    }
+    rows["attention_flops"][i], rows["query_elements"][i] = 2.0 * heads * (qk + v), heads * (qk + v)
+    rows["saved_per_query"][i], rows["out_per_query"][i] = heads * (qk + 2), heads * v
+    rows["kv_dim"][i], rows["cache_dim"][i] = a.get("kv_dim", 0), a.get("cache_dim", 0)
+    rows["cache_heads"][i] = a.get("cache_heads", 1)
 
 
 def _build_columns(graph: ComputationalGraph) -> Columns:
     nodes = graph.nodes
-    # each node's first input, other inputs and first output as (constant, symbols), split once
-    parts = [[[split_shape(shape) for shape in shapes] for shapes in (node.inputs[:1], node.inputs[1:], node.outputs[:1])]
-             for node in nodes]
-    monomials = {symbols for kinds in parts for shapes in kinds for _, symbols in shapes}
-    features = tuple(dict.fromkeys((*sorted(monomials), TOKENS, QUERIES, KEYS, PAIRS)))
-    position = {feature: i for i, feature in enumerate(features)}
-    elements = [[[0.0] * len(features) for _ in nodes] for _ in range(3)]  # first input, other inputs, first output
-    for row, kinds in enumerate(parts):
-        for kind, shapes in enumerate(kinds):
-            for constant, symbols in shapes:
-                elements[kind][row][position[symbols]] += constant
-    per_node = [_node_attrs(node, graph.meta["num_layers"]) for node in nodes]
-    values = itertools.chain.from_iterable(attrs.values() for attrs in per_node)
-    table = np.fromiter(values, dtype=float, count=len(nodes) * len(per_node[0])).reshape(len(nodes), -1)
-    attrs = dict(zip(per_node[0], table.T.copy()))  # contiguous rows: numpy's fast loops, not its strided ones
+    features, counts = _element_counts(nodes)
+    attrs, numbers, bases = _node_table(nodes, graph.meta["num_layers"])
     index = {node.name: i for i, node in enumerate(nodes)}
     comm, op_types = np.array([n.is_comm for n in nodes]), np.array([n.op_type for n in nodes])
     heads = graph.meta["num_attention_heads"]
     tp_sizes = tuple(tp for tp in range(1, heads + 1) if heads % tp == 0)
-    return Columns(features, *np.array(elements), index, op_types, {}, comm, attrs, tp_sizes, {})
+    return Columns(features, *counts, index, op_types, {}, comm, attrs, tp_sizes, {}, numbers, bases)
+
+
+def _element_counts(nodes: list[OpNode]) -> tuple[tuple[tuple[str, ...], ...], np.ndarray]:
+    """The features, and the elements per feature of each node's first input, other inputs and first output (3 x node
+    x feature); each shape split once, in one flat pass (not a comprehension per node and kind)."""
+    shapes = []  # (kind, node, constant, symbols): kind 0 first input, 1 other inputs, 2 first output
+    for row, node in enumerate(nodes):
+        inputs = node.inputs
+        if inputs:
+            shapes.append((0, row, *split_shape(inputs[0])))
+            for shape in inputs[1:]:
+                shapes.append((1, row, *split_shape(shape)))
+        if node.outputs:
+            shapes.append((2, row, *split_shape(node.outputs[0])))
+    monomials = {symbols for _, _, _, symbols in shapes}
+    features = tuple(dict.fromkeys((*sorted(monomials), TOKENS, QUERIES, KEYS, PAIRS)))
+    position = {feature: i for i, feature in enumerate(features)}
+    elements = [[[0.0] * len(features) for _ in nodes] for _ in range(3)]
+    for kind, row, constant, symbols in shapes:
+        elements[kind][row][position[symbols]] += constant
+    return features, np.array(elements)
 
 
 def work_coefficients(graph: ComputationalGraph, tp: int, ep: int, mode: str) -> tuple[np.ndarray, ...]:
@@ -192,20 +260,27 @@ def every_tp_work(graph: ComputationalGraph, sizes: tuple[int, ...], expert_para
 def _work_coefficients(cols: Columns, sizes: tuple[int, ...], variants: tuple[bool, ...],
                        mode: str) -> list[tuple[np.ndarray, ...]]:
     """The matrices for the tp `sizes` (tp x node x feature), for each of `variants` (whether ep > 1) on a leading
-    axis: elementwise in tp and variant, so each variant's tp slice is bit-identical to computing it alone."""
+    axis: elementwise in tp and variant, so each variant's tp slice is bit-identical to computing it alone. A node's
+    coefficient of each term is one number times one basis (the formulas' other products are exact zeros for its op
+    type, and adding them changed no bit), all in one product; each term times its element counts, summed per output
+    in the formulas' order."""
     a, tps = cols.attrs, tp_column(sizes)
-    per_split = 1 / cols.splits(sizes)
-    per_in, per_out = np.where(a["in_split"] > 0, per_split, 1.0), np.where(a["out_split"] > 0, per_split, 1.0)
-    # MoE token shuffles run on the whole replica's tokens, split over tp only under expert parallelism.
-    per_shuffle = np.stack([np.where(a["sequence_parallel"] > 0, 1 / tps, per_split) if expert_parallel else per_split
-                            for expert_parallel in variants])
-    elementwise = a["elementwise"] * per_shuffle
-    flops = _outer(a["linear_flops"] * per_split + a["per_element"] * per_shuffle, cols.out)
-    flops += _outer(a["norm"] * per_split, cols.first_in)
-    moved = _outer(
-        a["linear"] * per_in + a["norm_passes"] * per_split + elementwise + a["comm"] + a["all_to_all"] / tps, cols.first_in)
-    moved += _outer(elementwise, cols.other_in)
-    moved += _outer(a["linear"] * per_out + elementwise + a["embedding"] * (1 / tps + 1), cols.out)
+    per_split, per_tp = 1 / cols.splits(sizes), 1 / tps
+    bases = np.empty((5, len(cols.index), len(variants), len(sizes)))  # (basis x node x variant x tp)
+    bases[SPLIT], bases[PER_TP], bases[ONE], bases[EMBEDDING] = per_split.T[:, None], per_tp.T, 1.0, (per_tp + 1).T
+    for v, expert_parallel in enumerate(variants):  # MoE token shuffles split over tp only under expert parallelism
+        bases[SHUFFLE, :, v] = (np.where(a["sequence_parallel"] > 0, per_tp, per_split) if expert_parallel
+                                else per_split).T
+    numbers = cols.term_numbers[:, :, None, None] * bases[cols.term_bases, np.arange(len(cols.index))]
+    numbers = numbers.transpose(0, 2, 3, 1)[..., None]  # (term x variant x tp x node x 1)
+    first_in, out = cols.first_in, cols.out
+    # one product per term: arrays the size of the outputs (one of every term at once outgrew malloc's small blocks)
+    flops = numbers[FLOPS_OUT] * out
+    flops += numbers[FLOPS_IN] * first_in
+    moved = numbers[MOVED_IN] * first_in
+    moved += numbers[MOVED_OTHER] * cols.other_in
+    moved += numbers[MOVED_OUT] * out
+    io_in, io_out = numbers[IO_IN] * first_in, numbers[IO_OUT] * out
     tokens, pairs, queries, keys = (cols.column(f) for f in (TOKENS, PAIRS, QUERIES, KEYS))
     flops[..., tokens] += a["moe_flops"] / tps
     moved[..., tokens] += a["moe_elements"] / tps
@@ -214,15 +289,8 @@ def _work_coefficients(cols: Columns, sizes: tuple[int, ...], variants: tuple[bo
     kv_dim = a["kv_dim"] * (a["kv_heads"] / np.minimum(tps, a["kv_heads"]))  # kv heads replicated when tp > kv_heads
     moved[..., keys] += kv_dim
     # Activations (memory.py): attention saves q (+ fp32 log-sum-exp) and, outside decode, k and v.
-    io_in = _outer(a["moe"] / tps + a["plain_io"] * np.where(a["io_in_split"] > 0, per_split, 1.0), cols.first_in)
-    io_out = _outer(a["moe"] / tps + a["plain_io"] * np.where(a["io_out_split"] > 0, per_split, 1.0) + a["embedding"],
-                    cols.out)
     io_in[..., queries] += a["saved_per_query"] / tps
     io_out[..., queries] += a["out_per_query"] / tps
     if mode != "decode":
         io_in[..., keys] += kv_dim
-    return [(flops[v], moved[v], io_in, io_out) for v in range(len(variants))]
-
-
-def _outer(per_node: np.ndarray, elements: np.ndarray) -> np.ndarray:
-    return per_node[..., None] * elements
+    return [(flops[v], moved[v], io_in[v], io_out[v]) for v in range(len(variants))]
