@@ -18,6 +18,8 @@ ROPE_TYPES = ("default", "llama3")
 _REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 _LLAMA3 = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
 
+DEFAULT_MAX_POSITIONS = 4096  # transformers' LlamaConfig default
+
 
 @dataclass(frozen=True)
 class DecoderArchitecture:
@@ -66,10 +68,15 @@ def read_decoder(hf: Mapping[str, Any], backend: str) -> DecoderArchitecture:
         intermediate_size=int(hf["intermediate_size"]), num_layers=int(hf["num_hidden_layers"]),
         num_heads=heads, num_kv_heads=kv_heads, head_dim=int(hf.get("head_dim") or int(hf["hidden_size"]) // heads),
         rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)), rope_theta=theta, rope_type=rope_type,
-        rope_llama3=llama3, max_position_embeddings=int(hf.get("max_position_embeddings", 4096)),
+        rope_llama3=llama3, max_position_embeddings=max_positions(hf),
         tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
         qkv_bias=model_type == "qwen2" or attention_bias, o_bias=model_type != "qwen2" and attention_bias,
         mlp_bias=model_type == "llama" and bool(hf.get("mlp_bias", False)), qk_norm=model_type == "qwen3")
+
+
+def max_positions(hf: Mapping[str, Any]) -> int:
+    """The positions a model was built for (transformers' default where a config leaves it out)."""
+    return int(hf.get("max_position_embeddings") or DEFAULT_MAX_POSITIONS)
 
 
 def read_rope(hf: Mapping[str, Any], backend: str) -> tuple[float, str, tuple[float, float, float, int] | None]:

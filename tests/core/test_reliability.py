@@ -155,6 +155,8 @@ CASES: list[tuple[list[str], str]] = [
      "grpo.max_new_tokens: 100000 + grpo.max_prompt_tokens 32 = 100032 tokens exceed the model's 1024 positions"),
     ([*GRPO, "model.hf_config.max_position_embeddings=8"],
      "grpo.max_new_tokens: 2 + grpo.max_prompt_tokens 32 = 34 tokens exceed the model's 8 positions"),
+    ([*GRPO, "~model.hf_config.max_position_embeddings", "grpo.max_new_tokens=100000"],  # the decoder's default
+     "grpo.max_new_tokens: 100000 + grpo.max_prompt_tokens 32 = 100032 tokens exceed the model's 4096 positions"),
     ([*GRPO, "data=chat_sample"], "data=chat_sample: task=grpo needs a math (question/answer) data set"),
     ([*GRPO, "data.train_limit=0"], "data.train_limit: 0 is out of range; valid: >= 1 (or null)"),
     ([*GRPO, "data.train_limit=-3"], "data.train_limit: -3 is out of range; valid: >= 1 (or null)"),
@@ -218,7 +220,8 @@ def test_an_adapters_own_check_is_its_line_not_hydras_wrapping(tmp_path):
 
 @pytest.mark.parametrize("overrides", [["backend.adapter.attention=cudnn"], ["parallel.tp=3"],
                                        ["parallel.fsdp=4", "parallel.rollout.tp=3"], ["grpo.max_new_tokens=100000"],
-                                       ["model.hf_config.max_position_embeddings=8"]])
+                                       ["model.hf_config.max_position_embeddings=8"],
+                                       ["~model.hf_config.max_position_embeddings", "grpo.max_new_tokens=100000"]])
 def test_what_the_grpo_trainer_found_late_is_one_line(overrides, tmp_path):
     """Session 19 found these after two INFO lines (the mesh, the tokenizer's time; cudnn in float32, checked by the
     model) or not at all (100000 new tokens decoded for minutes, deaf to SIGTERM). The rollout's layout needs the

@@ -20,6 +20,7 @@ from framework.core.errors import ConfigError
 from framework.core.hardware import require_accelerator
 from framework.core.parallel import ParallelConfig
 from framework.core.plain import to_plain
+from framework.models.hf_config import max_positions
 from framework.tasks.grpo import GRPOTask, check_grpo_values, check_sequence_fits
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class MaxTextAdapter(BackendAdapter):
 
         task = build(GRPOTask, cfg.grpo, "grpo")
         check_grpo_values(task)
-        check_sequence_fits(task, int(cfg.model.hf_config.max_position_embeddings))
+        check_sequence_fits(task, max_positions(cfg.model.get("hf_config") or {}))
         check_attention_dtype(self.attention, task.compute_dtype)  # the model checks it again: one rule
         parallel = build(ParallelConfig, cfg.parallel, "parallel")
         check_supported(parallel)
