@@ -267,7 +267,7 @@ def _behaviour_checks(model_dir: str, devices: list) -> dict:
 
 
 def _train_off_policy(pipeline, task, params, update, steps: int) -> tuple[list, list, list, list]:
-    """`steps` steps of the trainer's pipeline in the trainer's order (take, update started, B_{t+L} started, B_{t+1}
+    """`steps` steps of the trainer's pipeline in the trainer's order (take, update dispatched, B_{t+L} started, B_{t+1}
     prefetched, the weights moved without waiting; advantages fixed, problems 4 apart): the weights before each step
     and after the last (host copies), the batches, their staleness and the losses."""
     import jax
@@ -281,8 +281,9 @@ def _train_off_policy(pipeline, task, params, update, steps: int) -> tuple[list,
         batches.append(rollouts)
         stalenesses.append(timing["staleness"])
         params, opt_state, metrics = update.start(params, opt_state, None, _batch(
-            rollouts, rollouts.behaviour_log_probs) | {"advantages": advantages})
-        pipeline.during_update(step, params, lambda: next(draws), steps, 0.0)
+            rollouts, rollouts.behaviour_log_probs) | {"advantages": advantages},
+            lambda: pipeline.start_next(step, lambda: next(draws), steps))
+        pipeline.during_update(step, params, steps, 0.0)
         losses.append(metrics()["loss"])
         snapshots.append(jax.device_get(params))
         pipeline.after_update(step, params, steps)

@@ -203,17 +203,19 @@ class _Failing:
 
 
 def test_during_the_update_the_next_batch_starts_and_the_one_after_is_scored_before_the_update_ends():
-    """The trainer's order (grpo._train_step): take B_t, dispatch update t, then during_update."""
+    """The trainer's order (grpo._train_step): take B_t, dispatch update t (its first program dispatched:
+    start_next), then during_update."""
     pipeline, samplers, _, scored = _pipeline(lag=1)
     draws = _draws()
     pipeline.take(1, 0, lambda: next(draws), last_step=3)
     pipeline.start_next(1, lambda: next(draws), last_step=3)
-    pipeline.groups[0].in_flight()  # B_2 sampled before its take: its group waits for during_update
+    pipeline.groups[0].in_flight()  # B_2 sampled before its take: its group waits for the update's dispatch
     pipeline.take(2, 0, lambda: next(draws), last_step=3)
     assert not pipeline.groups[0].busy
     update = threading.Event()
     threading.Timer(0.3, update.set).start()
-    updated = pipeline.during_update(2, _Weights(1, update), lambda: next(draws), last_step=3,
+    pipeline.start_next(2, lambda: next(draws), last_step=3)
+    updated = pipeline.during_update(2, _Weights(1, update), last_step=3,
                                      started=time.perf_counter())
     assert len(scored) == 3 and not updated.done()  # B_3 started, sampled and scored before update 2 ended
     assert updated.result() >= 0.2

@@ -48,7 +48,7 @@ SUMMARY_KEYS = ("layout_search_choice", "rollout_groups", "micro_batch_size", "r
                 "preflight_predicted_step_s", "preflight_stage_s", "preflight_rollout_memory_gb", "preflight_update_memory_gb",
                 "aot_fallbacks", "staleness")
 STEP_KEYS = ("step_time_s", "rollout_time_s", "update_time_s", "reward_time_s", "prefetch_time_s", "reshard_time_s",
-             "rollout_wait_time_s", "staleness")
+             "rollout_wait_time_s", "staleness", "update_dispatch_time_s")
 
 
 def split_run(words: str) -> tuple[dict[str, str], list[str]]:

@@ -175,11 +175,14 @@ class GRPOTrainer(BaseTrainer):
                   "completion_mask": rollouts.completion_mask, "advantages": advantages}
         if rollouts.behaviour_log_probs is not None:  # off-policy: the ratio against the sampling policy
             arrays["old_log_probs"] = rollouts.behaviour_log_probs
+        # Off-policy, B_{step+L} starts once the update's first program is dispatched
+        next_batch = None if self.off_policy is None else lambda: self.off_policy.start_next(step, self._draw, task.steps)
         self.params, self.opt_state, update_metrics = self.update.start(self.params, self.opt_state,
-                                                                        self.ref_params, arrays)
+                                                                        self.ref_params, arrays, next_batch)
+        timing["update_dispatch_time_s"] = time.perf_counter() - updating
         updated = None
-        if self.off_policy is not None:  # B_{step+L} starts; the host scores B_{step+1} while the devices update
-            updated = self.off_policy.during_update(step, self.params, self._draw, task.steps, updating)
+        if self.off_policy is not None:  # the host scores B_{step+1} while the devices update
+            updated = self.off_policy.during_update(step, self.params, task.steps, updating)
         metrics |= update_metrics()  # waits for the update
         jax.block_until_ready(self.params)
         update_s = updated.result() if updated is not None else time.perf_counter() - updating

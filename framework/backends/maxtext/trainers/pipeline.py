@@ -83,9 +83,10 @@ def group_devices(rollout_devices: list, rollout_lag: int) -> list[list]:
 
 class OffPolicyRollouts:
     """The trainer's side of grpo.rollout_lag=L (the module doc), one sampler and placement per rollout group:
-    `take(step, ...)` gives the batch step `step` trains on; `during_update` (start_next, then prefetch), called
-    while the update computes, starts sampling B_{step+L} and does the host's work on the next batch (decoding,
-    `score`) if it is sampled by then; `after_update` starts moving the new weights to the group that submits next, without waiting (the
+    `take(step, ...)` gives the batch step `step` trains on; `start_next`, called as soon as the update's first
+    program is dispatched (PolicyUpdate.start's `dispatched`), starts sampling B_{step+L}; `during_update` (prefetch),
+    called while the update computes, does the host's work on the next batch (decoding, `score`) if it is sampled
+    by then; `after_update` starts moving the new weights to the group that submits next, without waiting (the
     sampler's program runs after the copy on the devices; a thread times it, the next after_update reports it).
     `watch` times the update's arrays on another thread, so host work inside the update's window (start_next,
     prefetch) does not count as update time (but for the few ms the thread may wait for the GIL after the arrays
@@ -127,7 +128,7 @@ class OffPolicyRollouts:
     def take(self, step: int, params: Any, draw: Callable[[], tuple], last_step: int) -> tuple[Any, int, Any, dict]:
         """(Rollouts of B_step, truncated prompts, their `score`, timing rows). When B_step was not sampled yet (the
         rollout is the longer side) B_{step+L} starts sampling at once; otherwise `start_next`, after the update's
-        dispatch, starts it: a sampling thread starting beside that dispatch holds the GIL from it."""
+        first dispatch, starts it: a sampling thread starting beside that dispatch holds the GIL from it."""
         if self.policies is None:  # the first step of this process: every group holds theta_{step-1}, the params
             self.policies = [placement.policy(params)[0] for placement in self.placements]
             self.versions = [step - 1] * self.lag
@@ -149,19 +150,17 @@ class OffPolicyRollouts:
 
     def start_next(self, step: int, draw: Callable[[], tuple], last_step: int) -> None:
         """B_{step+L} to the group B_step freed, unless past the last step or started already. The trainer calls it
-        every step; a take that finds it not started starts it (the draws keep their order, but the group then
-        samples with the weights it holds by then)."""
+        every step, once the update's first program is dispatched; a take that finds it not started starts it (the
+        draws keep their order, but the group then samples with the weights it holds by then: staleness L - 1)."""
         batch = step + self.lag
         if batch <= last_step and not self.groups[self._group(batch)].busy:
             self._submit(batch, draw)
 
-    def during_update(self, step: int, params: Any, draw: Callable[[], tuple], last_step: int,
-                      started: float) -> Future:
+    def during_update(self, step: int, params: Any, last_step: int, started: float) -> Future:
         """The host's part while update `step` computes on the devices (`params`, its new weights, dispatched at
-        `started`): B_{step+L} starts, then B_{step+1} is decoded and scored if it lands before the update ends.
-        Returns the update's seconds from dispatch to ready (`watch`)."""
+        `started`; B_{step+L} started at its first program's dispatch: `start_next`): B_{step+1} is decoded and
+        scored if it lands before the update ends. Returns the update's seconds from dispatch to ready (`watch`)."""
         updated = self.watch(params, started)
-        self.start_next(step, draw, last_step)
         self.prefetch(step + 1, last_step, updated)
         return updated
 
