@@ -10,7 +10,9 @@ stack, our maxtext backend), added per micro-batch by sims/step.py:
   bandwidth per saved byte; both measured per stack (sims/stacks.yaml `scanned_update`);
 - weights sharded over the data-parallel axis (fsdp: `workload.shard_weights`) are all-gathered for the
   forward and again for the backward, and their fp32 gradients reduce-scattered, every micro-batch (not once
-  per step as a ZeRO-1 optimizer's sync), costed with the collective model (sims/comm.py), not overlapped.
+  per step as a ZeRO-1 optimizer's sync), costed with the collective model (sims/comm.py); a stack with a
+  `scanned_update` leaves its `fsdp_exposed` share of them on the step's path (XLA's async collectives hide the
+  rest behind the layers' compute), any other stack all of it.
 """
 
 from __future__ import annotations
@@ -59,14 +61,16 @@ def fsdp_rows(graph: ComputationalGraph, ctx: Context) -> list[tuple]:
     layout, w, hw = ctx.layout, ctx.workload, ctx.hw
     if not w.shard_weights or w.mode != "train":
         return [()] * layout.pp
+    scanned = stack(graph.meta.get("stack", DEFAULT_STACK)).scanned_update
+    exposed = scanned.fsdp_exposed if scanned is not None else 1.0
     span, expert_dp, rows = layout.tp * layout.dp, expert_data_parallel(layout), []
     for stage in range(layout.pp):
         gather_s = scatter_s = gathered = 0.0
         for params, group in zip(local_params(graph, layout, stage), (layout.dp, expert_dp)):
             if not params:  # a dense model's expert part: no collective
                 continue
-            gather_s += 2 * all_gather_s(params * ctx.precision.act_bytes, group, hw, span)
-            scatter_s += reduce_scatter_s(params * GRAD_BYTES, group, hw, span)
+            gather_s += 2 * exposed * all_gather_s(params * ctx.precision.act_bytes, group, hw, span)
+            scatter_s += exposed * reduce_scatter_s(params * GRAD_BYTES, group, hw, span)
             gathered += params
         gathered_bytes = 2 * gathered * ctx.precision.act_bytes  # forward and backward
         rows.append((("fsdp_weight_gather", "all_gather", 2, 0.0, gathered_bytes, gather_s, "comm"),

@@ -43,10 +43,13 @@ class ScannedUpdate:
     `nn.scan`) spends beyond its kernels, as measured (sims/stacks.yaml `scanned_update`): bytes at the card's
     peak memory bandwidth per byte a layer saves for the backward (the scan writes it into a stacked buffer
     and copies it out again), and time per decoder layer (the scan's per-iteration kernels: weight slices,
-    stacked-gradient updates, copies, whatever the layer's width or sharding)."""
+    stacked-gradient updates, copies, whatever the layer's width or sharding); and the share of an fsdp update's
+    per-micro-batch weight gathers and gradient scatters left exposed (XLA runs them asynchronously, partly behind
+    the layers' compute; 1.0: none hidden)."""
 
     saved_byte_passes: float
     layer_us: float
+    fsdp_exposed: float
     measured: str
 
 

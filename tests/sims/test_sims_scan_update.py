@@ -42,7 +42,7 @@ def by_name(result, key="time_s"):
 def test_each_micro_batch_runs_the_scans_kernels_every_layer_whatever_the_sharding(tmp_path, with_scan, microbatches):
     with_scan(None)
     plain, _ = run(tmp_path, {}, train(microbatches, recompute=True), "plain")
-    with_scan({"saved_byte_passes": 7.0, "layer_us": 300.0, "measured": "test"})
+    with_scan({"saved_byte_passes": 7.0, "layer_us": 300.0, "fsdp_exposed": 1.0, "measured": "test"})
     scanned, _ = run(tmp_path, {}, train(microbatches, recompute=True), "scanned")
     # under recompute no copies: 24 layers x 300 us per micro-batch
     seconds = microbatches * 24 * 300e-6
@@ -55,7 +55,7 @@ def test_each_micro_batch_runs_the_scans_kernels_every_layer_whatever_the_shardi
 
 
 def test_without_remat_the_saved_activations_are_copied_once_per_token_whatever_the_micro_batches(tmp_path, with_scan):
-    with_scan({"saved_byte_passes": 7.0, "layer_us": 0.0, "measured": "test"})
+    with_scan({"saved_byte_passes": 7.0, "layer_us": 0.0, "fsdp_exposed": 1.0, "measured": "test"})
     one = by_name(run(tmp_path, {}, train(1), "one")[0], "bytes")["scan_copies"]
     four = by_name(run(tmp_path, {}, train(4), "four")[0], "bytes")["scan_copies"]
     assert one > 0 and four == pytest.approx(one)  # the same tokens in 1 or 4 micro-batches
@@ -89,6 +89,21 @@ def test_fsdp_gathers_the_weights_twice_and_scatters_the_gradients_every_micro_b
     assert by_name(zero1)["dp_grad_sync"] == pytest.approx(gather + scatter)  # ZeRO-1: once per step
     # fsdp accumulates the gradients of its shard only
     assert rows["grad_accumulate"] == pytest.approx(by_name(zero1)["grad_accumulate"] / 2)
+
+
+def test_the_stacks_exposed_share_of_the_fsdp_collectives_stays_on_the_steps_path(tmp_path, with_scan):
+    workload = train(4, zero=True, shard_weights=True, recompute=True)
+    with_scan({"saved_byte_passes": 7.0, "layer_us": 0.0, "fsdp_exposed": 1.0, "measured": "test"})
+    whole, _ = run(tmp_path, {"dp": 2}, workload, "whole", devices=2)
+    with_scan({"saved_byte_passes": 7.0, "layer_us": 0.0, "fsdp_exposed": 0.25, "measured": "test"})
+    quarter, _ = run(tmp_path, {"dp": 2}, workload, "quarter", devices=2)
+    collectives = ("fsdp_weight_gather", "fsdp_grad_scatter")
+    hidden = 0.0
+    for name in collectives:
+        assert by_name(quarter)[name] == pytest.approx(0.25 * by_name(whole)[name])
+        assert by_name(quarter, "bytes")[name] == by_name(whole, "bytes")[name]  # the traffic is the same
+        hidden += 0.75 * by_name(whole)[name]
+    assert quarter.latency_s == pytest.approx(whole.latency_s - hidden)
 
 
 def test_shard_weights_needs_zero(tmp_path):
