@@ -14,6 +14,7 @@ iterator position, the RNG key and, off-policy, the batches sampled ahead.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import statistics
@@ -175,8 +176,9 @@ class GRPOTrainer(BaseTrainer):
                   "completion_mask": rollouts.completion_mask, "advantages": advantages}
         if rollouts.behaviour_log_probs is not None:  # off-policy: the ratio against the sampling policy
             arrays["old_log_probs"] = rollouts.behaviour_log_probs
-        # Off-policy, B_{step+L} starts once the update's first program is dispatched
-        next_batch = None if self.off_policy is None else lambda: self.off_policy.start_next(step, self._draw, task.steps)
+        next_batch = None  # off-policy: B_{step+L} starts once the update's first program is dispatched
+        if self.off_policy is not None:
+            next_batch = functools.partial(self.off_policy.start_next, step, self._draw, task.steps)
         self.params, self.opt_state, update_metrics = self.update.start(self.params, self.opt_state,
                                                                         self.ref_params, arrays, next_batch)
         timing["update_dispatch_time_s"] = time.perf_counter() - updating
