@@ -73,7 +73,8 @@ class MaxTextAdapter(BackendAdapter):
         check_attention_dtype(self.attention, task.compute_dtype)  # the model checks it again: one rule
         parallel = build(ParallelConfig, cfg.parallel, "parallel")
         check_supported(parallel)
-        check_supported(parallel.rollout, ROLLOUT_KEY)
+        if parallel.rollout is not None:  # null: the rollout decodes in the update's layout
+            check_supported(parallel.rollout, ROLLOUT_KEY)
         check_off_policy(task.rollout_lag, parallel.rollout)
         data = data_spec(cfg.data, "grpo")
         if data.source != "hub":
