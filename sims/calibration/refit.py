@@ -20,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from framework.core.errors import ConfigError
 from sims.calibration.fit import fit_table
 from sims.calibration.table import EfficiencyTable, save_table
 from sims.hardware import REPO_ROOT, read_hardware_file
@@ -55,7 +56,16 @@ def refit(files: list[str], hardware_file: str, stack: str, source: str) -> Effi
         raise RefitInputError(f"{', '.join(files)}: no measurements; a table fit from none would be empty")
     if not Path(hardware_file).is_file():
         raise RefitInputError(f"--hardware: {hardware_file} is not a file; valid: a conf/hardware/*.yaml path")
-    return fit_table(measurements, read_hardware_file(hardware_file), source=source, stack=stack)
+    named = ", ".join(files)
+    if not any("op_class" in row or "collective" in row for row in measurements):
+        raise RefitInputError(f"{named}: none of the {len(measurements)} measurements has an op_class (a kernel "
+                              "timing) or a collective; nothing to fit")
+    try:
+        return fit_table(measurements, read_hardware_file(hardware_file), source=source, stack=stack)
+    except KeyError as error:
+        raise RefitInputError(f"{named}: a measurement has no {error}") from error
+    except ConfigError as error:
+        raise RefitInputError(f"{named}: {error}") from error
 
 
 def refit_shipped(out_dir: Path) -> list[Path]:

@@ -101,7 +101,10 @@ def test_repredict_uses_the_stack_table_and_its_measurements_for_held_out():
 @pytest.mark.parametrize("content, expected", [
     (None, "cannot read it (No such file or directory)"), ("garbage", "not JSON (Expecting value, line 1)"),
     ("{}", "not a measurement file; valid: a JSON list"), ("[1, 2]", "not a measurement file; valid: a JSON list"),
-    ("[]", "no measurements; a table fit from none would be empty")])
+    ("[]", "no measurements; a table fit from none would be empty"),
+    ('[{"op": "gemm"}]', "none of the 1 measurements has an op_class (a kernel timing) or a collective"),
+    ('[{"op_class": "gemm", "m": 1}]', "a measurement has no 'flops'"),
+    ('[{"op_class": "warp"}]', "measurements name unknown op_class warp; valid: gemm")])
 def test_a_bad_measurement_file_is_one_line_naming_it(content, expected, tmp_path):
     path = tmp_path / "m.json"
     if content is not None:
