@@ -51,3 +51,11 @@ def test_recipe_passes_convert_config(recipe, offline_hub, monkeypatch, cache_di
         resolved = {axis: getattr(job.parallel, axis) for axis in cfg.parallel}
         plain = {axis: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for axis, v in resolved.items()}
         assert plain == to_plain(cfg.parallel)
+
+
+def test_a_null_rollout_layout_passes_maxtexts_convert_config(offline_hub, monkeypatch, cache_dir):
+    """parallel.rollout=null: the rollout decodes in the update's layout (the early rollout checks skip it)."""
+    monkeypatch.setenv("CRUCIBLE_CACHE", str(cache_dir))
+    cfg = compose_config(["recipe=grpo_arithmetic_cpu", "parallel.rollout=null"])
+    job = instantiate(cfg.backend.adapter).convert_config(cfg)
+    assert job.parallel.rollout is None

@@ -41,6 +41,13 @@ PLACEMENTS = ("shared", "separate")  # parallel.rollout.placement
 AUTO = "auto"  # parallel.rollout.devices: the backend's preflight picks the split (maxtext: trainers/layout_search.py)
 
 
+def check_dense(ep: int, backend: str, key: str = "parallel") -> None:
+    """A backend whose models have no experts refuses ep > 1: the expert axis would only replicate the update."""
+    if ep != 1:
+        raise ConfigError(f"{key}.ep: {ep}; backend={backend} trains dense models (no experts), ep must be 1; "
+                          f"spread the devices with {key}.fsdp, {key}.dp or {key}.tp")
+
+
 @dataclass
 class RolloutLayout:
     """`parallel.rollout`: the rollout's layout; tp None = chosen by the backend from its memory estimate;

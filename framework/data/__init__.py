@@ -47,8 +47,9 @@ def data_spec(cfg_data: Any, task: str):
         raise ConfigError(f"data={name}: task={task} needs {FORMAT_WORDS[wanted]} data set, got {what}; choose "
                           f"data={', data='.join(data_options(wanted))}")
     if wanted == "math":
-        from framework.data.math import MathSpec
+        from framework.data.math import MathSpec, check_arithmetic_node
 
+        check_arithmetic_node(data)
         spec = build(MathSpec, data, "data")
         spec.check()
         return spec

@@ -48,6 +48,17 @@ class MathSpec:
             raise ConfigError("data.arithmetic: set it (a mapping) exactly when data.source=synthetic, else null")
 
 
+def check_arithmetic_node(data: dict) -> None:
+    """Arithmetic settings on a data set that is not synthetic: a recipe for data=arithmetic (such as
+    recipe=grpo_arithmetic_cpu, which sets data.arithmetic.max_value) run with another data=; Hydra merges its
+    partial node into the data set's `arithmetic: null`, which would read as a missing num_train."""
+    settings, source = data.get("arithmetic"), data.get("source")
+    if source != "synthetic" and isinstance(settings, dict):
+        raise ConfigError(f"data.arithmetic: {', '.join(sorted(settings))} set, but data={data.get('name')} "
+                          f"(source={source}) is not synthetic; a recipe for data=arithmetic sets it: add "
+                          "data.arithmetic=null, or use a recipe for this data set (GSM8K: recipe=grpo_gsm8k_cpu)")
+
+
 def load_split(spec: MathSpec, split: str, limit: int | None = None) -> list[MathExample]:
     """The `train` or `test` problems of the data set (the first `limit` of them)."""
     if spec.source == "synthetic":

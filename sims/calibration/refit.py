@@ -20,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from framework.core.errors import ConfigError
 from sims.calibration.fit import fit_table
 from sims.calibration.table import EfficiencyTable, save_table
 from sims.hardware import REPO_ROOT, read_hardware_file
@@ -28,16 +29,43 @@ from sims.stacks import stacks
 SHIPPED = REPO_ROOT / "sims/calibration/tables/refit.yaml"
 
 
+class RefitInputError(ValueError):
+    """A measurement or hardware file that cannot be read: one line for the command line."""
+
+
 def read_measurements(files: list[str]) -> list[dict]:
     measurements = []
     for name in files:
-        record = json.loads(Path(name).read_text())
-        measurements += record["measurements"] if isinstance(record, dict) else record
+        try:
+            record = json.loads(Path(name).read_text())
+        except OSError as error:
+            raise RefitInputError(f"{name}: cannot read it ({error.strerror})") from error
+        except json.JSONDecodeError as error:
+            raise RefitInputError(f"{name}: not JSON ({error.msg}, line {error.lineno})") from error
+        rows = record.get("measurements") if isinstance(record, dict) else record
+        if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+            raise RefitInputError(f"{name}: not a measurement file; valid: a JSON list of measurements "
+                                  "(microbench.json) or an object with a 'measurements' list (collectives)")
+        measurements += rows
     return measurements
 
 
 def refit(files: list[str], hardware_file: str, stack: str, source: str) -> EfficiencyTable:
-    return fit_table(read_measurements(files), read_hardware_file(hardware_file), source=source, stack=stack)
+    measurements = read_measurements(files)
+    if not measurements:
+        raise RefitInputError(f"{', '.join(files)}: no measurements; a table fit from none would be empty")
+    if not Path(hardware_file).is_file():
+        raise RefitInputError(f"--hardware: {hardware_file} is not a file; valid: a conf/hardware/*.yaml path")
+    named = ", ".join(files)
+    if not any("op_class" in row or "collective" in row for row in measurements):
+        raise RefitInputError(f"{named}: none of the {len(measurements)} measurements has an op_class (a kernel "
+                              "timing) or a collective; nothing to fit")
+    try:
+        return fit_table(measurements, read_hardware_file(hardware_file), source=source, stack=stack)
+    except KeyError as error:
+        raise RefitInputError(f"{named}: a measurement has no {error}") from error
+    except ConfigError as error:
+        raise RefitInputError(f"{named}: {error}") from error
 
 
 def refit_shipped(out_dir: Path) -> list[Path]:
@@ -69,7 +97,10 @@ def main() -> None:
         return
     if not (args.files and args.hardware and args.stack and args.source and args.out):
         parser.error("give FILES, --hardware, --stack, --source and --out (or --shipped)")
-    table = refit(args.files, args.hardware, args.stack, args.source)
+    try:
+        table = refit(args.files, args.hardware, args.stack, args.source)
+    except RefitInputError as error:
+        parser.error(str(error))
     save_table(table, args.out)
     print(f"wrote {args.out}: {len(table.gemm_measurements)} GEMM shapes, {len(table.op_measurements)} op "
           f"timings, {len(table.collectives)} collective fits")

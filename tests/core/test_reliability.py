@@ -34,6 +34,16 @@ OPEN_FRACTION = [("1", "1 is out of range; valid: [0, 1)"), ("1.5", "1.5 is out 
                  ("-0.1", "-0.1 is out of range; valid: [0, 1)"), (NAN, "nan is not a finite number; valid: [0, 1)")]
 NON_NEGATIVE = [("-1", "-1 is out of range; valid: >= 0")]
 
+# found in session 21 (each refused before any model is built; run on every test run, not only in the slow table)
+SESSION_21: list[tuple[list[str], str]] = [
+    ([*GRPO, "parallel.fsdp=2", "parallel.ep=2"],
+     "parallel.ep: 2; backend=maxtext trains dense models (no experts), ep must be 1; spread the devices with "
+     "parallel.fsdp, parallel.dp or parallel.tp"),
+    ([*GRPO, "parallel.rollout.ep=2"], "parallel.rollout.ep: 2; backend=maxtext trains dense models"),
+    ([*GRPO, "data=gsm8k"], "data.arithmetic: max_value set, but data=gsm8k (source=hub) is not synthetic; a recipe "
+     "for data=arithmetic sets it: add data.arithmetic=null, or use a recipe for this data set"),
+]
+
 CASES: list[tuple[list[str], str]] = [
     # ---- groups: unknown, removed, null
     *[([f"{g}=nope"], f"unknown {g} option 'nope'; valid:") for g in ("backend", "task", "model", "hardware",
@@ -182,6 +192,7 @@ CASES: list[tuple[list[str], str]] = [
     *_ranges(["task=pretrain"], "pretrain.optimizer.eps", POSITIVE_FLOAT[1:2]),
     *_ranges(["task=calibrate"], "calibrate.repeats", POSITIVE_INT[:1]),
     *_ranges(["task=calibrate"], "calibrate.warmup", NON_NEGATIVE),
+    *SESSION_21,
 ]
 IDS = [" ".join(args[-1:]) + f" #{n}" for n, (args, _) in enumerate(CASES)]
 
@@ -209,6 +220,10 @@ def problems(cases, results) -> list[str]:
 def test_every_twelfth_bad_input_is_one_clear_line(tmp_path):
     sample = CASES[::12]
     assert not problems(sample, run_batch(sample, tmp_path))
+
+
+def test_session_21s_refusals_are_one_line(tmp_path):
+    assert not problems(SESSION_21, run_batch(SESSION_21, tmp_path))
 
 
 def test_an_adapters_own_check_is_its_line_not_hydras_wrapping(tmp_path):

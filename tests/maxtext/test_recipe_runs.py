@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from framework.backends.maxtext.benchmarks.recipe_runs import describe, ratios, split_run
+import pytest
+
+from framework.backends.maxtext.benchmarks.recipe_runs import describe, main, ratios, split_run
 
 
 def test_a_runs_words_split_into_environment_and_overrides_as_a_shell_would():
@@ -29,3 +31,23 @@ def test_each_run_is_compared_with_the_first_and_never_with_another(tmp_path):
     assert lines[0] == "missing: no summary" and not any("x missing" in line for line in lines)
     described = describe(tmp_path / "lag2", "lag2")
     assert "measured / predicted 0.400" in described[1] and "(0.2, None, 0.19" in described[2]
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--steps", "0", "--run", "a", ""], "--steps: 0; valid: >= 1"),
+    (["--limit-s", "-5", "--run", "a", ""], "--limit-s: -5; valid: >= 1"),
+    (["--run", "a", 'grpo.seed="open'], "--run a: 'grpo.seed=\"open': No closing quotation"),
+    (["--run", "../escape", ""], "--run ../escape: a run's name is its folder under --out"),
+    (["--run", "..", ""], "--run ..: a run's name is its folder under --out")])
+def test_options_that_would_trace_back_or_measure_nothing_are_one_line(args, expected, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--cpu", "--out", str(tmp_path / "out"), *args])
+    assert exit_.value.code == 2 and expected in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "escape.log").exists()
+
+
+def test_an_out_that_is_a_file_is_one_line(tmp_path, capsys):
+    (tmp_path / "out").write_text("")
+    with pytest.raises(SystemExit) as exit_:
+        main(["--cpu", "--out", str(tmp_path / "out"), "--run", "a", ""])
+    assert exit_.value.code == 2 and "--out " + str(tmp_path / "out") + ": is a file" in capsys.readouterr().err

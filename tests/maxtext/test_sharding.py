@@ -27,7 +27,6 @@ def test_mesh_shape_maps_the_parallel_layout_and_rejects_mismatches():
     from framework.core.errors import ConfigError
 
     assert mesh_shape(layout(fsdp=-1, tp=2), 8) == {"data": 1, "fsdp": 4, "expert": 1, "tensor": 2}
-    assert mesh_shape(layout(dp=2, fsdp=-1, ep=2), 8) == {"data": 2, "fsdp": 2, "expert": 2, "tensor": 1}
     with pytest.raises(ConfigError, match=r"parallel: .* uses 6 devices, but 8 are there"):
         mesh_shape(layout(fsdp=3, tp=2), 8)
     with pytest.raises(ConfigError, match="8 devices do not split"):
@@ -38,8 +37,8 @@ def test_mesh_shape_maps_the_parallel_layout_and_rejects_mismatches():
         mesh_shape(layout(fsdp=-1, pp=2), 8)
     with pytest.raises(ConfigError, match="parallel.cp: 2; backend=maxtext has no context parallelism"):
         mesh_shape(layout(fsdp=-1, cp=2), 8)
-    with pytest.raises(ConfigError, match="parallel.ep: 4 must divide parallel.fsdp=2"):
-        mesh_shape(layout(dp=4, fsdp=-1, ep=4), 8)
+    with pytest.raises(ConfigError, match="parallel.ep: 2; backend=maxtext trains dense models .*ep must be 1"):
+        mesh_shape(layout(dp=2, fsdp=-1, ep=2), 8)
 
 
 def test_every_hardware_file_layout_resolves():

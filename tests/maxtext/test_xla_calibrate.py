@@ -272,3 +272,32 @@ def test_a_training_kernel_takes_its_forward_in_the_form_whose_forward_and_backw
     assert merged and all(r["form"] == "parts apart" for r in merged)
     forward = next(r for r in merged if r["benchmark"] == r["op"])
     assert forward["time_us"] == 5.0  # the kept pair's form, not the faster forward alone (3.0)
+
+
+@pytest.mark.parametrize("content, expected", [
+    (None, "m.json: cannot read it (No such file or directory)"), ("garbage", "m.json: not JSON (Expecting value"),
+    ("[]", "m.json: a JSON list, not a report; valid: a grpo_step"), ("{}", "has no model, hardware, prompts"),
+    ('{"layouts": {"a": {}}, "hardware": "h100"}', "m.json: no measured step in it (no layout with step_s)")])
+def test_a_file_that_is_no_report_is_one_line_naming_it(content, expected, tmp_path, capsys):
+    from framework.backends.maxtext.benchmarks import xla_repredict
+
+    path = tmp_path / "m.json"
+    if content is not None:
+        path.write_text(content)
+    table = str(xla_repredict.Path(__file__).parents[2] / "sims/calibration/tables/h200_xla.json")
+    with pytest.raises(SystemExit) as exit_:
+        xla_repredict.main([str(path), "--table", table, "--out", str(tmp_path / "re")])
+    assert exit_.value.code == 2
+    assert expected in capsys.readouterr().err.strip().splitlines()[-1]
+    assert not (tmp_path / "re").exists()
+
+
+@pytest.mark.parametrize("args, expected", [(["--table", "/no/table.json"], "--table: /no/table.json is not a file"),
+                                            (["--remat-of", "full"], "--remat-of: 'full' has no '='")])
+def test_a_bad_table_or_remat_option_is_one_line(args, expected, tmp_path, capsys):
+    from framework.backends.maxtext.benchmarks import xla_repredict
+
+    table = ["--table", str(xla_repredict.Path(__file__).parents[2] / "sims/calibration/tables/h200_xla.json")]
+    with pytest.raises(SystemExit) as exit_:
+        xla_repredict.main([str(tmp_path / "m.json"), *table, "--out", str(tmp_path / "re"), *args])
+    assert exit_.value.code == 2 and expected in capsys.readouterr().err

@@ -96,3 +96,33 @@ def test_repredict_uses_the_stack_table_and_its_measurements_for_held_out():
     case = fused["cases"][0]
     expected = simulate(fused["model"], h200, {"tp": 1}, {**case["workload"], "dtype": "bf16"}, stack="torch_fused")
     assert case["predicted_calibrated_us"] == pytest.approx(expected.latency_s * 1e6)
+
+
+@pytest.mark.parametrize("content, expected", [
+    (None, "cannot read it (No such file or directory)"), ("garbage", "not JSON (Expecting value, line 1)"),
+    ("{}", "not a measurement file; valid: a JSON list"), ("[1, 2]", "not a measurement file; valid: a JSON list"),
+    ("[]", "no measurements; a table fit from none would be empty"),
+    ('[{"op": "gemm"}]', "none of the 1 measurements has an op_class (a kernel timing) or a collective"),
+    ('[{"op_class": "gemm", "m": 1}]', "a measurement has no 'flops'"),
+    ('[{"op_class": "warp"}]', "measurements name unknown op_class warp; valid: gemm")])
+def test_a_bad_measurement_file_is_one_line_naming_it(content, expected, tmp_path):
+    path = tmp_path / "m.json"
+    if content is not None:
+        path.write_text(content)
+    result = subprocess.run([sys.executable, "-m", "sims.calibration.refit", str(path), "--hardware",
+                             str(REPO / "conf/hardware/h100.yaml"), "--stack", "xla", "--source", "x", "--out",
+                             str(tmp_path / "t.json")], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith(f"refit.py: error: {path}: {expected}")
+    assert "Traceback" not in result.stderr and not (tmp_path / "t.json").exists()
+
+
+def test_a_hardware_path_that_is_no_file_is_one_line(tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps([{"op": "gemm"}]))
+    result = subprocess.run([sys.executable, "-m", "sims.calibration.refit", str(path), "--hardware", "h100",
+                             "--stack", "xla", "--source", "x", "--out", str(tmp_path / "t.json")],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 2
+    assert "refit.py: error: --hardware: h100 is not a file; valid: a conf/hardware/*.yaml path" in result.stderr
+    assert "Traceback" not in result.stderr

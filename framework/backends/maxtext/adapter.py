@@ -62,7 +62,7 @@ class MaxTextAdapter(BackendAdapter):
         initialize_distributed(detect(), int(cfg.hardware.nodes))
 
     def convert_config(self, cfg: DictConfig) -> GRPOConfig:
-        from framework.backends.maxtext.sharding import check_supported
+        from framework.backends.maxtext.sharding import ROLLOUT_KEY, check_supported
         from framework.backends.maxtext.trainers.pipeline import check_off_policy
         from framework.data import check_data, data_spec
         from framework.models.source import start_model_source
@@ -73,6 +73,8 @@ class MaxTextAdapter(BackendAdapter):
         check_attention_dtype(self.attention, task.compute_dtype)  # the model checks it again: one rule
         parallel = build(ParallelConfig, cfg.parallel, "parallel")
         check_supported(parallel)
+        if parallel.rollout is not None:  # null: the rollout decodes in the update's layout
+            check_supported(parallel.rollout, ROLLOUT_KEY)
         check_off_policy(task.rollout_lag, parallel.rollout)
         data = data_spec(cfg.data, "grpo")
         if data.source != "hub":

@@ -2,8 +2,9 @@
 
 Every parameter and the main activations carry logical axis names ("embed", "heads", "batch", ...).
 Rules map each logical name to mesh axes ("data", "fsdp", "expert", "tensor"); the run's `parallel`
-node gives the mesh shape (dp -> data, fsdp -> fsdp, tp -> tensor, ep -> expert; no pp or cp). A dimension that a mesh axis does not divide evenly is
-replicated along that axis instead (e.g. 2 KV heads on tensor=4), so every model fits every mesh.
+node gives the mesh shape (dp -> data, fsdp -> fsdp, tp -> tensor; expert is 1, the models are dense; no pp
+or cp). A dimension that a mesh axis does not divide evenly is replicated along that axis instead (e.g. 2 KV
+heads on tensor=4), so every model fits every mesh.
 GRPO's rollout runs on a second mesh over the same devices (`parallel.rollout`), with the same rules.
 """
 
@@ -58,19 +59,19 @@ DEFAULT_RULES: LogicalRules = (
 
 
 def mesh_shape(parallel: ParallelConfig, num_devices: int, key: str = "parallel") -> dict[str, int]:
-    """Mesh axis sizes for the run's `parallel` layout: dp -> data, fsdp -> fsdp, tp -> tensor, and the
-    expert axis carved from fsdp (ep divides the data ranks, as ParallelConfig says)."""
+    """Mesh axis sizes for the run's `parallel` layout: dp -> data, fsdp -> fsdp, tp -> tensor; the expert axis
+    is 1 (the models are dense)."""
     check_supported(parallel, key)
     sizes = parallel.resolve(num_devices, key)
-    if sizes.fsdp % sizes.ep:
-        raise ConfigError(f"{key}.ep: {sizes.ep} must divide {key}.fsdp={sizes.fsdp} on backend=maxtext "
-                          "(the expert axis is carved from the fsdp ranks)")
-    return {"data": sizes.dp, "fsdp": sizes.fsdp // sizes.ep, "expert": sizes.ep, "tensor": sizes.tp}
+    return {"data": sizes.dp, "fsdp": sizes.fsdp, "expert": 1, "tensor": sizes.tp}
 
 
 def check_supported(parallel: ParallelConfig | RolloutLayout, key: str = "parallel") -> None:
-    """backend=maxtext has no pipeline or context parallelism; one axis at most takes the remaining devices."""
-    from framework.core.parallel import DEVICE_AXES, REMAINING
+    """backend=maxtext has no pipeline or context parallelism and no experts (models/ are dense: ep would only
+    replicate the update); one axis at most takes the remaining devices."""
+    from framework.core.parallel import DEVICE_AXES, REMAINING, check_dense
+
+    check_dense(parallel.ep, "maxtext", key)
 
     remaining = [axis for axis in DEVICE_AXES if getattr(parallel, axis) == REMAINING]
     if len(remaining) > 1:

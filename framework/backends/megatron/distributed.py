@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from framework.core.distributed import DistEnv
 from framework.core.errors import BackendError, ConfigError
-from framework.core.parallel import ParallelConfig
+from framework.core.parallel import ParallelConfig, check_dense
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +35,7 @@ class Layout:
 
 def check_axes(parallel: ParallelConfig, layer_spec: str, on_gpu: bool) -> None:
     """What megatron cannot run whatever the number of ranks (a -1 axis is judged once resolved)."""
-    if parallel.ep != 1:
-        raise ConfigError(f"parallel.ep: {parallel.ep}; backend=megatron trains dense models, ep must be 1")
+    check_dense(parallel.ep, "megatron")
     if parallel.cp > 1 and layer_spec != "te":
         raise ConfigError(f"parallel.cp: {parallel.cp} needs layer_spec=te (megatron's local attention has no "
                           f"context parallelism); use cp=1")

@@ -43,6 +43,7 @@ GPU_BASE = ("recipe=grpo_gsm8k model.random_init=true data=gsm8k_sample grpo.eva
             "grpo.export_hf=false progress=false")
 CPU_BASE = ("recipe=grpo_arithmetic_cpu hardware=cpu grpo.preflight=true hardware.intra_node_gb_s=20 progress=false "
             "grpo.checkpoint.every=0")
+RUN_NAME = re.compile(r"(?!\.\.?$)[\w.-]+")  # a folder name under --out (not . or ..)
 LOG_LINES = re.compile(r"auto candidate|auto ->|preflight:|rollout mesh|grpo: mesh")
 SUMMARY_KEYS = ("layout_search_choice", "rollout_groups", "micro_batch_size", "remat", "measured_step_s",
                 "preflight_predicted_step_s", "preflight_stage_s", "preflight_rollout_memory_gb", "preflight_update_memory_gb",
@@ -131,6 +132,22 @@ def _rounded(value):
     return round(value, 4) if isinstance(value, float) else value
 
 
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What would otherwise end in a traceback or in runs that measure nothing: one argparse line."""
+    for option, value in (("--steps", args.steps), ("--limit-s", args.limit_s)):
+        if value < 1:
+            parser.error(f"{option}: {value}; valid: >= 1")
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out {args.out}: is a file; valid: a folder (new, or without these runs)")
+    for name, words in args.run:
+        if not RUN_NAME.fullmatch(name):
+            parser.error(f"--run {name}: a run's name is its folder under --out; valid: letters, digits, _ - .")
+        try:
+            split_run(words)
+        except ValueError as error:
+            parser.error(f"--run {name}: {words!r}: {error}; quote a value as a shell would")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -144,6 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cold", action="append", default=[], metavar="NAME",
                         help="empty the --cache directory before run NAME (repeatable); the others run warm")
     args = parser.parse_args(argv)
+    check_args(parser, args)
     names = [name for name, _ in args.run]
     if repeated := sorted({name for name in names if names.count(name) > 1}):  # one run dir and report each
         parser.error(f"--run {repeated[0]}: named twice; give each run its own name")

@@ -26,6 +26,14 @@ from pathlib import Path
 from framework.core.paths import load_conf
 
 MESH_TO_AXES = {"data": "dp", "fsdp": "fsdp", "tensor": "tp", "expert": "ep"}
+# what a report must give: the shapes phases() rebuilds the task from and the measured phases
+REPORT_KEYS = ("model", "hardware", "prompts", "generations", "prompt_tokens", "new_tokens", "micro_batch", "dtype",
+               "rollout_s", "update_s", "step_s")
+VALID_FILES = "valid: a grpo_step or grpo_layouts JSON report, or a `python run.py` GRPO run's summary.json"
+
+
+class ReportError(ValueError):
+    """A file that is not a measured report: one line for the command line."""
 
 
 def runs(path: Path, remat: str | None = None) -> list[tuple[str, dict]]:
@@ -36,11 +44,31 @@ def runs(path: Path, remat: str | None = None) -> list[tuple[str, dict]]:
         return [(f"{path.parent.parent.name}/{path.parent.name}", run_report(path.parent))]
     text = path.read_text()
     report = json.loads(text[text.rfind("\n{") + 1:] if not text.lstrip().startswith("{") else text)
+    if not isinstance(report, dict):
+        raise ReportError(f"{path}: a JSON {type(report).__name__}, not a report; {VALID_FILES}")
     if "layouts" in report:
         shared = {"hardware": report["hardware"], "remat": report.get("remat", remat or "none")}
         return [(f"{path.parent.name}/{path.stem} {name}", {**layout, **shared})
                 for name, layout in report["layouts"].items() if "step_s" in layout]
     return [(f"{path.parent.name}/{path.stem}", {"remat": remat or "none", **report})]
+
+
+def read_runs(file: str, remat: str | None) -> list[tuple[str, dict]]:
+    """runs(file), each report with every key of REPORT_KEYS; ReportError naming the file otherwise."""
+    try:
+        found = runs(Path(file), remat)
+    except OSError as error:
+        raise ReportError(f"{error.filename or file}: cannot read it ({error.strerror})") from error
+    except json.JSONDecodeError as error:
+        raise ReportError(f"{file}: not JSON ({error.msg}, line {error.lineno}); {VALID_FILES}") from error
+    except KeyError as error:
+        raise ReportError(f"{file}: no {error} in it; {VALID_FILES}") from error
+    if not found:
+        raise ReportError(f"{file}: no measured step in it (no layout with step_s); {VALID_FILES}")
+    for label, report in found:
+        if missing := [key for key in REPORT_KEYS if key not in report]:
+            raise ReportError(f"{file}: {label} has no {', '.join(missing)}; {VALID_FILES}")
+    return found
 
 
 def run_report(run_dir: Path) -> dict:
@@ -126,7 +154,7 @@ def moved_bytes(hf_config: dict, task, update_mesh: dict, rollout_mesh: dict) ->
 def repredict(files: list[str], table: str, remat_of: dict[str, str] | None = None) -> dict:
     rows = []
     for file in files:
-        for label, report in runs(Path(file), (remat_of or {}).get(file)):
+        for label, report in read_runs(file, (remat_of or {}).get(file)):
             row = {"run": label, "model": report["model"], "device": report.get("device"),
                    "devices": report.get("devices", 1),
                    "micro_batch": report["micro_batch"], "remat": report.get("remat", "none"),
@@ -164,7 +192,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--remat-of", action="append", default=[], metavar="FILE=POLICY",
                         help="the remat policy a file's run used where the file does not record it (its call.sh does)")
     args = parser.parse_args(argv)
-    result = repredict(args.files, args.table, dict(item.split("=", 1) for item in args.remat_of))
+    if bad := [item for item in args.remat_of if "=" not in item]:
+        parser.error(f"--remat-of: {bad[0]!r} has no '='; valid: FILE=POLICY (a policy of backend.adapter.remat)")
+    if not Path(args.table).is_file():
+        parser.error(f"--table: {args.table} is not a file; valid: an xla efficiency table "
+                     "(sims/calibration/tables/*_xla.json)")
+    try:
+        result = repredict(args.files, args.table, dict(item.split("=", 1) for item in args.remat_of))
+    except ReportError as error:
+        parser.error(str(error))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "repredict.json").write_text(json.dumps(result, indent=1))
