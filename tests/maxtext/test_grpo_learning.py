@@ -92,26 +92,28 @@ def accumulated_grads(tiny, task, arrays):
     return grads
 
 
-@pytest.mark.parametrize("ppo_epochs", [1, 2])  # with 2, old log-probs are the first programs dispatched
-def test_the_dispatched_hook_runs_once_right_after_the_updates_first_program(tiny, ppo_epochs):
+@pytest.mark.parametrize("ppo_epochs, beta, first",
+                         [(1, 0.0, "accumulate"), (2, 0.0, "log_probs"), (1, 0.1, "log_probs")])
+def test_the_dispatched_hook_runs_once_right_after_the_updates_first_program(tiny, ppo_epochs, beta, first):
     """Off-policy the next rollout starts in `dispatched`: after the first program, not after the last micro-batch
-    (a later dispatch can hold the host for most of the update)."""
+    (a later dispatch can hold the host for most of the update). With ppo_epochs 2 the old log-probs, with beta > 0
+    the reference's, are the first programs."""
     import optax
 
     from framework.backends.maxtext.trainers.update import PolicyUpdate
 
     model, params, shardings, mesh, config = tiny
     params = jax.tree.map(jnp.copy, params)  # `apply` donates them
-    task = grpo_task(micro_batch_size=2, ppo_epochs=ppo_epochs)  # 4 micro-batches of the 8 rows
+    ref_params = jax.tree.map(jnp.copy, params) if beta > 0 else None
+    task = grpo_task(micro_batch_size=2, ppo_epochs=ppo_epochs, beta=beta)  # 4 micro-batches of the 8 rows
     update = PolicyUpdate(model, task, optax.sgd(1.0), *shardings, mesh, None)
     dispatches, seen = [], []
     for name in ("accumulate", "log_probs", "apply"):
         compiled = getattr(update, name)
-        setattr(update, name,
-                lambda *args, _name=name, _compiled=compiled: dispatches.append(_name) or _compiled(*args))
-    new_params, _, host_metrics = update.start(params, update.init_opt_state(params), None, rollout_arrays(config),
-                                               lambda: seen.append(list(dispatches)))
-    assert seen == [["log_probs"] if ppo_epochs > 1 else ["accumulate"]]
+        setattr(update, name, lambda *args, _name=name, _compiled=compiled: dispatches.append(_name) or _compiled(*args))
+    new_params, _, host_metrics = update.start(params, update.init_opt_state(params), ref_params,
+                                               rollout_arrays(config), lambda: seen.append(list(dispatches)))
+    assert seen == [[first]]
     assert dispatches.count("accumulate") == 4 * ppo_epochs and np.isfinite(host_metrics()["loss"])
 
 
