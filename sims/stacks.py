@@ -94,6 +94,9 @@ def stacks() -> dict[str, Stack]:
                                  ("host_dispatch", HostDispatch), ("scanned_update", ScannedUpdate),
                                  ("sharded_forward", ShardedForward))))
     for spec in parsed.values():
+        if spec.scanned_update is not None and not 0.0 <= spec.scanned_update.fsdp_exposed <= 1.0:
+            raise ConfigError(f"{STACKS_FILE}: {spec.name}.scanned_update.fsdp_exposed is "
+                              f"{spec.scanned_update.fsdp_exposed}; valid: a share from 0 to 1")
         for key, named in (("table", spec.table), *((f"borrowed_ops.{op}", donor) for op, donor in spec.borrowed_ops)):
             if named not in parsed:
                 raise ConfigError(f"{STACKS_FILE}: {spec.name}.{key} is {named!r}; valid: {', '.join(parsed)}")

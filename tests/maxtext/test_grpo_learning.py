@@ -110,7 +110,8 @@ def test_the_dispatched_hook_runs_once_right_after_the_updates_first_program(tin
     dispatches, seen = [], []
     for name in ("accumulate", "log_probs", "apply"):
         compiled = getattr(update, name)
-        setattr(update, name, lambda *args, _name=name, _compiled=compiled: dispatches.append(_name) or _compiled(*args))
+        setattr(update, name,
+                lambda *args, _name=name, _compiled=compiled: dispatches.append(_name) or _compiled(*args))
     new_params, _, host_metrics = update.start(params, update.init_opt_state(params), ref_params,
                                                rollout_arrays(config), lambda: seen.append(list(dispatches)))
     assert seen == [[first]]

@@ -220,3 +220,31 @@ def test_during_the_update_the_next_batch_starts_and_the_one_after_is_scored_bef
     assert len(scored) == 3 and not updated.done()  # B_3 started, sampled and scored before update 2 ended
     assert updated.result() >= 0.2
     pipeline.close()
+
+
+def test_the_trainer_hands_the_update_the_start_of_its_next_batch():
+    """grpo._train_step passes PolicyUpdate.start a `dispatched` hook that starts B_{step+L} (start_next): on CPU the
+    rollout is the longer side, so a run would start it at the next take anyway and no end-to-end test sees the hook."""
+    from framework.backends.maxtext.trainers.grpo import GRPOTrainer
+
+    class Dispatched(Exception):
+        pass
+
+    started = []
+
+    def start(params, opt_state, ref_params, arrays, dispatched=None):
+        assert dispatched is not None, "the trainer gave the update no hook"
+        dispatched()
+        raise Dispatched  # the rest of the step is the other tests'
+
+    ones = np.ones((ROWS, PROMPT + NEW), np.int32)
+    rollouts = SimpleNamespace(input_ids=ones, attention_mask=ones, completion_mask=ones[:, NEW:],
+                               behaviour_log_probs=None)
+    off_policy = SimpleNamespace(take=lambda *args: (rollouts, 0, (None, {}, np.zeros(ROWS)), {}),
+                                 start_next=lambda *args: started.append(args))
+    trainer = SimpleNamespace(config=SimpleNamespace(task=SimpleNamespace(steps=5)), off_policy=off_policy,
+                              params=0, opt_state=0, ref_params=None, update=SimpleNamespace(start=start),
+                              _draw=object())
+    with pytest.raises(Dispatched):
+        GRPOTrainer._train_step(trainer, 3)
+    assert started == [(3, trainer._draw, 5)]

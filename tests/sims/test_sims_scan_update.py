@@ -106,6 +106,12 @@ def test_the_stacks_exposed_share_of_the_fsdp_collectives_stays_on_the_steps_pat
     assert quarter.latency_s == pytest.approx(whole.latency_s - hidden)
 
 
+def test_an_exposed_share_outside_0_to_1_is_one_line_naming_the_key(tmp_path, with_scan):
+    with_scan({"saved_byte_passes": 7.0, "layer_us": 0.0, "fsdp_exposed": 1.5, "measured": "test"})
+    with pytest.raises(ConfigError, match=r"xla.scanned_update.fsdp_exposed is 1.5; valid: a share from 0 to 1"):
+        run(tmp_path, {"dp": 2}, train(1, zero=True, shard_weights=True), "bad_share", devices=2)
+
+
 def test_shard_weights_needs_zero(tmp_path):
     with pytest.raises(ConfigError, match="shard_weights needs zero"):
         run(tmp_path, {"dp": 2}, train(1, shard_weights=True), "bad", devices=2)
