@@ -35,11 +35,12 @@ def gathered_arrays(graph: ComputationalGraph, layout: Layout, stage: int) -> li
     gemms = [node for node in graph.nodes if node.op_type in GEMMS and node.weights]
     arrays = []
     for layer in [*range(first, end), *([graph.meta["num_layers"]] if stage == layout.pp - 1 else [])]:
-        arrays += [_elements(node, layout) for node in gemms if layer in node.layers]
+        arrays += [device_elements(node, layout) for node in gemms if layer in node.layers]
     return arrays
 
 
-def _elements(node: OpNode, layout: Layout) -> float:
+def device_elements(node: OpNode, layout: Layout) -> float:
+    """The elements of `node`'s weights one device holds (sims/memory.py's split)."""
     elements = float(weight_numel(node.weights))
     if node.op_type == "moe_gemm":
         return elements / (layout.ep if layout.ep > 1 else layout.tp)

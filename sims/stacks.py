@@ -54,6 +54,18 @@ class ScannedUpdate:
 
 
 @dataclass(frozen=True)
+class ScannedForward:
+    """What a forward pass of a stack that scans its decoder layers over stacked weights spends beyond its kernels
+    (sims/scan_forward.py), as measured (sims/stacks.yaml `scanned_forward`): each layer's weights copied out of the
+    stack, copy_passes x their bytes at the card's peak memory bandwidth, and layer_us per layer in the loop's own
+    kernels."""
+
+    copy_passes: float
+    layer_us: float
+    measured: str
+
+
+@dataclass(frozen=True)
 class ShardedForward:
     """How a stack gathers weights sharded on the data-parallel axis for a forward pass (an FSDP rollout,
     sims/sharded_forward.py), as its compiled program shows (sims/stacks.yaml `sharded_forward`): the gathers
@@ -75,6 +87,7 @@ class Stack:
     borrowed_ops: tuple[tuple[str, str], ...]  # (op, stack whose table times it)
     host_dispatch: HostDispatch | None  # None: the host never sets the pace (not measured, or CUDA graphs)
     scanned_update: ScannedUpdate | None  # None: layers run unrolled (no stacked buffers to copy through)
+    scanned_forward: ScannedForward | None  # None: its forward passes run their layers unrolled
     sharded_forward: ShardedForward | None  # None: the stack never decodes on fsdp-sharded weights
 
 
@@ -92,7 +105,7 @@ def stacks() -> dict[str, Stack]:
                              tuple(record["borrowed_ops"].items()),
                              *(_section(name, key, kind, record[key]) for key, kind in (
                                  ("host_dispatch", HostDispatch), ("scanned_update", ScannedUpdate),
-                                 ("sharded_forward", ShardedForward))))
+                                 ("scanned_forward", ScannedForward), ("sharded_forward", ShardedForward))))
     for spec in parsed.values():
         if spec.scanned_update is not None and not 0.0 <= spec.scanned_update.fsdp_exposed <= 1.0:
             raise ConfigError(f"{STACKS_FILE}: {spec.name}.scanned_update.fsdp_exposed is "
@@ -107,7 +120,8 @@ _CASTS = {"float": float, "int": int, "str": str}  # the section dataclasses' fi
 
 
 def _section(name: str, key: str, kind: type, record: dict | None) -> Any:
-    """A stack's optional `key` section (host_dispatch, scanned_update, sharded_forward) as `kind`, or None."""
+    """A stack's optional `key` section (host_dispatch, scanned_update, scanned_forward, sharded_forward) as `kind`,
+    or None."""
     if record is None:
         return None
     fields = kind.__dataclass_fields__

@@ -10,7 +10,7 @@ also the loss over the vocabulary (forward + backward, on the last stage) and th
 accumulation into fp32 main grads (every stage), a scanned stack's copies and fsdp's weight gathers and
 gradient scatters (sims/scan_update.py; these rows per stage: sims/train_rows.py); per step the dp gradient sync and the optimizer (Adam +
 clipping). Inference on fsdp-sharded weights (an FSDP rollout) gathers them every forward pass
-(sims/sharded_forward.py). Nothing overlaps. An eager stack with a measured host_dispatch (sims/stacks.yaml) makes a
+(sims/sharded_forward.py); a scanned forward pass slices each layer's weights out of the stack (sims/scan_forward.py). Nothing overlaps. An eager stack with a measured host_dispatch (sims/stacks.yaml) makes a
 training micro-batch last at least as long as its host takes to launch it.
 """
 
@@ -38,6 +38,7 @@ from sims.ir import ComputationalGraph, OpNode
 from sims.memory import local_params
 from sims.op_columns import columns, work_coefficients
 from sims.partition import expert_data_parallel, per_stage, stage_split
+from sims.scan_forward import scanned_forward_rows
 from sims.sharded_forward import sharded_forward_rows
 from sims.train_rows import extra_op_s, train_stage_rows
 from sims.vector_cost import Costs, costs_for
@@ -134,7 +135,7 @@ def _stage_ops(graph: ComputationalGraph, ctx: Context) -> StageOps:
 def _stages_key(ctx: Context) -> tuple:
     w = ctx.workload
     shards = ctx.layout.dp if w.shard_weights else 0  # fsdp's rows vary with dp
-    return ("stages", ctx.layout.pp, w.recompute, w.recompute_keeps, shards)
+    return ("stages", ctx.layout.pp, w.recompute, w.recompute_keeps, shards, w.scanned)
 
 
 def sum_stages_together(graph: ComputationalGraph, contexts: list[Context]) -> None:
@@ -171,8 +172,9 @@ def _cost_stages(graph: ComputationalGraph, contexts: list[Context], costs: list
     rows = [[()] * pp] * len(costs)
     if w.mode == "train":
         rows, stage_s = train_stage_rows(graph, contexts, costs, ratios, heads, stage_s, split_weights)
-    elif w.shard_weights:  # a forward pass on fsdp-sharded weights gathers them first (an FSDP rollout)
-        rows = [sharded_forward_rows(graph, one) for one in contexts]
+    elif w.shard_weights or w.scanned:  # an FSDP forward gathers the weights first; a scanned one slices them
+        rows = [[gathers + slices for gathers, slices in zip(sharded_forward_rows(graph, one),
+                                                             scanned_forward_rows(graph, one))] for one in contexts]
         stage_s = [[t + sum(row[5] for row in in_stage) for t, in_stage in zip(times, stage_rows)]
                    for times, stage_rows in zip(stage_s, rows)]
     ops = []

@@ -34,6 +34,7 @@ WORKLOAD_DEFAULTS = {
     "zero": False,
     "shard_weights": False,
     "shared_prefix": 1,
+    "scanned": False,
 }
 
 
@@ -65,7 +66,9 @@ class Workload:
     reduce-scattered every micro-batch (sims/scan_update.py; train needs zero); in prefill and decode (an
     FSDP rollout) gathered every forward pass, every decode step (sims/sharded_forward.py).
     shared_prefix: decode rows per prompt whose first seq_len cached tokens (the prompt) are held once per group of
-    that many rows and attended in a kernel call of their own (sims/shared_prefix.py); 1 = every row its own copy."""
+    that many rows and attended in a kernel call of their own (sims/shared_prefix.py); 1 = every row its own copy.
+    scanned: a prefill-mode pass without a KV cache that scans its layers over stacked weights, slicing each layer's
+    weights out every pass (sims/scan_forward.py; the stack's scanned_forward)."""
 
     mode: str
     batch: int
@@ -80,6 +83,7 @@ class Workload:
     zero: bool
     shard_weights: bool
     shared_prefix: int
+    scanned: bool
 
     @property
     def query_len(self) -> int:
@@ -168,11 +172,14 @@ def _parse_workload(workload: Mapping, node: str) -> Workload:
     for key in ("batch", "microbatches", "seq_len", "context_len", "logits_chunk", "loss_len", "shared_prefix"):
         if w[key] is not None:
             w[key] = _positive_int(f"{node}.{key}", w[key])
-    for key in ("recompute", "zero", "shard_weights"):
+    for key in ("recompute", "zero", "shard_weights", "scanned"):
         if not isinstance(w[key], bool):
             raise ConfigError(f"{node}.{key} is {w[key]!r}; expected true or false")
     w["recompute_keeps"] = _recompute_keeps(w["recompute_keeps"], w["recompute"], node)
     _check_shared_prefix(w, node)
+    if w["scanned"] and w["mode"] != "prefill":
+        raise ConfigError(f"{node}.scanned is for mode prefill (a forward pass over stacked layers), not {w['mode']}; "
+                          f"a training step's scan is the stack's scanned_update")
     if w["shard_weights"] and not w["zero"] and w["mode"] == "train":
         raise ConfigError(f"{node}.shard_weights needs zero: true (sharded weights shard their optimizer states too)")
     return Workload(**w)

@@ -181,3 +181,19 @@ def test_the_preflights_decode_holds_a_shared_prompt_once_per_group():
     one_token = predict_step(hf, hardware, ParallelConfig(dp=1, fsdp=1, tp=1, pp=1, ep=1, cp=1), 1,
                              replace(task, max_new_tokens=1), shared_prompt=True)  # a suffix of one token, not none
     assert one_token["preflight_decode_s"] > 0
+
+
+def test_the_log_prob_passes_are_scanned_and_the_rollouts_prefill_is_not():
+    """The extra forward passes (old log-probs when ppo_epochs > 1, the reference's when beta > 0) run the layers as
+    an nn.scan over the stacked weights, which slices every layer's weights out each pass (sims/scan_forward.py);
+    the sampler's prefill runs them unrolled over its KV cache."""
+    from framework.backends.maxtext.trainers.preflight import grpo_phases
+
+    task, hf, hardware = _qwen_05b_task(micro_batch_size=16, ppo_epochs=2)
+    phases = {name: (workload, repeats) for name, workload, repeats in grpo_phases(task, zero=False)}
+    (forward, repeats), (prefill, _) = phases["forward"], phases["prefill"]
+    assert forward["scanned"] is True and repeats == 128 // 16 and not prefill.get("scanned")
+    from sims.api import simulate
+
+    rows = simulate(hf, hardware, {"dp": 1}, forward, stack="xla").rows
+    assert [row["count"] for row in rows if row["name"] == "scan_weight_slices"] == [24]

@@ -36,7 +36,8 @@ def whole_steps(name: str, hf_config: dict, cases, plan: dict, hardware: dict, t
     results = []
 
     def run(workload: dict, bench, unrolled: bool = False) -> None:
-        estimate = simulate(hf_config, hardware, {"tp": 1}, {**workload, "dtype": dtype}, stack=STACK).latency_s
+        as_run = sim_workload(workload, dtype, "unrolled_prefill" if unrolled else "model")
+        estimate = simulate(hf_config, hardware, {"tp": 1}, as_run, stack=STACK).latency_s
         label = _case_label(workload) + (" unrolled" if unrolled else "")
         try:  # ten times the kernels' target: the whole program's dispatch is then a small share of a call
             timing = timer.time(bench, weight_bytes, estimate, target_s=10 * plan["target_s"])
@@ -148,12 +149,20 @@ def _case_label(workload: dict) -> str:
     return f"prefill b={workload['batch']} s={workload['seq_len']}"
 
 
+def sim_workload(workload: dict, dtype: str, kind: str) -> dict:
+    """The simulator's workload of a timed case: the held-out prefill (kind "model") is the backend's scanned pass
+    (sims/scan_forward.py), its unrolled twin and the decode steps are not."""
+    scanned = kind == "model" and workload["mode"] == "prefill"
+    return {**workload, "dtype": dtype, **({"scanned": True} if scanned else {})}
+
+
 def predict(cases: list[dict], models: dict, hardware: dict, table: str, dtype: str) -> None:
     """Each case's prediction with the built-in factors and with `table`; errors are (pred - meas) / meas."""
     for label, setting in (("default", None), ("calibrated", table)):
         hw = {**hardware, "efficiency_table": setting}
         for case in cases:
-            result = simulate(models[case["model"]], hw, {"tp": 1}, {**case["workload"], "dtype": dtype}, stack=STACK)
+            result = simulate(models[case["model"]], hw, {"tp": 1}, sim_workload(case["workload"], dtype, case["kind"]),
+                              stack=STACK)
             if result.status != "ok":
                 raise SystemExit(f"the simulator cannot model {case['name']}: {result.reason}")
             case[f"predicted_{label}_us"] = result.latency_s * 1e6

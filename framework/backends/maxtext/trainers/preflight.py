@@ -3,7 +3,8 @@
 A GRPO step is simulated as its phases: the prompts' prefill, max_new_tokens decode steps of the
 whole group batch (at the average context; on an fsdp rollout mesh each one all-gathers the weights,
 sims/sharded_forward.py), the extra forward passes (old log-probs when ppo_epochs > 1, reference
-log-probs when beta > 0) and ppo_epochs x (batch / micro-batch) training micro-steps. The simulator reads the run's own `parallel` node (sims.workload.layout_from_parallel:
+log-probs when beta > 0; their layers scanned over the stacked weights, sims/scan_forward.py) and ppo_epochs x
+(batch / micro-batch) training micro-steps. The simulator reads the run's own `parallel` node (sims.workload.layout_from_parallel:
 dp x fsdp replicas, fsdp shards the optimizer state), so the prediction is of the very layout that runs:
 prefill and decode in the rollout layout (`parallel.rollout`), the rest in the update layout, plus the
 resharding of the weights between them, costed as bytes / link bandwidth of the hardware file (not by
@@ -67,7 +68,8 @@ def grpo_phases(task: GRPOTask, zero: bool, remat: str = "none", rollout_sharded
     ]
     if extra_forwards:
         phases.append(("forward", {"mode": "prefill", "batch": task.micro_batch_size, "seq_len": sequence,
-                                   "dtype": dtype, "zero": zero, "shard_weights": zero}, extra_forwards * micro_steps))
+                                   "dtype": dtype, "zero": zero, "shard_weights": zero, "scanned": True},
+                       extra_forwards * micro_steps))
     return phases
 
 

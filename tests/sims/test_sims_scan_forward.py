@@ -1,0 +1,101 @@
+"""A forward pass scanned over stacked layer weights (sims/scan_forward.py, `workload.scanned`): every layer's weights
+copied out of the stack, copy_passes x their bytes at the peak memory bandwidth, plus layer_us a layer, by hand on an
+exact table; what the maxtext preflight and the xla calibration's held-out prefill mark as scanned."""
+
+import json
+
+import pytest
+from sims_helpers import EXACT, hardware, model_config, stack_override
+
+from framework.core.errors import ConfigError
+from sims import simulate, simulate_many
+from sims.cache import clear_caches
+from sims.hardware import hardware_spec
+
+SPEC = {"copy_passes": 2.0, "layer_us": 20.0, "measured": "test"}
+
+
+def qwen_0_5b_layer(tp: int = 1) -> float:
+    """Elements of one Qwen2.5-0.5B decoder layer, by hand: q/k/v with their biases, o, gate, up, down (tp-split
+    tp ways) and the two norms (whole on every device)."""
+    hidden, qkv, mlp = 896, 896 + 2 * 128, 4864
+    return (hidden * qkv + qkv + hidden * hidden + 3 * hidden * mlp) / tp + 2 * hidden
+
+
+@pytest.fixture
+def with_scan(tmp_path, monkeypatch):
+    yield from stack_override(tmp_path, monkeypatch, "xla", "scanned_forward")
+
+
+def run(tmp_path, layout, workload, name, devices=1, model="qwen2_5_0_5b_instruct"):
+    table = tmp_path / f"{name}.json"  # a table of its own: nothing costed under another stacks.yaml is reused
+    table.write_text(json.dumps(EXACT))
+    hw = hardware("h100", devices_per_node=devices, efficiency_table=str(table))
+    return simulate(model_config(model), hw, layout, workload, stack="xla"), hardware_spec(hw, "xla")
+
+
+def slice_row(result):
+    rows = [row for row in result.breakdown_rows() if row["name"] == "scan_weight_slices"]
+    return rows[0] if rows else None
+
+
+def prefill(batch=1, **extra):
+    return {"mode": "prefill", "batch": batch, "seq_len": 512, **extra}
+
+
+def test_every_layer_copies_its_weights_at_the_bandwidth_and_pays_its_loop(tmp_path, with_scan):
+    with_scan(SPEC)
+    unrolled, _ = run(tmp_path, {}, prefill(), "unrolled")
+    scanned, spec = run(tmp_path, {}, prefill(scanned=True), "scanned")
+    nbytes = 24 * qwen_0_5b_layer() * 2 * SPEC["copy_passes"]  # bf16
+    row = slice_row(scanned)
+    assert row["bytes"] == pytest.approx(nbytes, rel=1e-9) and row["count"] == 24
+    seconds = nbytes / spec.memory_bytes_per_s + 24 * SPEC["layer_us"] * 1e-6
+    assert row["time_s"] == pytest.approx(seconds)
+    assert scanned.latency_s == pytest.approx(unrolled.latency_s + seconds)
+    assert slice_row(unrolled) is None
+
+
+def test_the_copy_follows_the_tp_shard_the_fsdp_shard_and_the_stage(tmp_path, with_scan):
+    with_scan(SPEC)
+    whole = slice_row(run(tmp_path, {}, prefill(scanned=True), "whole")[0])["bytes"]
+    half = slice_row(run(tmp_path, {"tp": 2}, prefill(scanned=True), "tp2", devices=2)[0])["bytes"]
+    assert half == pytest.approx(24 * qwen_0_5b_layer(tp=2) * 2 * SPEC["copy_passes"], rel=1e-9)
+    sharded = {"zero": True, "shard_weights": True}
+    fsdp, _ = run(tmp_path, {"dp": 2}, prefill(2, scanned=True, **sharded), "fsdp", devices=2)
+    assert slice_row(fsdp)["bytes"] == pytest.approx(whole / 2, rel=1e-9)
+    assert {row["name"] for row in fsdp.breakdown_rows()} >= {"sharded_weight_gather", "scan_weight_slices"}
+    staged, _ = run(tmp_path, {"pp": 2}, prefill(scanned=True), "pp2", devices=2)
+    assert slice_row(staged)["bytes"] == pytest.approx(whole / 2, rel=1e-9)  # 12 of 24 layers a stage
+
+
+def test_the_batch_does_not_change_the_copy(tmp_path, with_scan):
+    with_scan(SPEC)
+    one, _ = run(tmp_path, {}, prefill(1, scanned=True), "one")
+    many, _ = run(tmp_path, {}, prefill(64, scanned=True), "many")
+    assert slice_row(one)["time_s"] == pytest.approx(slice_row(many)["time_s"])
+
+
+def test_a_stack_without_scanned_forward_and_a_scanned_decode_are_refused(tmp_path, with_scan):
+    with_scan(None)
+    with pytest.raises(ConfigError, match="stack 'xla' has no scanned_forward"):
+        run(tmp_path, {}, prefill(scanned=True), "none")
+    with pytest.raises(ConfigError, match="workload.scanned is for mode prefill"):
+        run(tmp_path, {}, {"mode": "decode", "batch": 8, "context_len": 512, "scanned": True}, "decode")
+    with pytest.raises(ConfigError, match="workload.scanned is 'yes'; expected true or false"):
+        run(tmp_path, {}, prefill(scanned="yes"), "word")
+
+
+def test_scanned_and_unrolled_passes_of_one_sweep_equal_each_alone():
+    cfg, hw = model_config("qwen3_8b"), hardware("h100", nodes=1)
+    layouts = [{"tp": tp, "dp": 8 // tp} for tp in (1, 2, 4, 8)] * 2
+    workloads = [prefill(8, scanned=i < 4) for i in range(len(layouts))]  # each layout both ways
+    alone = []
+    for layout, workload in zip(layouts, workloads):
+        clear_caches()
+        result = simulate(cfg, hw, layout, workload, stack="xla")
+        alone.append((result.summary(), result.breakdown_rows()))
+    clear_caches()
+    for (summary, rows), result in zip(alone, simulate_many(cfg, hw, layouts, workloads, stack="xla")):
+        assert result.summary() == summary and result.breakdown_rows() == rows
+    assert sum(slice_row(result) is not None for result in simulate_many(cfg, hw, layouts, workloads, stack="xla")) == 4
