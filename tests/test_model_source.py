@@ -54,6 +54,18 @@ def test_background_build_gives_the_synchronous_directory_its_metadata_first(tmp
     assert again.metadata() == again.weights() == built and again.metrics()["model_ready_s"] == 0.0
 
 
+def test_a_relative_cache_is_the_launch_directorys_not_the_build_childs(tmp_path, monkeypatch):
+    """backend.adapter.cache_dir defaults to outputs/cache, relative to where the run starts (a `crucible` command
+    anywhere); the build child runs in the repo root: it once built there while the run looked in its own directory
+    and handed transformers a path it took for a hub id."""
+    monkeypatch.chdir(tmp_path)
+    source = start_model_source(model_cfg(), Path("outputs/cache/models"))
+    built = source.weights()
+    assert built.is_absolute() and built.parent == tmp_path / "outputs/cache/models"
+    assert source.metadata().parent == built.parent and (built / "model.safetensors").is_file()
+    source.close()
+
+
 def test_a_bad_config_in_the_child_is_its_one_line_and_publishes_nothing(tmp_path):
     source = start_model_source(model_cfg(vocab_size=100), tmp_path)
     with pytest.raises(ConfigError, match=r"^model.hf_config.vocab_size: 100 is too small"):

@@ -101,7 +101,7 @@ def start_model_source(model_cfg: Mapping[str, Any], cache_root: Path) -> ModelS
         return ModelSource.ready(name, tiny.resolve_model_dir(model_cfg, cache_root))  # its checks, its errors
     if not model_cfg.get("random_init"):  # resolve_model_dir's order: path, random_init, hub_id
         return _hub_source(name, str(model_cfg["hub_id"]))
-    out_dir = tiny.tiny_model_dir(model_cfg, cache_root)
+    out_dir = tiny.tiny_model_dir(model_cfg, Path(cache_root).absolute())  # the child builds from the repo root
     complete, has_metadata = tiny.published(model_cfg, out_dir)
     if complete:
         return ModelSource.ready(name, out_dir)
