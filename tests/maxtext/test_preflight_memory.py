@@ -197,3 +197,18 @@ def test_the_log_prob_passes_are_scanned_and_the_rollouts_prefill_is_not():
 
     rows = simulate(hf, hardware, {"dp": 1}, forward, stack="xla").rows
     assert [row["count"] for row in rows if row["name"] == "scan_weight_slices"] == [24]
+
+
+def test_off_policy_the_old_log_probs_are_the_samplers_not_a_pass():
+    """With grpo.rollout_lag >= 1 the sampler returns the behaviour log-probs and the update takes them as the old
+    ones (trainers/update.py): ppo_epochs > 1 runs no old-log-prob pass; the reference's (beta > 0) still runs."""
+    from dataclasses import replace
+
+    from framework.backends.maxtext.trainers.preflight import grpo_phases
+
+    task, _, _ = _qwen_05b_task(micro_batch_size=16, ppo_epochs=2)
+    repeats = {lag: {name: n for name, _, n in grpo_phases(replace(task, rollout_lag=lag), zero=False)}
+               for lag in (0, 1)}
+    assert repeats[0]["forward"] == 128 // 16 and "forward" not in repeats[1]
+    with_reference = {name: n for name, _, n in grpo_phases(replace(task, rollout_lag=1, beta=0.04), zero=False)}
+    assert with_reference["forward"] == 128 // 16

@@ -136,6 +136,20 @@ def test_a_run_that_shared_its_prompts_is_re_predicted_with_the_shared_prefix(tm
     assert phases(shared, None)["rollout_s"] != phases(repeated, None)["rollout_s"]
 
 
+def test_a_run_with_the_extra_forward_passes_is_re_predicted_as_its_live_preflight():
+    """A run's grpo.beta and grpo.ppo_epochs are in its config: the re-prediction prices the reference's and the old
+    log-prob passes as the run's own preflight did (session 22's beta runs on one H200, the shipped table then)."""
+    from framework.backends.maxtext.benchmarks.xla_repredict import phases, runs
+    from framework.core.paths import REPO_ROOT
+
+    recipe = REPO_ROOT / "framework/backends/maxtext/benchmarks/results/h200_2026-11-28_s22_beta/recipe"
+    table = str(REPO_ROOT / "sims/calibration/tables/h200_xla.json")
+    for name in ("beta", "beta_epochs2"):
+        [(_, report)] = runs(recipe / name / "summary.json")
+        live = json.loads((recipe / name / "summary.json").read_text())["result"]["metrics"]
+        assert phases(report, table)["step_s"] == pytest.approx(live["preflight_predicted_step_s"], rel=1e-9)
+
+
 def test_other_models_replace_the_plans_models_and_are_held_out_as_whole_steps():
     plan = xla_calibrate.with_models(xla_calibrate.FULL, ["qwen2_5_1_5b_instruct"])
     assert plan["models"] == {"qwen2_5_1_5b_instruct": ("qwen2_5_1_5b_instruct", None)}

@@ -10,7 +10,8 @@ with the repeated prompt cache: runs whose sampler shared the prompt, backend.ad
 apart); the task is
 rebuilt from the report's shapes (benchmarks/grpo_step.grpo_task) and the preflight (trainers/preflight.py:
 predict_step) predicts it on the report's hardware with `efficiency_table.xla` = null and = --table.
-By phase: rollout = prefill + decode, update = train (+ the extra forward passes; none in these runs);
+By phase: rollout = prefill + decode, update = train (+ the extra forward passes: a run's beta > 0, or ppo_epochs > 1
+on-policy; grpo_step and grpo_layouts reports run none);
 the resharding between layouts is the report's own preflight_reshard_s (bytes / link, no table).
 Writes repredict.json and repredict.md to --out.
 """
@@ -18,6 +19,7 @@ Writes repredict.json and repredict.md to --out.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -95,7 +97,10 @@ def run_report(run_dir: Path) -> dict:
               "prompt_tokens": grpo["max_prompt_tokens"], "new_tokens": grpo["max_new_tokens"],
               "micro_batch": metrics["micro_batch_size"], "dtype": grpo["compute_dtype"],
               "remat": metrics.get("remat", config["backend"]["adapter"]["remat"]),
-              "shared_prefix": bool(metrics.get("shared_prefix", False)), **measured}  # recorded since session 17
+              "shared_prefix": bool(metrics.get("shared_prefix", False)), **measured,  # recorded since session 17
+              # the extra forward passes the preflight prices (old log-probs on-policy, the reference's)
+              "beta": grpo.get("beta", 0.0), "ppo_epochs": grpo.get("ppo_epochs", 1),
+              "rollout_lag": grpo.get("rollout_lag", 0)}
     if (config["parallel"].get("rollout") or {}).get("placement") == "separate":
         groups = max(1, grpo.get("rollout_lag", 0))
         report.update(rollout_groups=groups, rollout_devices=math.prod(meshes["rollout_mesh"].values()))
@@ -122,7 +127,9 @@ def phases(report: dict, table: str | None) -> dict:
     hardware = {**load_conf("hardware", report["hardware"])["hardware"]}
     hardware["efficiency_table"] = {**hardware["efficiency_table"], "xla": table}
     update, rollout_layout = parallel_of(report.get("update_mesh")), parallel_of(report.get("rollout_mesh"))
-    hf_config, task = load_conf("model", report["model"])["hf_config"], grpo_task(args)
+    hf_config = load_conf("model", report["model"])["hf_config"]
+    task = dataclasses.replace(grpo_task(args), **{key: report[key] for key in ("beta", "ppo_epochs", "rollout_lag")
+                                                   if key in report})  # a run's; benchmark reports run none
     separate = {}
     if "rollout_groups" in report:  # decoding on devices of its own while the update trains: the preflight's overlap
         separate = {"reshard_bytes": moved_bytes(hf_config, task, report["update_mesh"], report["rollout_mesh"]),

@@ -2,7 +2,7 @@
 
 A GRPO step is simulated as its phases: the prompts' prefill, max_new_tokens decode steps of the
 whole group batch (at the average context; on an fsdp rollout mesh each one all-gathers the weights,
-sims/sharded_forward.py), the extra forward passes (old log-probs when ppo_epochs > 1, reference
+sims/sharded_forward.py), the extra forward passes (old log-probs when ppo_epochs > 1 on-policy, reference
 log-probs when beta > 0; their layers scanned over the stacked weights, sims/scan_forward.py) and ppo_epochs x
 (batch / micro-batch) training micro-steps. The simulator reads the run's own `parallel` node (sims.workload.layout_from_parallel:
 dp x fsdp replicas, fsdp shards the optimizer state), so the prediction is of the very layout that runs:
@@ -58,7 +58,8 @@ def grpo_phases(task: GRPOTask, zero: bool, remat: str = "none", rollout_sharded
     shared = {"seq_len": prompt, "shared_prefix": task.num_generations} if shared_prompt else {}
     sequence = prompt + new
     micro_steps = rows // task.micro_batch_size
-    extra_forwards = int(task.ppo_epochs > 1) + int(task.beta > 0)
+    # off-policy (rollout_lag >= 1) the sampler's behaviour log-probs are the old ones: no pass of their own
+    extra_forwards = int(task.ppo_epochs > 1 and not task.rollout_lag) + int(task.beta > 0)
     rollout = {"dtype": dtype, "zero": rollout_sharded, "shard_weights": rollout_sharded}
     phases = [
         ("prefill", {"mode": "prefill", "batch": task.prompts_per_step, "seq_len": prompt, **rollout}, 1),
