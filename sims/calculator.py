@@ -124,7 +124,8 @@ def _precision(dtype: str, hw: HardwareSpec, training: bool) -> Precision:
 
 
 def loss_positions(workload: Workload) -> int:
-    """Positions of each training sequence whose logits the loss computes (all, or the last loss_len)."""
+    """Positions of each sequence whose logits the loss (train) or a log-prob pass (prefill with loss_len) computes:
+    all, or the last loss_len."""
     return min(workload.loss_len or workload.query_len, workload.query_len)
 
 
@@ -137,7 +138,7 @@ def bind_dims(graph: ComputationalGraph, layout: Layout, workload: Workload) -> 
         "seq_len": workload.query_len,
         "kv_len": workload.kv_len,
         "tokens": tokens,
-        "logit_tokens": batch * loss_positions(workload) if workload.mode == "train" else batch,
+        "logit_tokens": batch * loss_positions(workload) if workload.mode == "train" or workload.loss_len else batch,
         "routed_tokens": tokens * (graph.meta.get("top_k") or 0),
         "shared_prefix": workload.shared_prefix,  # rows per shared prompt (sims/shared_prefix.py), 1 = none
         "prefix_len": workload.seq_len if workload.shared_prefix > 1 else 0,

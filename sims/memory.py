@@ -76,8 +76,8 @@ def _activations(graph: ComputationalGraph, ctx: Context) -> list[float]:
 
 def _activations_key(ctx: Context) -> tuple:
     w = ctx.workload
-    if w.mode != "train":
-        return ("activations", ctx.layout.pp)
+    if w.mode != "train":  # a log-prob pass (loss_len) holds a chunk of its logits at a time
+        return ("activations", ctx.layout.pp, w.logits_chunk if w.loss_len else None)
     return ("activations", ctx.layout.pp, w.microbatches, w.recompute, w.recompute_keeps, w.logits_chunk, w.loss_len)
 
 
@@ -285,7 +285,7 @@ def _logits_elements(graph: ComputationalGraph, ctx: Context) -> list[float]:
 def _logits_per_device(graph: ComputationalGraph, ctx: Context) -> float:
     logits = ctx.dims["logit_tokens"] * graph.meta["vocab_size"] / ctx.tp
     chunk = ctx.workload.logits_chunk
-    if ctx.workload.mode == "train" and chunk is not None:
+    if chunk is not None and (ctx.workload.mode == "train" or ctx.workload.loss_len):
         positions = loss_positions(ctx.workload)
         logits *= min(chunk, positions) / positions
     return logits

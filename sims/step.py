@@ -40,7 +40,7 @@ from sims.op_columns import columns, work_coefficients
 from sims.partition import expert_data_parallel, per_stage, stage_split
 from sims.scan_forward import scanned_forward_rows
 from sims.sharded_forward import sharded_forward_rows
-from sims.train_rows import extra_op_s, train_stage_rows
+from sims.train_rows import extra_op_s, log_prob_rows, train_stage_rows
 from sims.vector_cost import Costs, costs_for
 from sims.workload import Layout, Workload
 
@@ -135,7 +135,7 @@ def _stage_ops(graph: ComputationalGraph, ctx: Context) -> StageOps:
 def _stages_key(ctx: Context) -> tuple:
     w = ctx.workload
     shards = ctx.layout.dp if w.shard_weights else 0  # fsdp's rows vary with dp
-    return ("stages", ctx.layout.pp, w.recompute, w.recompute_keeps, shards, w.scanned)
+    return ("stages", ctx.layout.pp, w.recompute, w.recompute_keeps, shards, w.scanned, w.loss_len)
 
 
 def sum_stages_together(graph: ComputationalGraph, contexts: list[Context]) -> None:
@@ -172,9 +172,11 @@ def _cost_stages(graph: ComputationalGraph, contexts: list[Context], costs: list
     rows = [[()] * pp] * len(costs)
     if w.mode == "train":
         rows, stage_s = train_stage_rows(graph, contexts, costs, ratios, heads, stage_s, split_weights)
-    elif w.shard_weights or w.scanned:  # an FSDP forward gathers the weights first; a scanned one slices them
-        rows = [[gathers + slices for gathers, slices in zip(sharded_forward_rows(graph, one),
-                                                             scanned_forward_rows(graph, one))] for one in contexts]
+    elif w.shard_weights or w.scanned or w.loss_len:  # an FSDP forward gathers the weights first, a scanned one
+        # slices them, a log-prob pass takes log-probs of its positions' logits
+        rows = [[gathers + slices + probs for gathers, slices, probs in zip(
+            sharded_forward_rows(graph, one), scanned_forward_rows(graph, one), log_prob_rows(graph, one))]
+            for one in contexts]
         stage_s = [[t + sum(row[5] for row in in_stage) for t, in_stage in zip(times, stage_rows)]
                    for times, stage_rows in zip(stage_s, rows)]
     ops = []
@@ -213,7 +215,7 @@ def pipeline_time_s(stage_s: list[float], microbatches: int) -> float:
 def model_flops(graph: ComputationalGraph, workload: Workload) -> float:
     """FLOPs of one step of the whole model on the whole batch (layout-independent; replicated
     ops counted once; no recompute). The numerator of MFU."""
-    key = (workload.mode, workload.batch, workload.seq_len, workload.context_len)
+    key = (workload.mode, workload.batch, workload.seq_len, workload.context_len, workload.loss_len)
     return _MODEL_FLOPS.get(graph, key, lambda: _count_model_flops(graph, workload))
 
 

@@ -101,6 +101,18 @@ def _loss_of(graph: ComputationalGraph, ctx: Context, ratios: BackwardRatios | N
     return _CACHES.of(ctx.hw).get(graph, key, lambda: _loss_row(graph, ctx, ratios))
 
 
+def log_prob_rows(graph: ComputationalGraph, ctx: Context) -> list[tuple]:
+    """Per stage, a forward pass's log-probs over the vocabulary at the positions it projects (prefill with
+    workload.loss_len: the GRPO log-prob passes), on the last stage, the one with lm_head: the cross-entropy's forward
+    (its measured curve; no backward); () on the others and without loss_len."""
+    if ctx.workload.mode != "prefill" or not ctx.workload.loss_len:
+        return [()] * ctx.layout.pp
+    flops, nbytes = loss_work(ctx.dims["logit_tokens"], graph.meta["vocab_size"], ctx.layout.tp,
+                              ctx.precision.act_bytes)
+    seconds, bound = extra_op_s("cross_entropy", "elementwise", flops, nbytes, ctx)
+    return [()] * (ctx.layout.pp - 1) + [(("log_probs", "elementwise", 1, flops, nbytes, seconds, bound),)]
+
+
 def _accumulate_rows_of(graph: ComputationalGraph, ctx: Context) -> list[tuple]:
     """Per stage, the grad accumulation row, kept per the parameters a device holds."""
     layout, w = ctx.layout, ctx.workload

@@ -61,7 +61,8 @@ class Workload:
     outputs (JAX's dots_with_no_batch_dims_saveable). logits_chunk: the loss projects this many
     positions of each sequence onto the vocabulary at a time (a chunked loss; None = every position at
     once). loss_len: the last positions of each sequence the loss takes logits of (train; GRPO: the
-    completion; None = every position). zero: optimizer states sharded over dp (Megatron distributed optimizer / ZeRO-1).
+    completion; None = every position); in prefill, the positions a log-prob pass projects onto the vocabulary and
+    takes log-probs of (None: the last position's logits only, as generation needs). zero: optimizer states sharded over dp (Megatron distributed optimizer / ZeRO-1).
     shard_weights: the weights too are sharded over dp (fsdp, ZeRO-3): gathered and their gradients
     reduce-scattered every micro-batch (sims/scan_update.py; train needs zero); in prefill and decode (an
     FSDP rollout) gathered every forward pass, every decode step (sims/sharded_forward.py).
@@ -177,6 +178,9 @@ def _parse_workload(workload: Mapping, node: str) -> Workload:
             raise ConfigError(f"{node}.{key} is {w[key]!r}; expected true or false")
     w["recompute_keeps"] = _recompute_keeps(w["recompute_keeps"], w["recompute"], node)
     _check_shared_prefix(w, node)
+    if w["loss_len"] is not None and w["mode"] == "decode":
+        raise ConfigError(f"{node}.loss_len is for mode train (the loss's positions) or prefill (a log-prob pass's), "
+                          f"not decode")
     if w["scanned"] and w["mode"] != "prefill":
         raise ConfigError(f"{node}.scanned is for mode prefill (a forward pass over stacked layers), not {w['mode']}; "
                           f"a training step's scan is the stack's scanned_update")

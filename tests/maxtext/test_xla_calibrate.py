@@ -136,18 +136,36 @@ def test_a_run_that_shared_its_prompts_is_re_predicted_with_the_shared_prefix(tm
     assert phases(shared, None)["rollout_s"] != phases(repeated, None)["rollout_s"]
 
 
-def test_a_run_with_the_extra_forward_passes_is_re_predicted_as_its_live_preflight():
+def test_a_run_with_the_extra_forward_passes_is_re_predicted_with_them():
     """A run's grpo.beta and grpo.ppo_epochs are in its config: the re-prediction prices the reference's and the old
-    log-prob passes as the run's own preflight did (session 22's beta runs on one H200, the shipped table then)."""
+    log-prob passes as the preflight does (session 22's beta runs on one H200): the recipe's update, plus one pass
+    per micro-batch with beta, plus two updates and two passes with ppo_epochs 2."""
+    import argparse
+    import dataclasses
+
+    from framework.backends.maxtext.benchmarks.grpo_step import grpo_task
     from framework.backends.maxtext.benchmarks.xla_repredict import phases, runs
-    from framework.core.paths import REPO_ROOT
+    from framework.backends.maxtext.trainers.preflight import grpo_phases
+    from framework.core.paths import REPO_ROOT, load_conf
+    from sims import simulate
 
     recipe = REPO_ROOT / "framework/backends/maxtext/benchmarks/results/h200_2026-11-28_s22_beta/recipe"
     table = str(REPO_ROOT / "sims/calibration/tables/h200_xla.json")
-    for name in ("beta", "beta_epochs2"):
+    updates = {}
+    for name in ("as_typed", "beta", "beta_epochs2"):
         [(_, report)] = runs(recipe / name / "summary.json")
-        live = json.loads((recipe / name / "summary.json").read_text())["result"]["metrics"]
-        assert phases(report, table)["step_s"] == pytest.approx(live["preflight_predicted_step_s"], rel=1e-9)
+        updates[name] = phases(report, table)["update_s"]
+    [(_, report)] = runs(recipe / "beta" / "summary.json")
+    args = argparse.Namespace(**{key: report[key] for key in ("prompts", "generations", "new_tokens", "dtype")},
+                              prompt_tokens=report["prompt_tokens"], micro_batch=report["micro_batch"])
+    task = dataclasses.replace(grpo_task(args), beta=report["beta"])
+    (forward,) = [workload for phase, workload, _ in grpo_phases(task, zero=False) if phase == "forward"]
+    assert forward["scanned"] and forward["loss_len"] == report["new_tokens"]  # the completion's log-probs
+    hardware = {**load_conf("hardware", "h200")["hardware"], "efficiency_table": table}
+    one_pass = simulate(load_conf("model", report["model"])["hf_config"], hardware, {"tp": 1}, forward,
+                        stack="xla").latency_s
+    assert updates["beta"] == pytest.approx(updates["as_typed"] + one_pass, rel=1e-9)
+    assert updates["beta_epochs2"] == pytest.approx(2 * updates["as_typed"] + 2 * one_pass, rel=1e-9)
 
 
 def test_other_models_replace_the_plans_models_and_are_held_out_as_whole_steps():

@@ -68,8 +68,10 @@ def grpo_phases(task: GRPOTask, zero: bool, remat: str = "none", rollout_sharded
         ("train", train_workload(task, task.micro_batch_size, zero, remat), task.ppo_epochs),
     ]
     if extra_forwards:
+        # the completion's log-probs: its positions projected onto the vocabulary, logprob_chunk_size at a time
         phases.append(("forward", {"mode": "prefill", "batch": task.micro_batch_size, "seq_len": sequence,
-                                   "dtype": dtype, "zero": zero, "shard_weights": zero, "scanned": True},
+                                   "dtype": dtype, "zero": zero, "shard_weights": zero, "scanned": True,
+                                   "loss_len": new, "logits_chunk": task.logprob_chunk_size},
                        extra_forwards * micro_steps))
     return phases
 
