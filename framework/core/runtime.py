@@ -41,7 +41,7 @@ from framework.core.result import TrainingResult
 from framework.core.resume import ResumePoint, check_resumable, run_fingerprint
 from framework.core.rundir import RunLock
 from framework.core.stopping import RunInterrupted, StopSignals, disk_full, exit_code, signal_name
-from framework.core.schema import HardwareConfig, ModelConfig, check_model_architecture
+from framework.core.schema import HardwareConfig, LoggerConfig, ModelConfig, check_model_architecture
 from framework.core.validation import (check_backend_runs_task, check_model_dir, check_path_exists, check_schema,
                                        check_targets, resolve_all, type_error)
 
@@ -56,6 +56,7 @@ def validate(cfg: DictConfig) -> BackendAdapter:
             raise ConfigError(f"{key}: {reason}")
     check_schema(cfg, "model", ModelConfig)
     check_schema(cfg, "hardware", HardwareConfig)
+    check_schema(cfg, "logger", LoggerConfig)
     check_model_architecture(cfg.model.hf_config)
     check_path_exists(cfg.model.path, "model.path", "model directory")
     check_model_dir(cfg.model.path)
