@@ -121,3 +121,15 @@ def test_a_slurm_launcher_without_slurm_is_one_line_before_any_job(monkeypatch, 
         assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
         assert proc.stderr.startswith("error: hydra/launcher: a SLURM launcher, and no SLURM on this machine")
         assert not (tmp_path / "sweep" / ".submitit").exists()
+
+
+def test_the_search_recipes_sweeper_passes_and_a_count_below_one_is_refused():
+    from framework.core.errors import ConfigError
+    from framework.core.launcher import check_sweeper
+
+    cfg = compose_config(["recipe=sim_search"], return_hydra_config=True)
+    sweeper = {key: cfg.hydra.sweeper.get(key) for key in cfg.hydra.sweeper}
+    check_sweeper(sweeper)
+    for key in ("n_trials", "n_jobs"):
+        with pytest.raises(ConfigError, match=rf"^hydra.sweeper.{key}: 0 is out of range; valid: >= 1$"):
+            check_sweeper({**sweeper, key: 0})

@@ -67,6 +67,7 @@ SESSION_22: list[tuple[list[str], str]] = [
      "hydra.launcher.tasks_per_node: 0 is out of range; valid: >= 1 (or null) (set by hardware.launcher.tasks_per_node "
      "unless given)"),
     ([*SIM, "task.objective.metric=nope"], "task.objective.metric: 'nope' is not a number the task reports; valid: "),
+    (["-m", "recipe=sim_search", "hydra.sweeper.n_trials=0"], "hydra.sweeper.n_trials: 0 is out of range; valid: >= 1"),
 ]
 
 CASES: list[tuple[list[str], str]] = [
