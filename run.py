@@ -8,11 +8,16 @@ from framework.cli import run_guarded
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def app(cfg: DictConfig):
+    from framework.core.errors import CrucibleError
+    from framework.core.failure import fail
     from framework.core.runtime import run_from_hydra
     from framework.core.sweep import objective_value
 
     result = run_from_hydra(cfg)
-    return objective_value(cfg.task.get("objective"), result)  # a search's sweeper reads it (recipe=sim_search)
+    try:
+        return objective_value(cfg.task.get("objective"), result)  # a search's sweeper reads it (recipe=sim_search)
+    except CrucibleError as exc:  # its one line; raised, Hydra would print "Error executing job ..." before it
+        fail(exc, debug=cfg.get("debug") is True)
 
 
 def main() -> None:

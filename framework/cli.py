@@ -115,8 +115,23 @@ def run_guarded(app: Callable[[], object], argv: list[str] | None = None) -> Non
         sys.stderr.write("error: interrupted by SIGINT\n")
         sys.exit(130)
     except Exception as exc:
-        fail(exc, debug)
+        fail(run_dir_error(exc, argv) or exc, debug)
     _fail_if_a_sweep_failed()
+
+
+def run_dir_error(exc: Exception, argv: list[str]):
+    """Hydra could not make the run or sweep dir the command line gives (a file in the way, no such place): a
+    ConfigError naming the key, or None for any other error."""
+    from framework.core.errors import ConfigError
+
+    if not isinstance(exc, OSError) or exc.filename is None:
+        return None
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key in ("hydra.run.dir", "hydra.sweep.dir") and value and str(exc.filename).startswith(value.rstrip("/")):
+            return ConfigError(f"{key}: cannot make the folder {value!r} ({exc.strerror}: {exc.filename}); valid: a "
+                               f"path where a folder can be made")
+    return None
 
 
 def _fail_if_a_sweep_failed() -> None:

@@ -235,6 +235,8 @@ def layout_problem(meta: Mapping, hw: HardwareSpec, layout: Layout, workload: Wo
     if experts and ep == 1 and meta["moe_intermediate_size"] % tp:
         size = meta["moe_intermediate_size"]
         return f"tp={tp} does not divide moe_intermediate_size={size} (with ep=1 experts are tp-split)"
+    if problem := positions_problem(workload, meta.get("max_positions")):
+        return problem
     if pp > meta["num_layers"]:
         return f"pp={pp} > num_hidden_layers={meta['num_layers']}"
     if workload.batch % (dp * workload.microbatches):
@@ -245,6 +247,16 @@ def layout_problem(meta: Mapping, hw: HardwareSpec, layout: Layout, workload: Wo
     if hw.peak_flops(workload.dtype) is None:
         return f"hardware {hw.name} has no {workload.dtype} peak (peak_tflops.{workload.dtype} is null)"
     return None
+
+
+def positions_problem(workload: Workload, max_positions: int | None, node: str = "workload") -> str | None:
+    """Why the workload's tokens (the sequence; decode: the cached context) are past the model's positions
+    (hf_config.max_position_embeddings), or None; `node` names the key. None for a config without the key."""
+    if max_positions is None or workload.kv_len <= max_positions:
+        return None
+    key = "context_len" if workload.mode == "decode" else "seq_len"
+    return (f"{node}.{key}={workload.kv_len} is past the model's {max_positions} positions "
+            f"(max_position_embeddings); valid: at most {max_positions}")
 
 
 def _positive_int(key: str, value) -> int:

@@ -90,3 +90,46 @@ def test_failed_job_is_a_failed_row_and_the_sweep_exits_non_zero(tmp_path):
     assert len(list(tmp_path.glob(".submitit/*/*_log.out"))) == 3
     assert proc.returncode != 0
     assert "1 of 3 jobs failed" in proc.stderr
+
+
+@pytest.mark.parametrize("launcher", ["local", "slurm", "submitit_local", "submitit_slurm", "basic"])
+def test_every_launcher_preset_passes_the_sweep_start_check(launcher, monkeypatch):
+    """framework/core/launcher.py refuses what submitit would fail on; no preset's own values (nulls of Hydra's
+    submitit_local included) are refused, with SLURM present."""
+    from framework.core import launcher as checks
+
+    monkeypatch.setattr(checks.shutil, "which", lambda name: "/usr/bin/srun")
+    cfg = compose_config(["hardware=h100", f"hydra/launcher={launcher}"], return_hydra_config=True)
+    checks.check_launcher({key: cfg.hydra.launcher.get(key) for key in cfg.hydra.launcher})
+
+
+def test_a_slurm_launcher_without_slurm_is_one_line_before_any_job(monkeypatch, tmp_path):
+    """submitit said `RuntimeError: Could not detect "srun", are you indeed on a slurm cluster?` (exit 1)."""
+    from framework.core import launcher as checks
+    from framework.core.errors import ConfigError
+
+    cfg = compose_config(["hardware=h100", "hydra/launcher=slurm"], return_hydra_config=True)
+    params = {key: cfg.hydra.launcher.get(key) for key in cfg.hydra.launcher}
+    monkeypatch.setattr(checks.shutil, "which", lambda name: None)
+    with pytest.raises(ConfigError, match=r"^hydra/launcher: a SLURM launcher, and no SLURM on this machine \(srun is "
+                                          r"not on PATH\); submit the sweep from a SLURM login node, or run its jobs "
+                                          r"here with hydra/launcher=local$"):
+        checks.check_launcher(params)
+    monkeypatch.undo()
+    if checks.shutil.which("srun") is None:  # the real command line, where this machine has no SLURM
+        proc = sweep(["hydra/launcher=slurm"], SIM_SWEEP, tmp_path / "sweep")
+        assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
+        assert proc.stderr.startswith("error: hydra/launcher: a SLURM launcher, and no SLURM on this machine")
+        assert not (tmp_path / "sweep" / ".submitit").exists()
+
+
+def test_the_search_recipes_sweeper_passes_and_a_count_below_one_is_refused():
+    from framework.core.errors import ConfigError
+    from framework.core.launcher import check_sweeper
+
+    cfg = compose_config(["recipe=sim_search"], return_hydra_config=True)
+    sweeper = {key: cfg.hydra.sweeper.get(key) for key in cfg.hydra.sweeper}
+    check_sweeper(sweeper)
+    for key in ("n_trials", "n_jobs"):
+        with pytest.raises(ConfigError, match=rf"^hydra.sweeper.{key}: 0 is out of range; valid: >= 1$"):
+            check_sweeper({**sweeper, key: 0})

@@ -111,6 +111,8 @@ def test_minus_one_takes_the_remaining_devices():
     (["sim.batch=4", "sim.seq_len=1024", "sim.shared_prefix=8"],
      "sim.batch=4 with sim.shared_prefix=8; valid: a multiple of 8 (each replica holds whole groups of rows sharing a "
      "prompt)"),
+    (["sim.context_len=32769"],  # the model's positions, named as the sim key typed (the simulator's: workload.*)
+     "sim.context_len=32769 is past the model's 32768 positions (max_position_embeddings); valid: at most 32768"),
 ])
 def test_a_replicas_rows_that_do_not_split_are_an_invalid_row_naming_the_sim_keys(overrides, reason):
     """Over 8 replicas the simulator's own reason would name the whole batch (sim.batch x 8), not the key typed."""

@@ -39,18 +39,24 @@ class MetricLogger:
 
     @staticmethod
     def _start_wandb(cfg: dict, run_dir: Path, run_name: str, config: dict):
-        from framework.core.errors import BackendError
+        from framework.core.errors import BackendError, ConfigError
 
         try:
             import wandb
         except ImportError:
             raise BackendError("logger=wandb needs the wandb package: pip install -e '.[wandb]'") from None
         # The API key comes from the user's environment or netrc; we never write it anywhere.
-        return wandb.init(
-            project=cfg.get("project"), entity=cfg.get("entity"), mode=cfg.get("mode", "offline"),
-            name=run_name or None, tags=list(cfg.get("tags") or []), dir=str(run_dir), config=config,
-            group=cfg.get("group"), reinit="finish_previous",
-        )
+        try:
+            return wandb.init(
+                project=cfg.get("project"), entity=cfg.get("entity"), mode=cfg.get("mode", "offline"),
+                name=run_name or None, tags=list(cfg.get("tags") or []), dir=str(run_dir), config=config,
+                group=cfg.get("group"), reinit="finish_previous",
+            )
+        except wandb.errors.UsageError as exc:  # a bad project name, online without an API key: the settings' fault
+            offline = ("; logger.wandb.mode=offline needs no account (sync later with `wandb sync`)"
+                       if cfg.get("mode") == "online" else "")
+            raise ConfigError(f"logger.wandb: wandb refuses these settings (mode={cfg.get('mode')}, project="
+                              f"{cfg.get('project')!r}): {str(exc).strip()}{offline}") from None
 
     def log(self, metrics: dict, step: int) -> None:
         if self._file is None:

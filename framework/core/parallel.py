@@ -41,11 +41,13 @@ PLACEMENTS = ("shared", "separate")  # parallel.rollout.placement
 AUTO = "auto"  # parallel.rollout.devices: the backend's preflight picks the split (maxtext: trainers/layout_search.py)
 
 
-def check_dense(ep: int, backend: str, key: str = "parallel") -> None:
-    """A backend whose models have no experts refuses ep > 1: the expert axis would only replicate the update."""
+def check_dense(ep: int, backend: str, axes: tuple[str, ...], key: str = "parallel") -> None:
+    """A backend whose models have no experts refuses ep > 1: the expert axis would only replicate the update.
+    `axes`: what the backend accepts instead (the message names no axis it would refuse next)."""
     if ep != 1:
+        *others, last = [f"{key}.{axis}" for axis in axes]
         raise ConfigError(f"{key}.ep: {ep}; backend={backend} trains dense models (no experts), ep must be 1; "
-                          f"spread the devices with {key}.fsdp, {key}.dp or {key}.tp")
+                          f"spread the devices with {', '.join(others)}{' or ' if others else ''}{last}")
 
 
 @dataclass

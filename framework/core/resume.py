@@ -168,6 +168,32 @@ def _refusal(path: Path, cfg: DictConfig, difference: str, set_on_command_line: 
                            f"{', '.join(allowed) or 'none'}; {way_out}")
 
 
+RUN_KIND = ("backend", "task", "model")  # what a run dir's records are of
+
+
+def check_same_kind(run_dir: Path, cfg: DictConfig) -> None:
+    """CheckpointError when `run_dir` holds the records (config.yaml) of a run of another backend, task or model:
+    this run's metrics rows, segments and summary would mix with them (with no checkpoint nothing else compares)."""
+    import yaml
+
+    try:
+        saved = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):  # none (a fresh dir) or unreadable: nothing to compare
+        return
+    if not isinstance(saved, dict):
+        return
+    before = {group: (saved.get(group) or {}).get("name") if isinstance(saved.get(group), dict) else None
+              for group in RUN_KIND}
+    now = {group: cfg[group].name for group in RUN_KIND}
+    if None not in before.values() and before != now:
+        def kind(names):
+            return " ".join(f"{group}={name}" for group, name in names.items())
+
+        raise CheckpointError(f"hydra.run.dir: {run_dir} holds the records of a {kind(before)} run and this one is "
+                              f"{kind(now)}: they would mix; start in a new run dir (leave hydra.run.dir out or give "
+                              f"another)")
+
+
 def check_resumable(run_dir: Path, cfg: DictConfig, overrides: Sequence[str] = ()) -> ResumePoint | None:
     """Where a run in `run_dir` resumes (None: a fresh start); CheckpointError when the run dir's checkpoints
     must not be resumed with this config and command line (`overrides`) or overwritten. Reads only."""

@@ -38,10 +38,10 @@ from framework.core.paths import REPO_ROOT
 from framework.core.ranges import Seed
 from framework.core.records import RunRecords
 from framework.core.result import TrainingResult
-from framework.core.resume import ResumePoint, check_resumable, run_fingerprint
+from framework.core.resume import ResumePoint, check_resumable, check_same_kind, run_fingerprint
 from framework.core.rundir import RunLock
 from framework.core.stopping import RunInterrupted, StopSignals, disk_full, exit_code, signal_name
-from framework.core.schema import HardwareConfig, ModelConfig, check_model_architecture
+from framework.core.schema import HardwareConfig, LoggerConfig, ModelConfig, check_model_architecture
 from framework.core.validation import (check_backend_runs_task, check_model_dir, check_path_exists, check_schema,
                                        check_targets, resolve_all, type_error)
 
@@ -56,6 +56,7 @@ def validate(cfg: DictConfig) -> BackendAdapter:
             raise ConfigError(f"{key}: {reason}")
     check_schema(cfg, "model", ModelConfig)
     check_schema(cfg, "hardware", HardwareConfig)
+    check_schema(cfg, "logger", LoggerConfig)
     check_model_architecture(cfg.model.hf_config)
     check_path_exists(cfg.model.path, "model.path", "model directory")
     check_model_dir(cfg.model.path)
@@ -104,6 +105,8 @@ class Runtime:
         try:  # before any record is touched: a refused run leaves config.yaml and summary.json as they were
             if self.dist.is_main:
                 lock.acquire()  # one live writer per run dir
+            if not self.multirun:  # a sweep's job dirs are the sweep's (a second sweep into its dir reuses them)
+                check_same_kind(self.run_dir, self.cfg)
             self.resume = check_resumable(self.run_dir, self.cfg, self.overrides)
         except CrucibleError as exc:
             lock.release()

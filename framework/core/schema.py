@@ -1,4 +1,4 @@
-"""Typed schemas of the plain-data config groups (model, hardware).
+"""Typed schemas of the plain-data config groups (model, hardware, logger).
 
 They carry types only, no defaults: the YAML files are the single source of every value, and
 these classes check that a file has exactly the keys, with the types, that the code reads.
@@ -48,6 +48,22 @@ class HardwareConfig:
     # a measured efficiency table (task=calibrate), a mapping {software stack: table or null}, or null
     efficiency_table: Union[str, dict[str, Optional[str]], None]
     launcher: dict  # SLURM resources per node: gpus_per_node, tasks_per_node, cpus_per_task, mem_gb
+
+
+@dataclass
+class WandbConfig:
+    enabled: bool
+    project: str
+    entity: Optional[str]
+    group: Optional[str]
+    mode: Literal["offline", "online", "disabled", "shared"]  # wandb.init's modes (offline: sync later)
+    tags: list[str]
+
+
+@dataclass
+class LoggerConfig:
+    name: str
+    wandb: WandbConfig
 
 
 # hf_config fields every code path divides by or sizes arrays with: each must be an integer >= 1 when present.

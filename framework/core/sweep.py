@@ -106,7 +106,17 @@ class SweepSummaryCallback(Callback):
         self.before: dict = {}
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        """A sweep into a dir that holds an earlier sweep's jobs: only this sweep's jobs make rows."""
+        """A sweep into a dir that holds an earlier sweep's jobs: only this sweep's jobs make rows. The launcher's
+        settings are checked first: submitit's failures on them are no one-line errors."""
+        from framework.core.errors import ConfigError
+        from framework.core.failure import fail
+        from framework.core.launcher import check_launcher, check_sweeper
+
+        try:
+            check_launcher({key: config.hydra.launcher.get(key) for key in config.hydra.launcher})
+            check_sweeper({key: config.hydra.sweeper.get(key) for key in config.hydra.sweeper})
+        except ConfigError as exc:  # Hydra turns a callback's exception into a warning: exit here, before any job
+            fail(exc)
         sweep_dir = Path(config.hydra.sweep.dir)
         self.before = snapshot(sweep_dir) if sweep_dir.is_dir() else {}
 

@@ -253,3 +253,17 @@ def check_model_dir(path: str | None, key: str = "model.path") -> None:
                           f"(config.json, weights, tokenizer files) or model.hub_id")
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"{key}: {path!r} is a file; give the Hugging Face model directory that holds it")
+    if folder.is_dir():  # each backend reads it later, where a damaged one was an OSError or a TypeError
+        check_config_json(folder / "config.json", key)
+
+
+def check_config_json(path: Path, key: str) -> None:
+    import json
+
+    try:
+        config = json.loads(path.read_bytes())
+    except (ValueError, OSError) as exc:  # not JSON, not UTF-8, unreadable
+        config = exc
+    if not isinstance(config, dict):
+        what = f"not JSON ({config})" if isinstance(config, Exception) else f"a JSON {type(config).__name__}"
+        raise ConfigError(f"{key}: {path} is {what}; valid: a Hugging Face config.json (one JSON object)")

@@ -65,6 +65,9 @@ class GraphBuilder:
             "vocab_size": self.vocab,
             "tie_word_embeddings": bool(self.cfg.get("tie_word_embeddings", False)),
             "dtype": self.dtype,
+            # the positions the model was built for; None (not in the config): any length is costed
+            "max_positions": require(self.cfg, "max_position_embeddings", self.model_type)
+            if self.cfg.get("max_position_embeddings") is not None else None,
         }
         return ComputationalGraph(self.name, self.mode, list(self.nodes), {**base, **meta})
 

@@ -59,3 +59,17 @@ def test_the_run_says_what_hardware_auto_chose(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["hardware"] == detect().option and summary["hardware_auto"] == chose
     assert f"  {chose}" in proc.stdout.splitlines() and chose in proc.stderr  # the block and the log line
+
+
+def test_a_run_or_sweep_dir_that_cannot_be_made_is_one_line(tmp_path):
+    """Hydra makes the dir before the run: a file in the way was FileExistsError / NotADirectoryError, exit 1."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    sim = ["backend=sim", "task=sim", "model=qwen3_8b", "hardware=h100"]
+    for args, key, path in ((sim, "hydra.run.dir", blocker), (sim, "hydra.run.dir", blocker / "run"),
+                            (["-m", *sim], "hydra.sweep.dir", blocker)):
+        proc = run_cli([*args, f"{key}={path}"])
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.splitlines() == [f"error: {key}: cannot make the folder '{path}' ("
+                                            f"{'File exists' if path == blocker else 'Not a directory'}: {path}); "
+                                            "valid: a path where a folder can be made"]

@@ -17,3 +17,14 @@ def test_wandb_offline_run_lands_in_the_run_dir(tmp_path):
     recorded = run_file.read_bytes()  # wandb's own record of the run (protobuf), synced later with `wandb sync`
     assert b"qwen3_8b" in recorded and b"hub_id" in recorded  # the composed config
     assert b"tokens_per_s_per_device" in recorded  # the logged metrics
+
+
+def test_wandb_online_without_an_api_key_is_one_line_naming_the_way_out(tmp_path):
+    """wandb.init's UsageError (no key; a project name it refuses) was an internal exception's line, exit 1."""
+    proc = run_cli(["logger=wandb", "logger.wandb.mode=online", "model=qwen3_8b", f"hydra.run.dir={tmp_path / 'run'}"],
+                   env={"WANDB_API_KEY": "", "NETRC": str(tmp_path / "no_netrc"), "WANDB_CONFIG_DIR": str(tmp_path),
+                        "WANDB_SILENT": "true"})
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "error: logger.wandb: wandb refuses these settings (mode=online, project='crucible'): No API key configured. "
+        "Use `wandb login` to log in.; logger.wandb.mode=offline needs no account (sync later with `wandb sync`)"]

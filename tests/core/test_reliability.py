@@ -44,6 +44,32 @@ SESSION_21: list[tuple[list[str], str]] = [
      "for data=arithmetic sets it: add data.arithmetic=null, or use a recipe for this data set"),
 ]
 
+# found in session 22 (a traceback, an internal exception's line, two lines, or exit 0; run on every test run)
+FIXTURES = "tests/core/fixtures"  # model directories whose config.json is damaged
+LOCAL_SWEEP = ["-m", *SIM, "hydra/launcher=local"]
+SESSION_22: list[tuple[list[str], str]] = [
+    ([*SIM, "sim.context_len=1000000000"],
+     "sim.context_len=1000000000 is past the model's 40960 positions (max_position_embeddings); valid: at most 40960"),
+    ([*SIM, "sim.mode=train", "sim.seq_len=50000"], "sim.seq_len=50000 is past the model's 40960 positions"),
+    ([*SIM, f"model.path={FIXTURES}/model_not_json"],
+     f"model.path: {FIXTURES}/model_not_json/config.json is not JSON (Expecting property name"),
+    ([*GRPO, f"model.path={FIXTURES}/model_list"],
+     f"model.path: {FIXTURES}/model_list/config.json is a JSON list; valid: a Hugging Face config.json (one JSON "
+     "object)"),
+    ([*SIM, "logger.wandb.enabled=maybe"], "logger.wandb.enabled: expected true/false, got 'maybe'"),
+    ([*SIM, "logger=wandb", "logger.wandb.mode=sideways"],
+     "logger.wandb.mode: expected one of ['offline', 'online', 'disabled', 'shared'], got 'sideways'"),
+    ([*SIM, "logger=wandb", "logger.wandb.tags=notalist"], "logger.wandb.tags: expected a list, got 'notalist'"),
+    ([*SIM, "logger=wandb", "logger.wandb.project=a/b"],
+     "logger.wandb: wandb refuses these settings (mode=offline, project='a/b'): Invalid project name 'a/b'"),
+    ([*LOCAL_SWEEP, "hydra.launcher.timeout_min=-5"], "hydra.launcher.timeout_min: -5 is out of range; valid: >= 1"),
+    ([*LOCAL_SWEEP, "hydra.launcher.tasks_per_node=0"],
+     "hydra.launcher.tasks_per_node: 0 is out of range; valid: >= 1 (or null) (set by hardware.launcher.tasks_per_node "
+     "unless given)"),
+    ([*SIM, "task.objective.metric=nope"], "task.objective.metric: 'nope' is not a number the task reports; valid: "),
+    (["-m", "recipe=sim_search", "hydra.sweeper.n_trials=0"], "hydra.sweeper.n_trials: 0 is out of range; valid: >= 1"),
+]
+
 CASES: list[tuple[list[str], str]] = [
     # ---- groups: unknown, removed, null
     *[([f"{g}=nope"], f"unknown {g} option 'nope'; valid:") for g in ("backend", "task", "model", "hardware",
@@ -193,6 +219,7 @@ CASES: list[tuple[list[str], str]] = [
     *_ranges(["task=calibrate"], "calibrate.repeats", POSITIVE_INT[:1]),
     *_ranges(["task=calibrate"], "calibrate.warmup", NON_NEGATIVE),
     *SESSION_21,
+    *SESSION_22,
 ]
 IDS = [" ".join(args[-1:]) + f" #{n}" for n, (args, _) in enumerate(CASES)]
 
@@ -224,6 +251,10 @@ def test_every_twelfth_bad_input_is_one_clear_line(tmp_path):
 
 def test_session_21s_refusals_are_one_line(tmp_path):
     assert not problems(SESSION_21, run_batch(SESSION_21, tmp_path))
+
+
+def test_session_22s_refusals_are_one_line(tmp_path):
+    assert not problems(SESSION_22, run_batch(SESSION_22, tmp_path))
 
 
 def test_an_adapters_own_check_is_its_line_not_hydras_wrapping(tmp_path):

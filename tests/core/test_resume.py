@@ -258,3 +258,23 @@ def test_through_the_cli_a_key_missing_from_an_older_checkpoint_resumes_unless_s
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resume: sim.stack is not in the checkpoint's settings; resuming with the config files' 'transformers'" in resumed.stderr
     assert last_segment(tmp_path)["new_keys"] == {"sim.stack": "transformers"}
+
+
+def test_a_run_dir_of_another_backend_task_or_model_is_refused_before_any_record_is_touched(tmp_path):
+    """With no checkpoint nothing compared the config: a GRPO run into a sim run's dir appended its rows to the sim's
+    metrics.jsonl and wrote its summary over the sim's (exit 0). The same kind of run again still appends a segment;
+    a sweep's job dirs are not checked (a second sweep into a sweep dir reuses them)."""
+    from tests.conftest import run_cli
+
+    sim = ["backend=sim", "task=sim", "model=qwen3_8b", "hardware=h100", f"hydra.run.dir={tmp_path}"]
+    assert run_cli(sim).returncode == 0
+    before = records(tmp_path)
+    proc = run_cli([*sim, "model=qwen3_30b_a3b"])
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"error: hydra.run.dir: {tmp_path} holds the records of a backend=sim task=sim model=qwen3_8b run and this one "
+        "is backend=sim task=sim model=qwen3_30b_a3b: they would mix; start in a new run dir (leave hydra.run.dir out "
+        "or give another)"]
+    assert records(tmp_path) == before and len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 1
+    assert run_cli([*sim, "sim.batch=2"]).returncode == 0  # the same kind: another segment
+    assert len((tmp_path / "segments.jsonl").read_text().splitlines()) == 2

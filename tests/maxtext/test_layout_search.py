@@ -63,6 +63,25 @@ def test_auto_picks_the_fastest_predicted_split_that_fits_and_memory_moves_it():
     assert "\n" not in str(caught.value)
 
 
+def test_each_candidate_moves_the_weights_between_the_meshes_its_layouts_build(monkeypatch):
+    """The weight move of a candidate is costed from the update's mesh on the devices left (fsdp=-1: all of them)
+    and the rollout's (sharding.mesh_shape, as the run builds them); the expert axis is 1 (dense models)."""
+    from framework.backends.maxtext.trainers import layout_search
+
+    moves, original = {}, layout_search.reshard_bytes_per_device
+
+    def spy(weight_bytes, update_mesh, rollout_mesh, separate=False):
+        moves[len(moves)] = (dict(update_mesh), dict(rollout_mesh))
+        return original(weight_bytes, update_mesh, rollout_mesh, separate)
+
+    monkeypatch.setattr(layout_search, "reshard_bytes_per_device", spy)
+    _, candidates = _search()
+    mesh = {"data": 1, "fsdp": 1, "expert": 1, "tensor": 1}
+    expected = {"r1_tp1_dp1": ({**mesh, "fsdp": 3}, mesh), "r2_tp1_dp2": ({**mesh, "fsdp": 2}, {**mesh, "data": 2}),
+                "r2_tp2_dp1": ({**mesh, "fsdp": 2}, {**mesh, "tensor": 2}), "r3_tp1_dp3": (mesh, {**mesh, "data": 3})}
+    assert {c.name: moves[n] for n, c in enumerate(candidates)} == expected
+
+
 def test_auto_on_one_device_is_a_one_line_error():
     with pytest.raises(ConfigError) as caught:
         _search(total=1)

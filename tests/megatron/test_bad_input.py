@@ -26,14 +26,20 @@ def test_layout_that_does_not_divide_the_devices():
         resolve_layout(ParallelConfig(dp=-1, fsdp=1, tp=2, pp=1, ep=1, cp=1), 3, "local", on_gpu=False)
 
 
-def test_experts_are_refused_with_maxtexts_message():
-    """One refusal for the dense backends (framework.core.parallel.check_dense): key, why, what to use instead."""
+@pytest.mark.parametrize("on_gpu, instead", [(False, "parallel.dp, parallel.tp or parallel.pp"),
+                                             (True, "parallel.fsdp, parallel.dp, parallel.tp or parallel.pp")])
+def test_experts_are_refused_with_maxtexts_message(on_gpu, instead):
+    """One refusal for the dense backends (framework.core.parallel.check_dense): key, why, what to use instead; on a
+    CPU it does not suggest fsdp, which megatron refuses there (the distributed optimizer needs CUDA)."""
     from framework.backends.megatron.distributed import check_axes
     from framework.core.parallel import ParallelConfig
 
-    with pytest.raises(ConfigError, match=r"^parallel.ep: 2; backend=megatron trains dense models \(no experts\), ep "
-                                          r"must be 1; spread the devices with parallel.fsdp, parallel.dp or parallel.tp$"):
-        check_axes(ParallelConfig(dp=2, fsdp=1, tp=1, pp=1, ep=2, cp=1), "local", on_gpu=False)
+    with pytest.raises(ConfigError, match=rf"^parallel.ep: 2; backend=megatron trains dense models \(no experts\), ep "
+                                          rf"must be 1; spread the devices with {instead}$"):
+        check_axes(ParallelConfig(dp=2, fsdp=1, tp=1, pp=1, ep=2, cp=1), "local", on_gpu=on_gpu)
+    if not on_gpu:  # the axis left out is the one megatron refuses there
+        with pytest.raises(ConfigError, match="parallel.fsdp: 2 shards the optimizer state"):
+            check_axes(ParallelConfig(dp=1, fsdp=2, tp=1, pp=1, ep=1, cp=1), "local", on_gpu=False)
 
 
 def test_layout_that_does_not_divide_heads_or_layers(cache_dir):

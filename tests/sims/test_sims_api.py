@@ -37,6 +37,11 @@ ROW_KEYS = {"name", "op_type", "count", "flops", "bytes", "time_s", "bound"}
         ("qwen3_8b", {"pp": 2}, {**DECODE, "microbatches": 3}, "h100", "dp*microbatches=3"),
         ("qwen3_8b", {}, {**DECODE, "dtype": "fp8"}, "a100", "a100 has no fp8 peak"),
         ("qwen2_5_0_5b_instruct", {"pp": 8}, DECODE, "h100", None),  # valid: 24 layers over 8 stages
+        ("qwen3_8b", {}, {**DECODE, "context_len": 40961}, "h100",
+         "workload.context_len=40961 is past the model's 40960 positions (max_position_embeddings); valid: at most "
+         "40960"),
+        ("qwen3_8b", {}, {"mode": "train", "batch": 1, "seq_len": 50000}, "h100", "workload.seq_len=50000 is past"),
+        ("qwen3_8b", {}, {"mode": "prefill", "batch": 1, "seq_len": 40960}, "h100", None),  # valid: every position
     ],
 )
 def test_invalid_layouts_are_rows_with_a_reason(model, layout, workload, hw, reason):
@@ -51,6 +56,11 @@ def test_invalid_layouts_are_rows_with_a_reason(model, layout, workload, hw, rea
     assert summary["latency_s"] is None and summary["fits"] is None
     assert summary["params_total"] > 0  # still says what the model is
     assert result.breakdown_rows() == []
+
+
+def test_a_config_without_max_position_embeddings_costs_any_length():
+    cfg = {k: v for k, v in model_config("qwen3_8b").items() if k != "max_position_embeddings"}
+    assert simulate(cfg, hardware("h100"), {}, {**DECODE, "context_len": 10**6}).status == "ok"
 
 
 def test_kv_heads_must_divide_or_be_divided_by_tp():

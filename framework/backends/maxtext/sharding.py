@@ -71,7 +71,7 @@ def check_supported(parallel: ParallelConfig | RolloutLayout, key: str = "parall
     replicate the update); one axis at most takes the remaining devices."""
     from framework.core.parallel import DEVICE_AXES, REMAINING, check_dense
 
-    check_dense(parallel.ep, "maxtext", key)
+    check_dense(parallel.ep, "maxtext", ("fsdp", "dp", "tp"), key)
 
     remaining = [axis for axis in DEVICE_AXES if getattr(parallel, axis) == REMAINING]
     if len(remaining) > 1:

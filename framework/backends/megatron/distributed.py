@@ -35,7 +35,8 @@ class Layout:
 
 def check_axes(parallel: ParallelConfig, layer_spec: str, on_gpu: bool) -> None:
     """What megatron cannot run whatever the number of ranks (a -1 axis is judged once resolved)."""
-    check_dense(parallel.ep, "megatron")
+    # the axes named instead of ep: fsdp only where it runs (it needs CUDA, below)
+    check_dense(parallel.ep, "megatron", ("fsdp", "dp", "tp", "pp") if on_gpu else ("dp", "tp", "pp"))
     if parallel.cp > 1 and layer_spec != "te":
         raise ConfigError(f"parallel.cp: {parallel.cp} needs layer_spec=te (megatron's local attention has no "
                           f"context parallelism); use cp=1")

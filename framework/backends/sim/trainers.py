@@ -46,7 +46,7 @@ def simulate_job(job: SimJob) -> tuple[dict, list[dict]]:
     """The simulator's summary and per-op rows for the job's layout; a layout that cannot split the hardware's devices
     is an `invalid` summary (a row of a sweep), like one that cannot run the model."""
     from sims.api import simulate
-    from sims.workload import layout_from_parallel, parse_workload
+    from sims.workload import layout_from_parallel, parse_workload, positions_problem
 
     devices = job.hardware["devices_per_node"] * job.hardware["nodes"]
     try:
@@ -54,8 +54,10 @@ def simulate_job(job: SimJob) -> tuple[dict, list[dict]]:
     except ConfigError as exc:
         return {"status": "invalid", "reason": str(exc), "fits": None}, []
     workload = job.task.workload(layout["dp"], zero)
-    parse_workload(workload, node="sim")  # a bad value's error names the sim.* key typed (simulate's: workload.*)
-    if (problem := job.task.batch_problem()) is not None:  # the simulator's reason would name the whole batch
+    # errors and reasons name the sim.* keys typed (the simulator's: workload.*, and the whole batch)
+    parsed = parse_workload(workload, node="sim")
+    problem = positions_problem(parsed, job.hf_config.get("max_position_embeddings"), node="sim")
+    if problem or (problem := job.task.batch_problem()):
         return {"status": "invalid", "reason": problem, "fits": None}, []
     result = simulate(job.hf_config, job.hardware, layout, workload, stack=job.task.stack)
     return {**result.summary(), **{f"layout_{axis}": size for axis, size in layout.items()}}, result.breakdown_rows()

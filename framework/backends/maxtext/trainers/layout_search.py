@@ -22,7 +22,7 @@ import dataclasses
 import logging
 from typing import Any, Mapping
 
-from framework.backends.maxtext.sharding import LogicalRules, abstract_mesh
+from framework.backends.maxtext.sharding import LogicalRules, abstract_mesh, mesh_shape
 from framework.backends.maxtext.trainers.preflight import (MEMORY_HEADROOM, pick_update_plan, predict_step,
                                                              reshard_bytes_per_device)
 from framework.backends.maxtext.trainers.rollout_plan import prompt_decision, rollout_weight_bytes
@@ -91,7 +91,8 @@ def rollout_layouts(rollout: Any, devices: int, prompts: int,
 
 
 def _mesh(layout: ParallelConfig) -> dict[str, int]:
-    return {"data": layout.dp, "fsdp": layout.fsdp // layout.ep, "expert": layout.ep, "tensor": layout.tp}
+    """The mesh a resolved layout builds (sharding.mesh_shape: the one map of the axes to the mesh's)."""
+    return mesh_shape(layout, layout.devices)
 
 
 def predict(model: Any, weight_bytes: float, hardware: Mapping[str, Any], parallel: ParallelConfig, task: GRPOTask,
