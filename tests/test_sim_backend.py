@@ -127,3 +127,16 @@ def test_a_single_invalid_layout_exits_2_with_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["error: tp=3 does not divide num_attention_heads=32"]
     assert json.loads((tmp_path / "summary.json").read_text())["status"] == "invalid"
+
+
+def test_a_local_model_folder_is_simulated_from_its_own_config_json(tmp_path):
+    """model.path: the folder's config.json is the architecture simulated (it was the model group's hf_config,
+    whatever the folder held)."""
+    qwen3_8b = yaml.safe_load((REPO_ROOT / "conf/model/qwen3_8b.yaml").read_text())["hf_config"]
+    (tmp_path / "config.json").write_text(json.dumps(qwen3_8b))
+    group, folder = (simulate_job(SimAdapter().convert_config(compose_config(
+        ["task=sim", "model=qwen2_5_0_5b_instruct", *extra])))[0] for extra in ([], [f"model.path={tmp_path}"]))
+    assert folder["params_total"] > 10 * group["params_total"]  # Qwen3-8B's parameters, not Qwen2.5-0.5B's
+    direct = simulate(qwen3_8b, config("hardware/h100")["hardware"], {"tp": 1}, {"mode": "decode", "batch": 1,
+                                                                            "context_len": 16})
+    assert folder["params_total"] == direct.summary()["params_total"]

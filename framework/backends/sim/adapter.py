@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from omegaconf import DictConfig
 
 from framework.backends.sim.config import CalibrateJob, SimJob
@@ -22,9 +25,17 @@ class SimAdapter(BackendAdapter):
     libraries = ("crucible",)  # the simulator ships inside Crucible
 
     def convert_config(self, cfg: DictConfig) -> SimJob | CalibrateJob:
-        model = {"model_name": cfg.model.name, "hf_config": to_plain(cfg.model.hf_config),
+        model = {"model_name": cfg.model.name, "hf_config": model_hf_config(cfg.model),
                  "hardware": to_plain(cfg.hardware)}
         if cfg.task.name == "calibrate":
             return CalibrateJob(task=build(CalibrateTask, cfg.calibrate, "calibrate"), **model)
         return SimJob(task=build(SimTask, cfg.sim, "sim"), parallel=build(ParallelConfig, cfg.parallel, "parallel"),
                       **model)
+
+
+def model_hf_config(model: DictConfig) -> dict:
+    """The architecture to simulate: a local model folder's config.json (model.path, checked by the runtime), else
+    the model group's hf_config."""
+    if model.get("path"):
+        return json.loads((Path(model.path).expanduser() / "config.json").read_text(encoding="utf-8"))
+    return to_plain(model.hf_config)
