@@ -12,7 +12,7 @@ from sims.cache import clear_caches
 from sims.calculator import Context, op_cost
 from sims.hardware import hardware_spec
 from sims.memory import _count_stage_params, _kv_elements_per_token, _param_kinds
-from sims.op_columns import _work_coefficients, columns, work_coefficients
+from sims.op_columns import _build_columns, _work_coefficients, columns, work_coefficients
 from sims.partition import stage_split, tp_split
 from sims.vector_cost import _every_tp_arrays, plan_for
 from sims.workload import layout_problem, parse_layout, parse_workload
@@ -77,7 +77,10 @@ def test_every_tp_size_built_at_once_equals_each_tp_alone(model):
         cols = columns(graph)
         assert len(cols.tp_sizes) >= 5 and 3 not in cols.tp_sizes
         for tp, ep in itertools.product((*cols.tp_sizes, 3), (1, 2)):
-            alone = _work_coefficients(cols, (tp,), (ep > 1,), mode)[0]  # one variant, one tp
+            *alone, keys, kv_dim = _work_coefficients(cols, (tp,), (ep > 1,))[0]  # one variant, one tp
+            if mode != "decode":  # outside decode the saved inputs add attention's keys and values
+                alone[2] = alone[2].copy()
+                alone[2][..., keys] += kv_dim
             for shared, single in zip(work_coefficients(graph, tp, ep, mode), alone, strict=True):
                 assert np.array_equal(shared, single[0]), (mode, tp, ep)
             every_tp, one = cols.splits(cols.sizes_with(tp)), cols.splits((tp,))
@@ -104,6 +107,31 @@ def test_every_tp_size_built_at_once_equals_each_tp_alone(model):
                     if shared.ndim > 1:  # per tp; the rates are the same for every tp
                         shared, alone = shared[row], alone[0]
                     assert np.array_equal(shared, alone), (mode, tp, ep, dtype)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_columns_shared_with_another_mode_equal_those_built_alone(model):
+    """A graph whose nodes are nodes of a graph built before (decode: prefill's; train: prefill's less the KV cache
+    write) takes that graph's columns or rows of them and of its work matrices: each array equals the graph's own
+    columns built from scratch and, for every tp size and ep variant, its work matrices computed alone (decode's
+    saved inputs without attention's keys)."""
+    clear_caches()
+    columns(build_graph(model_config(model), "prefill"))
+    derived = 0
+    for mode in ("decode", "train"):
+        graph = build_graph(model_config(model), mode)
+        shared, alone = columns(graph), _build_columns(graph)
+        derived += shared.parent is not None or shared is columns(build_graph(model_config(model), "prefill"))
+        assert shared.features == alone.features and shared.index == alone.index and shared.tp_sizes == alone.tp_sizes
+        for name in ("first_in", "other_in", "out", "op_types", "comm", "term_numbers", "term_bases"):
+            assert np.array_equal(getattr(shared, name), getattr(alone, name)), (mode, name)
+        assert shared.attrs.keys() == alone.attrs.keys()
+        assert all(np.array_equal(shared.attrs[name], alone.attrs[name]) for name in alone.attrs), mode
+        for ep in (1, 2):
+            for got, want in zip(shared.work(alone.tp_sizes, ep > 1, mode == "decode"),
+                                 alone.work(alone.tp_sizes, ep > 1, mode == "decode"), strict=True):
+                assert got.shape == want.shape and np.array_equal(got, want), (mode, ep)
+    assert derived == 2 if model != "deepseek_v3" else derived == 1  # DeepSeek-V3's decode graph has its own nodes
 
 
 SWEEP_LAYOUTS = tuple(itertools.product((1, 2, 4, 8), (1, 2), (1, 4), (1, 2)))  # tp, dp, ep, pp
