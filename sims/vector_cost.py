@@ -226,10 +226,9 @@ _CACHES = PerHardware()  # plans and costs, per parsed hardware spec (and so per
 
 def _build_plan(graph: ComputationalGraph, ctx: Context) -> Plan:
     cols, tp, ep, w = columns(graph), ctx.tp, ctx.ep, ctx.workload
-    sizes, cache = cols.sizes_with(tp), _CACHES.of(ctx.hw)
-    work, const_bytes, peak, bandwidth = cache.get(
-        graph, ("every tp", sizes, ep > 1, w.dtype, w.mode), lambda: _every_tp_arrays(graph, ctx, sizes))
-    _, _, floor_s, measurable = cache.get(graph, "efficiency", lambda: _efficiency(graph, ctx))
+    sizes = cols.sizes_with(tp)
+    work, const_bytes, peak, bandwidth = _every_tp_of(graph, ctx, sizes)
+    _, _, floor_s, measurable = _efficiency_of(graph, ctx)
     latency, factor, bus, runs = _collectives(graph, ctx)
     # experts split tp ways with ep = 1, else ep ways: each expert's weight bytes if every expert were hit
     expert_bytes = cols.attrs["expert_weights"] / (tp if ep == 1 else ep) * ctx.precision.gemm_weight_bytes
@@ -238,12 +237,44 @@ def _build_plan(graph: ComputationalGraph, ctx: Context) -> Plan:
                 1.0 if ep == 1 else ep / tp, peak, bandwidth, floor_s, runs, latency, factor, bus, measurable)
 
 
+# Kept per the graph's columns (a per-hardware cache keeps any object alive with its entries, as it does a graph), so
+# that graphs of one model that share their columns share these too, and per what they depend on.
+def _every_tp_of(graph: ComputationalGraph, ctx: Context, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """_every_tp_arrays per (columns, tp sizes, whether ep > 1, decode or not, precision): a model's prefill and
+    training graphs in bf16 share them (training keeps bf16 weights), its decode graph those of its own mode. A graph
+    whose columns are rows of another's (op_columns._from_sibling) takes those rows of that graph's arrays when it
+    has them: elementwise over nodes, the same numbers."""
+    cols, cache = columns(graph), _CACHES.of(ctx.hw)
+    key = ("every tp", sizes, ctx.ep > 1, ctx.workload.mode == "decode", ctx.precision)
+    found = cache.peek(cols, key)
+    if found is None and cols.parent is not None and cache.peek(cols.parent[0], key) is not None:
+        parent, take = cols.parent
+        work, const_bytes, peak, bandwidth = cache.peek(parent, key)
+        blocks = np.concatenate([take + block * len(parent.index) for block in range(4)])  # the 4 stacked outputs
+        found = work[:, blocks], const_bytes[:, take], peak[take], bandwidth[take]
+    return cache.get(cols, key, lambda: found or _every_tp_arrays(graph, ctx, sizes))
+
+
+def _efficiency_of(graph: ComputationalGraph, ctx: Context) -> tuple:
+    """_efficiency per the graph's columns (a node's efficiency is its name's and op type's), or rows of those of
+    the columns it is rows of."""
+    cols, cache = columns(graph), _CACHES.of(ctx.hw)
+    found = cache.peek(cols, "efficiency")
+    if found is None and cols.parent is not None and cache.peek(cols.parent[0], "efficiency") is not None:
+        parent, take = cols.parent
+        compute, memory, floor_s, measurable = cache.peek(parent, "efficiency")
+        kept = set(measurable)
+        found = (compute[take], memory[take], floor_s[take],
+                 tuple(i for i, row in enumerate(take.tolist()) if row in kept))
+    return cache.get(cols, "efficiency", lambda: found or _efficiency(graph, ctx))
+
+
 def _every_tp_arrays(graph: ComputationalGraph, ctx: Context, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
     """A plan's arrays for every tp in `sizes` at once (elementwise in tp: each row equals its tp alone), shared
     by every ep > 1: (tp x 4 node x feature) work, (tp x node) weight bytes, and the (node) rates."""
     cols, p = columns(graph), ctx.precision
     a = cols.attrs
-    compute, memory, _, _ = _CACHES.of(ctx.hw).get(graph, "efficiency", lambda: _efficiency(graph, ctx))
+    compute, memory, _, _ = _efficiency_of(graph, ctx)
     flops, moved, io_in, io_out = every_tp_work(graph, sizes, ctx.ep > 1, ctx.workload.mode)
     weight_bytes = np.where(cols.mask("gemm"), p.gemm_weight_bytes, p.other_weight_bytes)
     split = 1 / cols.splits(sizes)

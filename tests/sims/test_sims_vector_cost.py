@@ -14,7 +14,7 @@ from sims.hardware import hardware_spec
 from sims.memory import _count_stage_params, _kv_elements_per_token, _param_kinds
 from sims.op_columns import _build_columns, _work_coefficients, columns, work_coefficients
 from sims.partition import stage_split, tp_split
-from sims.vector_cost import _every_tp_arrays, plan_for
+from sims.vector_cost import _efficiency, _efficiency_of, _every_tp_arrays, _every_tp_of, plan_for
 from sims.workload import layout_problem, parse_layout, parse_workload
 
 MODELS = ("qwen3_8b", "qwen3_30b_a3b", "deepseek_v3")
@@ -112,11 +112,17 @@ def test_every_tp_size_built_at_once_equals_each_tp_alone(model):
 @pytest.mark.parametrize("model", MODELS)
 def test_columns_shared_with_another_mode_equal_those_built_alone(model):
     """A graph whose nodes are nodes of a graph built before (decode: prefill's; train: prefill's less the KV cache
-    write) takes that graph's columns or rows of them and of its work matrices: each array equals the graph's own
-    columns built from scratch and, for every tp size and ep variant, its work matrices computed alone (decode's
-    saved inputs without attention's keys)."""
+    write) takes that graph's columns or rows of them and of its work matrices and plan arrays: each array equals the
+    graph's own columns built from scratch and, for every tp size and ep variant, its work matrices computed alone
+    (decode's saved inputs without attention's keys), its plan arrays and efficiencies computed from its own."""
     clear_caches()
-    columns(build_graph(model_config(model), "prefill"))
+    prefill = build_graph(model_config(model), "prefill")
+    hw, cols = hardware_spec(hardware("h100", nodes=4)), columns(prefill)
+    contexts = {}
+    for mode, ep, dtype in itertools.product(("prefill", "decode", "train"), (1, 2), ("bf16", "fp8")):
+        workload = parse_workload({**next(w for w in WORKLOADS if w["mode"] == mode), "batch": 8, "dtype": dtype})
+        contexts[mode, ep, dtype] = Context.for_step(prefill, hw, parse_layout({"ep": ep}), workload)
+        _every_tp_of(prefill, contexts[mode, ep, dtype], cols.tp_sizes)  # prefill's, for the others to take rows of
     derived = 0
     for mode in ("decode", "train"):
         graph = build_graph(model_config(model), mode)
@@ -131,6 +137,14 @@ def test_columns_shared_with_another_mode_equal_those_built_alone(model):
             for got, want in zip(shared.work(alone.tp_sizes, ep > 1, mode == "decode"),
                                  alone.work(alone.tp_sizes, ep > 1, mode == "decode"), strict=True):
                 assert got.shape == want.shape and np.array_equal(got, want), (mode, ep)
+        one = contexts[mode, 1, "bf16"]
+        for got, want in zip(_efficiency_of(graph, one), _efficiency(graph, one), strict=True):
+            assert np.array_equal(got, want), mode
+        for ep, dtype in itertools.product((1, 2), ("bf16", "fp8")):
+            ctx = Context.for_step(graph, hw, parse_layout({"ep": ep}), contexts[mode, ep, dtype].workload)
+            for got, want in zip(_every_tp_of(graph, ctx, cols.tp_sizes), _every_tp_arrays(graph, ctx, cols.tp_sizes),
+                                 strict=True):
+                assert got.shape == want.shape and np.array_equal(got, want), (mode, ep, dtype)
     assert derived == 2 if model != "deepseek_v3" else derived == 1  # DeepSeek-V3's decode graph has its own nodes
 
 
