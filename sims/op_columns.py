@@ -45,6 +45,7 @@ class Columns:
     monomials: tuple[frozenset, ...]  # the symbol products each node's shapes use (its share of `features`)
     parent: tuple["Columns", np.ndarray] | None  # columns this graph's nodes are rows of, and which (_from_sibling)
     work_memo: dict[tuple, tuple[np.ndarray, ...]]  # (sizes, whether ep > 1) -> every tp's work, and per decode
+    tables: tuple[np.ndarray, np.ndarray]  # (3 x node x feature) counts, (attr x node) numbers: their rows are above
 
     def mask(self, op_type: str) -> np.ndarray:
         mask = self.masks.get(op_type)
@@ -145,11 +146,11 @@ def _from_sibling(graph: ComputationalGraph) -> Columns | None:
         if _features(monomials) != cols.features:
             continue
         take = np.array(rows)
-        return Columns(cols.features, cols.first_in[take], cols.other_in[take], cols.out[take],
-                       {node.name: i for i, node in enumerate(nodes)}, cols.op_types[take], {}, cols.comm[take],
-                       {name: row[take] for name, row in cols.attrs.items()}, cols.tp_sizes, {},
-                       cols.term_numbers[:, take], cols.term_bases[:, take],
-                       tuple(cols.monomials[row] for row in rows), (cols, take), {})
+        counts, table = cols.tables[0].take(take, axis=1), cols.tables[1].take(take, axis=1)
+        return Columns(cols.features, *counts, {node.name: i for i, node in enumerate(nodes)}, cols.op_types[take], {},
+                       cols.comm[take], dict(zip(_DEFAULTS, table)), cols.tp_sizes, {},
+                       cols.term_numbers.take(take, axis=1), cols.term_bases.take(take, axis=1),
+                       tuple(cols.monomials[row] for row in rows), (cols, take), {}, (counts, table))
     return None
 
 
@@ -183,15 +184,14 @@ _MODE_SPLITS = {mode: (mode in ("row", "heads"), mode in ("column", "heads"), mo
 _SPLIT_LIMITS = frozenset(("max_split", "limited_width", "limited_split"))
 
 
-def _node_table(nodes: list[OpNode], num_layers: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """Columns.attrs (each per-node number as a contiguous row over the nodes: numpy's fast loops), and the work
+def _node_table(nodes: list[OpNode], num_layers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Columns.attrs as an (attr x node) table (each per-node number a contiguous row: numpy's fast loops), and the work
     terms' numbers and bases (term x node), filled from lists in which each node sets only what it has."""
     rows = {name: [default] * len(nodes) for name, default in _DEFAULTS.items()}
     for i, node in enumerate(nodes):
         _set_node(rows, i, node, num_layers)
     numbers, bases = zip(*map(_work_terms, nodes))
-    attrs = dict(zip(rows, np.array(list(rows.values()), dtype=float)))
-    return attrs, np.array(numbers, dtype=float).T, np.array(bases).T
+    return np.array(list(rows.values()), dtype=float), np.array(numbers, dtype=float).T, np.array(bases).T
 
 
 def _set_node(rows: dict[str, list], i: int, node: OpNode, num_layers: int) -> None:
@@ -256,13 +256,13 @@ def _set_attention(rows: dict[str, list], i: int, a: dict) -> None:
 def _build_columns(graph: ComputationalGraph) -> Columns:
     nodes = graph.nodes
     features, counts, monomials = _element_counts(nodes)
-    attrs, numbers, bases = _node_table(nodes, graph.meta["num_layers"])
+    table, numbers, bases = _node_table(nodes, graph.meta["num_layers"])
     index = {node.name: i for i, node in enumerate(nodes)}
     comm, op_types = np.array([n.is_comm for n in nodes]), np.array([n.op_type for n in nodes])
     heads = graph.meta["num_attention_heads"]
     tp_sizes = tuple(tp for tp in range(1, heads + 1) if heads % tp == 0)
-    return Columns(features, *counts, index, op_types, {}, comm, attrs, tp_sizes, {}, numbers, bases, monomials,
-                   None, {})
+    return Columns(features, *counts, index, op_types, {}, comm, dict(zip(_DEFAULTS, table)), tp_sizes, {}, numbers,
+                   bases, monomials, None, {}, (counts, table))
 
 
 def _features(monomials: frozenset) -> tuple[tuple[str, ...], ...]:

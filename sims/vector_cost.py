@@ -251,7 +251,7 @@ def _every_tp_of(graph: ComputationalGraph, ctx: Context, sizes: tuple[int, ...]
         parent, take = cols.parent
         work, const_bytes, peak, bandwidth = cache.peek(parent, key)
         blocks = np.concatenate([take + block * len(parent.index) for block in range(4)])  # the 4 stacked outputs
-        found = work[:, blocks], const_bytes[:, take], peak[take], bandwidth[take]
+        found = work.take(blocks, axis=1), const_bytes.take(take, axis=1), peak[take], bandwidth[take]
     return cache.get(cols, key, lambda: found or _every_tp_arrays(graph, ctx, sizes))
 
 
