@@ -16,7 +16,7 @@ from sims.hardware import HardwareSpec
 from sims.cache import GraphCache
 from sims.ir import ComputationalGraph
 from sims.op_columns import columns, tp_column
-from sims.partition import expert_data_parallel, per_stage, stage_counts, stage_layer_bounds, stage_split
+from sims.partition import expert_data_parallel, per_stage, stack, stage_counts, stage_layer_bounds, stage_split
 from sims.shared_prefix import cached_tokens
 from sims.vector_cost import costs_for
 from sims.workload import Layout, Workload
@@ -106,9 +106,9 @@ def _activations_of_split(graph: ComputationalGraph, pp: int, contexts: list[Con
     heads = np.array([head is not None and bool(counts[head]) for counts in split.counts])
     logits = np.where(heads, np.array([_logits_per_device(graph, ctx) for ctx in contexts])[:, None], 0.0)
     act_bytes = np.array([ctx.precision.act_bytes for ctx in contexts])[:, None]
-    inputs = np.stack([c.inputs for c in costs])
+    inputs = stack([c.inputs for c in costs])
     if contexts[0].workload.mode != "train":
-        io = inputs + np.stack([c.outputs for c in costs])
+        io = inputs + stack([c.outputs for c in costs])
         largest = (split.runs * io[:, None, :]).max(axis=2) if pp > 1 else io.max(axis=1)[:, None]
         return (largest * act_bytes + logits * LOGITS_BYTES).tolist()
     per_micro_batch = (split.matrix @ inputs[:, :, None])[..., 0]

@@ -26,6 +26,7 @@ from sims.calculator import OP_CLASS, Context, measured_gemm_s, measured_op_s
 from sims.comm import BUS_FACTOR, link_model
 from sims.ir import ComputationalGraph, OpNode
 from sims.op_columns import TOKENS, Columns, columns, every_tp_work
+from sims.partition import stack
 from sims.shared_prefix import cascade_cost, shares_prefix
 
 
@@ -98,7 +99,7 @@ def cost_bindings(plans: list[Plan], contexts: list[Context]) -> list[Costs]:
         order = {key: i for i, key in enumerate(position)}
         which = np.array([order[id(plan)] for plan in plans])
         r = SimpleNamespace(**{name: _rows_of(distinct, name, which) for name in PER_NODE})
-        matrices = np.stack([p.work for p in distinct])[which]
+        matrices = stack([p.work for p in distinct])[which]
     work = (matrices @ features[:, :, None]).reshape(len(contexts), 4, -1)  # FLOPs, bytes, inputs, outputs
     flops, nbytes = work[:, 0], work[:, 1] + r.const_bytes
     if first.has_experts:  # E * (1 - (1 - k/E)^T) of E experts touched by T tokens
@@ -126,7 +127,7 @@ def _rows_of(plans: list[Plan], name: str, which: np.ndarray) -> np.ndarray:
     arrays = [getattr(plan, name) for plan in plans]
     if all(array is arrays[0] for array in arrays):
         return arrays[0][None]
-    return np.stack(arrays)[which]
+    return stack(arrays)[which]
 
 
 def _cascade_attention(plan: Plan, ctx: Context, costs: "Costs") -> None:
