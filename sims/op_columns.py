@@ -12,7 +12,9 @@ tokens hit) is not linear and is added per binding by vector_cost.Plan.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -125,6 +127,21 @@ def tp_column(sizes: tuple[int, ...]) -> np.ndarray:
 
 def columns(graph: ComputationalGraph) -> Columns:
     return _COLUMNS.get(graph, None, lambda: _from_sibling(graph) or _build_columns(graph))
+
+
+def per_nodes(cache: GraphCache, graph: ComputationalGraph, key: Hashable, compute: Callable[[], Any],
+              take_rows: Callable[[Any, np.ndarray], Any] | None = None) -> Any:
+    """`compute()` kept in `cache` per the graph's columns, not the graph: for a value that depends only on the
+    graph's nodes, num_layers and attention heads, which a model's graphs with the same nodes (prefill and decode, one
+    Columns: _from_sibling) share. With `take_rows`, a graph whose columns are rows of another's (its training graph)
+    takes take_rows(value, rows) of that one's value when kept: for values elementwise over nodes (the same numbers)."""
+    cols = columns(graph)
+    found = cache.peek(cols, key)
+    if found is None and take_rows is not None and cols.parent is not None:
+        parent, take = cols.parent
+        kept = cache.peek(parent, key)
+        found = None if kept is None else take_rows(kept, take)
+    return cache.get(cols, key, compute if found is None else lambda: found)
 
 
 def _from_sibling(graph: ComputationalGraph) -> Columns | None:

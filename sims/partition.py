@@ -67,7 +67,21 @@ class StageSplit:
 
 
 def stage_split(graph: ComputationalGraph, pp: int) -> StageSplit:
-    return _STAGE_SPLITS.get(graph, pp, lambda: _split_stages(graph, pp))
+    return _STAGE_SPLITS.get(graph, pp, lambda: _shared_split(graph, pp))
+
+
+def _shared_split(graph: ComputationalGraph, pp: int) -> StageSplit:
+    """The split kept per the graph's columns too (op_columns.per_nodes: a node's counts are its layers'), so that a
+    model's graphs with the same nodes share it and its training graph takes rows of it."""
+    from sims.op_columns import per_nodes  # op_columns imports this module; only a split's first build comes here
+
+    return per_nodes(_STAGE_SPLITS, graph, ("split", pp), lambda: _split_stages(graph, pp), _split_rows)
+
+
+def _split_rows(split: StageSplit, take: np.ndarray) -> StageSplit:
+    rows = take.tolist()
+    return StageSplit([[counts[row] for row in rows] for counts in split.counts], split.matrix.take(take, axis=1),
+                      split.runs.take(take, axis=1))
 
 
 def stage_counts(graph: ComputationalGraph, pp: int) -> list[list[int]]:

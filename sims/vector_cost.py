@@ -25,7 +25,7 @@ from sims.cache import PerHardware
 from sims.calculator import OP_CLASS, Context, measured_gemm_s, measured_op_s
 from sims.comm import BUS_FACTOR, link_model
 from sims.ir import ComputationalGraph, OpNode
-from sims.op_columns import TOKENS, Columns, columns, every_tp_work
+from sims.op_columns import TOKENS, Columns, columns, every_tp_work, per_nodes
 from sims.partition import stack
 from sims.shared_prefix import cascade_cost, shares_prefix
 
@@ -238,36 +238,30 @@ def _build_plan(graph: ComputationalGraph, ctx: Context) -> Plan:
                 1.0 if ep == 1 else ep / tp, peak, bandwidth, floor_s, runs, latency, factor, bus, measurable)
 
 
-# Kept per the graph's columns (a per-hardware cache keeps any object alive with its entries, as it does a graph), so
-# that graphs of one model that share their columns share these too, and per what they depend on.
 def _every_tp_of(graph: ComputationalGraph, ctx: Context, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
-    """_every_tp_arrays per (columns, tp sizes, whether ep > 1, decode or not, precision): a model's prefill and
-    training graphs in bf16 share them (training keeps bf16 weights), its decode graph those of its own mode. A graph
-    whose columns are rows of another's (op_columns._from_sibling) takes those rows of that graph's arrays when it
-    has them: elementwise over nodes, the same numbers."""
-    cols, cache = columns(graph), _CACHES.of(ctx.hw)
+    """_every_tp_arrays per the graph's columns (op_columns.per_nodes) and what they depend on (tp sizes, whether
+    ep > 1, decode or not, precision): a model's bf16 prefill and training graphs share them (training keeps bf16
+    weights; the training graph takes rows), its decode graph those of its own mode."""
     key = ("every tp", sizes, ctx.ep > 1, ctx.workload.mode == "decode", ctx.precision)
-    found = cache.peek(cols, key)
-    if found is None and cols.parent is not None and cache.peek(cols.parent[0], key) is not None:
-        parent, take = cols.parent
-        work, const_bytes, peak, bandwidth = cache.peek(parent, key)
-        blocks = np.concatenate([take + block * len(parent.index) for block in range(4)])  # the 4 stacked outputs
-        found = work.take(blocks, axis=1), const_bytes.take(take, axis=1), peak[take], bandwidth[take]
-    return cache.get(cols, key, lambda: found or _every_tp_arrays(graph, ctx, sizes))
+    return per_nodes(_CACHES.of(ctx.hw), graph, key, lambda: _every_tp_arrays(graph, ctx, sizes), _every_tp_rows)
+
+
+def _every_tp_rows(arrays: tuple[np.ndarray, ...], take: np.ndarray) -> tuple[np.ndarray, ...]:
+    work, const_bytes, peak, bandwidth = arrays
+    nodes = work.shape[1] // 4
+    blocks = np.concatenate([take + block * nodes for block in range(4)])  # the 4 stacked outputs
+    return work.take(blocks, axis=1), const_bytes.take(take, axis=1), peak[take], bandwidth[take]
 
 
 def _efficiency_of(graph: ComputationalGraph, ctx: Context) -> tuple:
-    """_efficiency per the graph's columns (a node's efficiency is its name's and op type's), or rows of those of
-    the columns it is rows of."""
-    cols, cache = columns(graph), _CACHES.of(ctx.hw)
-    found = cache.peek(cols, "efficiency")
-    if found is None and cols.parent is not None and cache.peek(cols.parent[0], "efficiency") is not None:
-        parent, take = cols.parent
-        compute, memory, floor_s, measurable = cache.peek(parent, "efficiency")
-        kept = set(measurable)
-        found = (compute[take], memory[take], floor_s[take],
-                 tuple(i for i, row in enumerate(take.tolist()) if row in kept))
-    return cache.get(cols, "efficiency", lambda: found or _efficiency(graph, ctx))
+    """_efficiency per the graph's columns (a node's efficiency is its name's and op type's)."""
+    return per_nodes(_CACHES.of(ctx.hw), graph, "efficiency", lambda: _efficiency(graph, ctx), _efficiency_rows)
+
+
+def _efficiency_rows(efficiency: tuple, take: np.ndarray) -> tuple:
+    compute, memory, floor_s, measurable = efficiency
+    kept = set(measurable)
+    return compute[take], memory[take], floor_s[take], tuple(i for i, row in enumerate(take.tolist()) if row in kept)
 
 
 def _every_tp_arrays(graph: ComputationalGraph, ctx: Context, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:

@@ -11,9 +11,11 @@ from sims import build_graph, simulate
 from sims.cache import clear_caches
 from sims.calculator import Context, op_cost
 from sims.hardware import hardware_spec
-from sims.memory import _count_stage_params, _kv_elements_per_token, _param_kinds
+from sims.memory import (_MEMO, _count_stage_params, _kv_cache_bytes, _kv_elements_per_token, _param_kinds,
+                         _stage_params)
 from sims.op_columns import _build_columns, _work_coefficients, columns, work_coefficients
 from sims.partition import stage_split, tp_split
+from sims.step import model_flops
 from sims.vector_cost import _efficiency, _efficiency_of, _every_tp_arrays, _every_tp_of, plan_for
 from sims.workload import layout_problem, parse_layout, parse_workload
 
@@ -146,6 +148,34 @@ def test_columns_shared_with_another_mode_equal_those_built_alone(model):
                                  strict=True):
                 assert got.shape == want.shape and np.array_equal(got, want), (mode, ep, dtype)
     assert derived == 2 if model != "deepseek_v3" else derived == 1  # DeepSeek-V3's decode graph has its own nodes
+
+
+def _node_values(graph, mode: str) -> list:
+    """What is kept per a graph's columns (op_columns.per_nodes) outside vector_cost, for every tp size and pp 1-3."""
+    hw, cols = hardware_spec(hardware("h100", nodes=4)), columns(graph)
+    workload = parse_workload({**next(w for w in WORKLOADS if w["mode"] == mode), "batch": 8})
+    splits = [stage_split(graph, pp) for pp in (1, 2, 3)]
+    values = [(split.counts, split.matrix.tolist(), split.runs.tolist()) for split in splits]
+    for tp, pp in itertools.product(cols.tp_sizes, (1, 2, 3)):
+        layout = parse_layout({"tp": tp, "pp": pp})
+        values.append(_stage_params(graph, layout))
+        if mode != "train":
+            values.append(_kv_cache_bytes(graph, Context.for_step(graph, hw, layout, workload)))
+    kinds = [_MEMO.peek(cols, ("param kinds", cols.tp_sizes, apart)) for apart in (False, True)]  # as kept
+    return [*values, model_flops(graph, workload), [None if kind is None else kind.tolist() for kind in kinds]]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_node_values_shared_with_another_mode_equal_those_computed_alone(model):
+    """Stage splits, parameters per stage and their kinds, KV-cache elements and model FLOPs per feature are kept per a
+    graph's columns: a model's decode graph shares its prefill graph's (the same nodes) and its training graph takes
+    rows of the splits and parameter kinds; each equals what the graph alone computes, every cache cleared."""
+    clear_caches()
+    graphs = {mode: build_graph(model_config(model), mode) for mode in ("prefill", "decode", "train")}
+    shared = {mode: _node_values(graph, mode) for mode, graph in graphs.items()}  # prefill's first
+    for mode in ("decode", "train"):
+        clear_caches()
+        assert shared[mode] == _node_values(build_graph(model_config(model), mode), mode), mode
 
 
 SWEEP_LAYOUTS = tuple(itertools.product((1, 2, 4, 8), (1, 2), (1, 4), (1, 2)))  # tp, dp, ep, pp
