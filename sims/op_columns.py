@@ -7,7 +7,9 @@ holds per graph what the formulas of sims/calculator.py (gemm_work, attention_wo
 sims/memory.py read from each node; `work_coefficients` turns them into (node x feature) matrices
 for one tp and ep, built for every tp size of the graph at once (`every_tp_work`: elementwise in tp,
 so each tp's slice equals it built alone). Grouped expert GEMMs' weight traffic (the experts the
-tokens hit) is not linear and is added per binding by vector_cost.Plan.
+tokens hit) is not linear and is added per binding by vector_cost.Plan. A model's graphs of several modes
+share one Columns when their nodes are equal, or take rows of it (_from_sibling), and `per_nodes` keeps
+what depends only on the nodes per Columns, so a sweep over modes builds it once.
 """
 
 from __future__ import annotations
@@ -84,9 +86,8 @@ class Columns:
         return split
 
     def work(self, sizes: tuple[int, ...], expert_parallel: bool, decode: bool) -> tuple[np.ndarray, ...]:
-        """every_tp_work, kept per (sizes, whether ep > 1, decode). Columns that are rows of another graph's
-        (`parent`) take those rows of its matrices (elementwise over nodes: the same numbers as built here); a
-        graph's decode and other modes share every matrix but the saved inputs (decode saves no keys)."""
+        """every_tp_work per (sizes, whether ep > 1, decode): decode and the other modes share all but the saved
+        inputs; columns that are rows of another's (`parent`) take rows of its (elementwise over nodes)."""
         key = (sizes, expert_parallel, decode)
         found = self.work_memo.get(key)
         if found is None and self.parent is not None:
@@ -131,10 +132,9 @@ def columns(graph: ComputationalGraph) -> Columns:
 
 def per_nodes(cache: GraphCache, graph: ComputationalGraph, key: Hashable, compute: Callable[[], Any],
               take_rows: Callable[[Any, np.ndarray], Any] | None = None) -> Any:
-    """`compute()` kept in `cache` per the graph's columns, not the graph: for a value that depends only on the
-    graph's nodes, num_layers and attention heads, which a model's graphs with the same nodes (prefill and decode, one
-    Columns: _from_sibling) share. With `take_rows`, a graph whose columns are rows of another's (its training graph)
-    takes take_rows(value, rows) of that one's value when kept: for values elementwise over nodes (the same numbers)."""
+    """`compute()` kept in `cache` per the graph's columns: for a value that depends only on the graph's nodes,
+    num_layers and attention heads, which a model's graphs with the same nodes (prefill, decode) share. With
+    `take_rows` (values elementwise over nodes), a graph whose columns are rows of another's takes rows of its value."""
     cols = columns(graph)
     found = cache.peek(cols, key)
     if found is None and take_rows is not None and cols.parent is not None:
@@ -145,10 +145,9 @@ def per_nodes(cache: GraphCache, graph: ComputationalGraph, key: Hashable, compu
 
 
 def _from_sibling(graph: ComputationalGraph) -> Columns | None:
-    """The columns of a graph whose nodes are equal nodes of a graph built before (a model's prefill and decode
-    graphs often hold the same nodes, its training graph those less the KV cache write), as rows of that graph's
-    columns: every per-node number and element count is the node's own, so the rows are the numbers built here;
-    the other graph's feature set must be this graph's (the features fix the matrices' columns)."""
+    """A graph's columns as those of a graph built before whose nodes include its nodes (a model's prefill and decode
+    graphs often hold the same nodes, its training graph those less the KV cache write), or rows of them: a node's
+    numbers are its own, so the rows equal those built here if the feature sets (the matrices' columns) agree."""
     nodes, meta = graph.nodes, graph.meta
     for other, cols in _COLUMNS.entries(None):
         if (cols.parent is not None or other.meta["num_layers"] != meta["num_layers"]
