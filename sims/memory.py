@@ -193,8 +193,9 @@ def _kv_cache_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
     micro-batches stay resident), a shared prefix once per group (shared_prefix.cached_tokens). MLA caches one
     latent that every tp rank keeps whole."""
     sizes, pp = columns(graph).sizes_with(ctx.tp), ctx.layout.pp
-    per_token = per_nodes(_MEMO, graph, ("kv_cache", sizes, pp), lambda: _kv_elements_per_token(graph, sizes, pp))[
-        sizes.index(ctx.tp)]
+    key = ("kv_cache", sizes, pp)  # per graph (one lookup per call), computed per its columns (per_nodes)
+    per_token = _MEMO.get(graph, key, lambda: per_nodes(_MEMO, graph, key, lambda: _kv_elements_per_token(
+        graph, sizes, pp)))[sizes.index(ctx.tp)]
     tokens = cached_tokens(ctx.workload.batch / ctx.layout.dp, ctx)
     return [elements * tokens * ctx.precision.act_bytes for elements in per_token]
 
