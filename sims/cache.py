@@ -38,6 +38,10 @@ class GraphCache:
         entry = self._entries.get((id(graph), key))
         return entry[1] if entry is not None and entry[0] is graph else None
 
+    def entries(self, key: Hashable) -> list[tuple[ComputationalGraph, Any]]:
+        """(graph, value) of every entry kept under `key`, the newest first."""
+        return [entry for (_, kept), entry in reversed(self._entries.items()) if kept == key]
+
     def clear(self) -> None:
         self._entries.clear()
 

@@ -15,8 +15,8 @@ from sims.calculator import Context, loss_positions
 from sims.hardware import HardwareSpec
 from sims.cache import GraphCache
 from sims.ir import ComputationalGraph
-from sims.op_columns import columns, tp_column
-from sims.partition import expert_data_parallel, per_stage, stage_counts, stage_layer_bounds, stage_split
+from sims.op_columns import columns, per_nodes, tp_column
+from sims.partition import expert_data_parallel, per_stage, stack, stage_counts, stage_layer_bounds, stage_split
 from sims.shared_prefix import cached_tokens
 from sims.vector_cost import costs_for
 from sims.workload import Layout, Workload
@@ -106,9 +106,9 @@ def _activations_of_split(graph: ComputationalGraph, pp: int, contexts: list[Con
     heads = np.array([head is not None and bool(counts[head]) for counts in split.counts])
     logits = np.where(heads, np.array([_logits_per_device(graph, ctx) for ctx in contexts])[:, None], 0.0)
     act_bytes = np.array([ctx.precision.act_bytes for ctx in contexts])[:, None]
-    inputs = np.stack([c.inputs for c in costs])
+    inputs = stack([c.inputs for c in costs])
     if contexts[0].workload.mode != "train":
-        io = inputs + np.stack([c.outputs for c in costs])
+        io = inputs + stack([c.outputs for c in costs])
         largest = (split.runs * io[:, None, :]).max(axis=2) if pp > 1 else io.max(axis=1)[:, None]
         return (largest * act_bytes + logits * LOGITS_BYTES).tolist()
     per_micro_batch = (split.matrix @ inputs[:, :, None])[..., 0]
@@ -146,8 +146,9 @@ def _stage_params(graph: ComputationalGraph, layout: Layout) -> list[tuple[float
 
 
 def _params_of_tp(graph: ComputationalGraph, tp: int, pp: int) -> list[tuple[float, float, float, float]]:
-    sizes = columns(graph).sizes_with(tp)
-    return _MEMO.get(graph, ("params", sizes, pp), lambda: _count_stage_params(graph, sizes, pp))[sizes.index(tp)]
+    sizes = columns(graph).sizes_with(tp)  # per the graph's columns (its nodes): a model's prefill and decode share it
+    counted = per_nodes(_MEMO, graph, ("params", sizes, pp), lambda: _count_stage_params(graph, sizes, pp))
+    return counted[sizes.index(tp)]
 
 
 def _count_stage_params(graph: ComputationalGraph, sizes: tuple[int, ...],
@@ -155,7 +156,8 @@ def _count_stage_params(graph: ComputationalGraph, sizes: tuple[int, ...],
     """_stage_params of every tp in `sizes`: one matmul over the (tp x node x kind) stack, which numpy runs as the
     same matrix product per tp as for a tp alone (so each equals it bit for bit)."""
     apart = pp > 1 and bool(columns(graph).attrs["tied"].any())  # a tied lm_head stored on its own
-    by_kind = _MEMO.get(graph, ("param kinds", sizes, apart), lambda: _param_kinds(graph, sizes, apart))
+    by_kind = per_nodes(_MEMO, graph, ("param kinds", sizes, apart), lambda: _param_kinds(graph, sizes, apart),
+                        lambda kinds, take: kinds.take(take, axis=1))  # elementwise over nodes
     return [[tuple(stage) for stage in per_tp] for per_tp in (stage_split(graph, pp).matrix @ by_kind).tolist()]
 
 
@@ -191,8 +193,9 @@ def _kv_cache_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
     micro-batches stay resident), a shared prefix once per group (shared_prefix.cached_tokens). MLA caches one
     latent that every tp rank keeps whole."""
     sizes, pp = columns(graph).sizes_with(ctx.tp), ctx.layout.pp
-    per_token = _MEMO.get(graph, ("kv_cache", sizes, pp), lambda: _kv_elements_per_token(graph, sizes, pp))[
-        sizes.index(ctx.tp)]
+    key = ("kv_cache", sizes, pp)  # per graph (one lookup per call), computed per its columns (per_nodes)
+    per_token = _MEMO.get(graph, key, lambda: per_nodes(_MEMO, graph, key, lambda: _kv_elements_per_token(
+        graph, sizes, pp)))[sizes.index(ctx.tp)]
     tokens = cached_tokens(ctx.workload.batch / ctx.layout.dp, ctx)
     return [elements * tokens * ctx.precision.act_bytes for elements in per_token]
 

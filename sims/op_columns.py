@@ -7,12 +7,16 @@ holds per graph what the formulas of sims/calculator.py (gemm_work, attention_wo
 sims/memory.py read from each node; `work_coefficients` turns them into (node x feature) matrices
 for one tp and ep, built for every tp size of the graph at once (`every_tp_work`: elementwise in tp,
 so each tp's slice equals it built alone). Grouped expert GEMMs' weight traffic (the experts the
-tokens hit) is not linear and is added per binding by vector_cost.Plan.
+tokens hit) is not linear and is added per binding by vector_cost.Plan. A model's graphs of several modes
+share one Columns when their nodes are equal, or take rows of it (_from_sibling), and `per_nodes` keeps
+what depends only on the nodes per Columns, so a sweep over modes builds it once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +46,10 @@ class Columns:
     split_memo: dict[tuple[int, ...], np.ndarray]
     term_numbers: np.ndarray  # (term x node): each node's number of each work term (0 where it has none)
     term_bases: np.ndarray  # (term x node): the basis each term's number multiplies
+    monomials: tuple[frozenset, ...]  # the symbol products each node's shapes use (its share of `features`)
+    parent: tuple["Columns", np.ndarray] | None  # columns this graph's nodes are rows of, and which (_from_sibling)
+    work_memo: dict[tuple, tuple[np.ndarray, ...]]  # (sizes, whether ep > 1) -> every tp's work, and per decode
+    tables: tuple[np.ndarray, np.ndarray]  # (3 x node x feature) counts, (attr x node) numbers: their rows are above
 
     def mask(self, op_type: str) -> np.ndarray:
         mask = self.masks.get(op_type)
@@ -77,6 +85,28 @@ class Columns:
             split = self.split_memo[sizes] = self._splits(tp_column(sizes))
         return split
 
+    def work(self, sizes: tuple[int, ...], expert_parallel: bool, decode: bool) -> tuple[np.ndarray, ...]:
+        """every_tp_work per (sizes, whether ep > 1, decode): decode and the other modes share all but the saved
+        inputs; columns that are rows of another's (`parent`) take rows of its (elementwise over nodes)."""
+        key = (sizes, expert_parallel, decode)
+        found = self.work_memo.get(key)
+        if found is None and self.parent is not None:
+            parent, take = self.parent
+            found = self.work_memo[key] = tuple(m[:, take] for m in parent.work(sizes, expert_parallel, decode))
+        elif found is None:
+            parts = self.work_memo.get((sizes, expert_parallel))
+            if parts is None:
+                variants = (False, True) if self.attrs["sequence_parallel"].any() else (expert_parallel,)
+                for variant, built in zip(variants, _work_coefficients(self, sizes, variants)):
+                    self.work_memo.setdefault((sizes, variant), built)
+                parts = self.work_memo[(sizes, expert_parallel)]
+            flops, moved, io_in, io_out, keys, kv_dim = parts
+            if not decode:  # outside decode attention saves k and v too (memory.py)
+                io_in = io_in.copy()
+                io_in[..., keys] += kv_dim
+            found = self.work_memo[key] = (flops, moved, io_in, io_out)
+        return found
+
     def sizes_with(self, tp: int) -> tuple[int, ...]:
         """The tp sizes whose values are built together with tp's: all of them, or tp alone outside them."""
         return self.tp_sizes if tp in self.tp_sizes else (tp,)
@@ -97,7 +127,47 @@ def tp_column(sizes: tuple[int, ...]) -> np.ndarray:
 
 
 def columns(graph: ComputationalGraph) -> Columns:
-    return _COLUMNS.get(graph, None, lambda: _build_columns(graph))
+    return _COLUMNS.get(graph, None, lambda: _from_sibling(graph) or _build_columns(graph))
+
+
+def per_nodes(cache: GraphCache, graph: ComputationalGraph, key: Hashable, compute: Callable[[], Any],
+              take_rows: Callable[[Any, np.ndarray], Any] | None = None) -> Any:
+    """`compute()` kept in `cache` per the graph's columns: for a value that depends only on the graph's nodes,
+    num_layers and attention heads, which a model's graphs with the same nodes (prefill, decode) share. With
+    `take_rows` (values elementwise over nodes), a graph whose columns are rows of another's takes rows of its value."""
+    cols = columns(graph)
+    found = cache.peek(cols, key)
+    if found is None and take_rows is not None and cols.parent is not None:
+        parent, take = cols.parent
+        kept = cache.peek(parent, key)
+        found = None if kept is None else take_rows(kept, take)
+    return cache.get(cols, key, compute if found is None else lambda: found)
+
+
+def _from_sibling(graph: ComputationalGraph) -> Columns | None:
+    """A graph's columns as those of a graph built before whose nodes include its nodes (a model's prefill and decode
+    graphs often hold the same nodes, its training graph those less the KV cache write), or rows of them: a node's
+    numbers are its own, so the rows equal those built here if the feature sets (the matrices' columns) agree."""
+    nodes, meta = graph.nodes, graph.meta
+    for other, cols in _COLUMNS.entries(None):
+        if (cols.parent is not None or other.meta["num_layers"] != meta["num_layers"]
+                or other.meta["num_attention_heads"] != meta["num_attention_heads"]):
+            continue
+        rows = [cols.index.get(node.name) for node in nodes]
+        if None in rows or any(other.nodes[row] != node for row, node in zip(rows, nodes)):
+            continue
+        if len(rows) == len(other.nodes) and rows == list(range(len(rows))):
+            return cols  # the same nodes: the same columns (their memos are per node data, sizes and mode)
+        monomials = frozenset().union(*(cols.monomials[row] for row in rows))
+        if _features(monomials) != cols.features:
+            continue
+        take = np.array(rows)
+        counts, table = cols.tables[0].take(take, axis=1), cols.tables[1].take(take, axis=1)
+        return Columns(cols.features, *counts, {node.name: i for i, node in enumerate(nodes)}, cols.op_types[take], {},
+                       cols.comm[take], dict(zip(_DEFAULTS, table)), cols.tp_sizes, {},
+                       cols.term_numbers.take(take, axis=1), cols.term_bases.take(take, axis=1),
+                       tuple(cols.monomials[row] for row in rows), (cols, take), {}, (counts, table))
+    return None
 
 
 _COLUMNS = GraphCache(maxsize=256)
@@ -130,15 +200,14 @@ _MODE_SPLITS = {mode: (mode in ("row", "heads"), mode in ("column", "heads"), mo
 _SPLIT_LIMITS = frozenset(("max_split", "limited_width", "limited_split"))
 
 
-def _node_table(nodes: list[OpNode], num_layers: int) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """Columns.attrs (each per-node number as a contiguous row over the nodes: numpy's fast loops), and the work
+def _node_table(nodes: list[OpNode], num_layers: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Columns.attrs as an (attr x node) table (each per-node number a contiguous row: numpy's fast loops), and the work
     terms' numbers and bases (term x node), filled from lists in which each node sets only what it has."""
     rows = {name: [default] * len(nodes) for name, default in _DEFAULTS.items()}
     for i, node in enumerate(nodes):
         _set_node(rows, i, node, num_layers)
     numbers, bases = zip(*map(_work_terms, nodes))
-    attrs = dict(zip(rows, np.array(list(rows.values()), dtype=float)))
-    return attrs, np.array(numbers, dtype=float).T, np.array(bases).T
+    return np.array(list(rows.values()), dtype=float), np.array(numbers, dtype=float).T, np.array(bases).T
 
 
 def _set_node(rows: dict[str, list], i: int, node: OpNode, num_layers: int) -> None:
@@ -202,18 +271,24 @@ def _set_attention(rows: dict[str, list], i: int, a: dict) -> None:
 
 def _build_columns(graph: ComputationalGraph) -> Columns:
     nodes = graph.nodes
-    features, counts = _element_counts(nodes)
-    attrs, numbers, bases = _node_table(nodes, graph.meta["num_layers"])
+    features, counts, monomials = _element_counts(nodes)
+    table, numbers, bases = _node_table(nodes, graph.meta["num_layers"])
     index = {node.name: i for i, node in enumerate(nodes)}
     comm, op_types = np.array([n.is_comm for n in nodes]), np.array([n.op_type for n in nodes])
     heads = graph.meta["num_attention_heads"]
     tp_sizes = tuple(tp for tp in range(1, heads + 1) if heads % tp == 0)
-    return Columns(features, *counts, index, op_types, {}, comm, attrs, tp_sizes, {}, numbers, bases)
+    return Columns(features, *counts, index, op_types, {}, comm, dict(zip(_DEFAULTS, table)), tp_sizes, {}, numbers,
+                   bases, monomials, None, {}, (counts, table))
 
 
-def _element_counts(nodes: list[OpNode]) -> tuple[tuple[tuple[str, ...], ...], np.ndarray]:
-    """The features, and the elements per feature of each node's first input, other inputs and first output (3 x node
-    x feature); each shape split once, in one flat pass (not a comprehension per node and kind)."""
+def _features(monomials: frozenset) -> tuple[tuple[str, ...], ...]:
+    return tuple(dict.fromkeys((*sorted(monomials), TOKENS, QUERIES, KEYS, PAIRS)))
+
+
+def _element_counts(nodes: list[OpNode]) -> tuple[tuple[tuple[str, ...], ...], np.ndarray, tuple[frozenset, ...]]:
+    """The features, the elements per feature of each node's first input, other inputs and first output (3 x node
+    x feature), and each node's monomials; each shape split once, in one flat pass (not a comprehension per node and
+    kind)."""
     shapes = []  # (kind, node, constant, symbols): kind 0 first input, 1 other inputs, 2 first output
     for row, node in enumerate(nodes):
         inputs = node.inputs
@@ -223,13 +298,16 @@ def _element_counts(nodes: list[OpNode]) -> tuple[tuple[tuple[str, ...], ...], n
                 shapes.append((1, row, *split_shape(shape)))
         if node.outputs:
             shapes.append((2, row, *split_shape(node.outputs[0])))
-    monomials = {symbols for _, _, _, symbols in shapes}
-    features = tuple(dict.fromkeys((*sorted(monomials), TOKENS, QUERIES, KEYS, PAIRS)))
+    per_node = [set() for _ in nodes]
+    for _, row, _, symbols in shapes:
+        per_node[row].add(symbols)
+    monomials = tuple(map(frozenset, per_node))
+    features = _features(frozenset().union(*monomials))
     position = {feature: i for i, feature in enumerate(features)}
     elements = [[[0.0] * len(features) for _ in nodes] for _ in range(3)]
     for kind, row, constant, symbols in shapes:
         elements[kind][row][position[symbols]] += constant
-    return features, np.array(elements)
+    return features, np.array(elements), monomials
 
 
 def work_coefficients(graph: ComputationalGraph, tp: int, ep: int, mode: str) -> tuple[np.ndarray, ...]:
@@ -246,19 +324,10 @@ def every_tp_work(graph: ComputationalGraph, sizes: tuple[int, ...], expert_para
     """work_coefficients of every tp in `sizes` (Columns.sizes_with), as (tp x node x feature) arrays. A graph whose
     token shuffles split differently under expert parallelism gets both variants (ep = 1, ep > 1) in one pass: an
     MoE sweep uses both, and they share every array but the shuffles'."""
-    key = ("work", sizes, expert_parallel, mode)
-    found = _COLUMNS.peek(graph, key)
-    if found is None:
-        cols = columns(graph)
-        variants = (False, True) if cols.attrs["sequence_parallel"].any() else (expert_parallel,)
-        for variant, work in zip(variants, _work_coefficients(cols, sizes, variants, mode)):
-            _COLUMNS.get(graph, ("work", sizes, variant, mode), lambda work=work: work)
-        found = _COLUMNS.peek(graph, key)
-    return found
+    return columns(graph).work(sizes, expert_parallel, mode == "decode")
 
 
-def _work_coefficients(cols: Columns, sizes: tuple[int, ...], variants: tuple[bool, ...],
-                       mode: str) -> list[tuple[np.ndarray, ...]]:
+def _work_coefficients(cols: Columns, sizes: tuple[int, ...], variants: tuple[bool, ...]) -> list[tuple]:
     """The matrices for the tp `sizes` (tp x node x feature), for each of `variants` (whether ep > 1) on a leading
     axis: elementwise in tp and variant, so each variant's tp slice is bit-identical to computing it alone. A node's
     coefficient of each term is one number times one basis (the formulas' other products are exact zeros for its op
@@ -288,9 +357,7 @@ def _work_coefficients(cols: Columns, sizes: tuple[int, ...], variants: tuple[bo
     moved[..., queries] += a["query_elements"] / tps
     kv_dim = a["kv_dim"] * (a["kv_heads"] / np.minimum(tps, a["kv_heads"]))  # kv heads replicated when tp > kv_heads
     moved[..., keys] += kv_dim
-    # Activations (memory.py): attention saves q (+ fp32 log-sum-exp) and, outside decode, k and v.
+    # Activations (memory.py): attention saves q (+ fp32 log-sum-exp) and, outside decode, k and v (Columns.work).
     io_in[..., queries] += a["saved_per_query"] / tps
     io_out[..., queries] += a["out_per_query"] / tps
-    if mode != "decode":
-        io_in[..., keys] += kv_dim
-    return [(flops[v], moved[v], io_in[v], io_out[v]) for v in range(len(variants))]
+    return [(flops[v], moved[v], io_in[v], io_out[v], keys, kv_dim) for v in range(len(variants))]

@@ -67,7 +67,21 @@ class StageSplit:
 
 
 def stage_split(graph: ComputationalGraph, pp: int) -> StageSplit:
-    return _STAGE_SPLITS.get(graph, pp, lambda: _split_stages(graph, pp))
+    return _STAGE_SPLITS.get(graph, pp, lambda: _shared_split(graph, pp))
+
+
+def _shared_split(graph: ComputationalGraph, pp: int) -> StageSplit:
+    """The split kept per the graph's columns too (op_columns.per_nodes: a node's counts are its layers'), so that a
+    model's graphs with the same nodes share it and its training graph takes rows of it."""
+    from sims.op_columns import per_nodes  # op_columns imports this module; only a split's first build comes here
+
+    return per_nodes(_STAGE_SPLITS, graph, ("split", pp), lambda: _split_stages(graph, pp), _split_rows)
+
+
+def _split_rows(split: StageSplit, take: np.ndarray) -> StageSplit:
+    rows = take.tolist()
+    return StageSplit([[counts[row] for row in rows] for counts in split.counts], split.matrix.take(take, axis=1),
+                      split.runs.take(take, axis=1))
 
 
 def stage_counts(graph: ComputationalGraph, pp: int) -> list[list[int]]:
@@ -105,9 +119,15 @@ def expert_data_parallel(layout: Layout) -> int:
     return layout.tp * layout.dp // layout.ep if layout.ep > 1 else layout.dp
 
 
+def stack(arrays: list[np.ndarray]) -> np.ndarray:
+    """np.stack(arrays) of arrays of one shape and dtype (the same array), as one concatenate reshaped: np.stack's
+    Python steps per array cost 3-4 times as much for the tens of rows a sweep stacks."""
+    return np.concatenate(arrays).reshape(len(arrays), *arrays[0].shape)
+
+
 def per_stage(matrix: np.ndarray, rows: list[np.ndarray]) -> list[list[float]]:
     """`matrix @ row` (per stage, from per node values) for each binding's row: one matmul over their stack, which
     numpy runs as the same matrix-vector product per row as for a row alone (so each equals it bit for bit)."""
     if len(rows) == 1:  # that product itself, without stacking one row
         return [(matrix @ rows[0]).tolist()]
-    return (matrix @ np.stack(rows)[:, :, None])[..., 0].tolist()
+    return (matrix @ stack(rows)[:, :, None])[..., 0].tolist()

@@ -36,7 +36,7 @@ from sims.train_work import GRAD_BYTES, TRAIN_BACKWARD_FACTOR, optimizer_bytes_p
 from sims.hardware import HardwareSpec
 from sims.ir import ComputationalGraph, OpNode
 from sims.memory import local_params
-from sims.op_columns import columns, work_coefficients
+from sims.op_columns import columns, per_nodes, work_coefficients
 from sims.partition import expert_data_parallel, per_stage, stage_split
 from sims.scan_forward import scanned_forward_rows
 from sims.sharded_forward import sharded_forward_rows
@@ -224,7 +224,8 @@ _MODEL_FLOPS = GraphCache(maxsize=4096)
 
 def _count_model_flops(graph: ComputationalGraph, workload: Workload) -> float:
     whole = Workload(**{**workload.__dict__, "microbatches": 1})
-    per_feature = _MODEL_FLOPS.get(graph, ("per_feature", workload.mode), lambda: _model_flops_per_feature(graph, whole))
+    per_feature = per_nodes(_MODEL_FLOPS, graph, ("per_feature", workload.mode == "train"),  # inference: one pass
+                            lambda: _model_flops_per_feature(graph, whole))
     return float(per_feature @ columns(graph).values([bind_dims(graph, Layout(), whole)])[0])
 
 

@@ -25,7 +25,8 @@ from sims.cache import PerHardware
 from sims.calculator import OP_CLASS, Context, measured_gemm_s, measured_op_s
 from sims.comm import BUS_FACTOR, link_model
 from sims.ir import ComputationalGraph, OpNode
-from sims.op_columns import TOKENS, Columns, columns, every_tp_work
+from sims.op_columns import TOKENS, Columns, columns, every_tp_work, per_nodes
+from sims.partition import stack
 from sims.shared_prefix import cascade_cost, shares_prefix
 
 
@@ -98,7 +99,7 @@ def cost_bindings(plans: list[Plan], contexts: list[Context]) -> list[Costs]:
         order = {key: i for i, key in enumerate(position)}
         which = np.array([order[id(plan)] for plan in plans])
         r = SimpleNamespace(**{name: _rows_of(distinct, name, which) for name in PER_NODE})
-        matrices = np.stack([p.work for p in distinct])[which]
+        matrices = stack([p.work for p in distinct])[which]
     work = (matrices @ features[:, :, None]).reshape(len(contexts), 4, -1)  # FLOPs, bytes, inputs, outputs
     flops, nbytes = work[:, 0], work[:, 1] + r.const_bytes
     if first.has_experts:  # E * (1 - (1 - k/E)^T) of E experts touched by T tokens
@@ -126,7 +127,7 @@ def _rows_of(plans: list[Plan], name: str, which: np.ndarray) -> np.ndarray:
     arrays = [getattr(plan, name) for plan in plans]
     if all(array is arrays[0] for array in arrays):
         return arrays[0][None]
-    return np.stack(arrays)[which]
+    return stack(arrays)[which]
 
 
 def _cascade_attention(plan: Plan, ctx: Context, costs: "Costs") -> None:
@@ -226,10 +227,9 @@ _CACHES = PerHardware()  # plans and costs, per parsed hardware spec (and so per
 
 def _build_plan(graph: ComputationalGraph, ctx: Context) -> Plan:
     cols, tp, ep, w = columns(graph), ctx.tp, ctx.ep, ctx.workload
-    sizes, cache = cols.sizes_with(tp), _CACHES.of(ctx.hw)
-    work, const_bytes, peak, bandwidth = cache.get(
-        graph, ("every tp", sizes, ep > 1, w.dtype, w.mode), lambda: _every_tp_arrays(graph, ctx, sizes))
-    _, _, floor_s, measurable = cache.get(graph, "efficiency", lambda: _efficiency(graph, ctx))
+    sizes = cols.sizes_with(tp)
+    work, const_bytes, peak, bandwidth = _every_tp_of(graph, ctx, sizes)
+    _, _, floor_s, measurable = _efficiency_of(graph, ctx)
     latency, factor, bus, runs = _collectives(graph, ctx)
     # experts split tp ways with ep = 1, else ep ways: each expert's weight bytes if every expert were hit
     expert_bytes = cols.attrs["expert_weights"] / (tp if ep == 1 else ep) * ctx.precision.gemm_weight_bytes
@@ -238,12 +238,38 @@ def _build_plan(graph: ComputationalGraph, ctx: Context) -> Plan:
                 1.0 if ep == 1 else ep / tp, peak, bandwidth, floor_s, runs, latency, factor, bus, measurable)
 
 
+def _every_tp_of(graph: ComputationalGraph, ctx: Context, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """_every_tp_arrays per the graph's columns (op_columns.per_nodes) and what they depend on (tp sizes, whether
+    ep > 1, decode or not, precision): a model's bf16 prefill and training graphs share them (training keeps bf16
+    weights; the training graph takes rows), its decode graph those of its own mode."""
+    key = ("every tp", sizes, ctx.ep > 1, ctx.workload.mode == "decode", ctx.precision)
+    return per_nodes(_CACHES.of(ctx.hw), graph, key, lambda: _every_tp_arrays(graph, ctx, sizes), _every_tp_rows)
+
+
+def _every_tp_rows(arrays: tuple[np.ndarray, ...], take: np.ndarray) -> tuple[np.ndarray, ...]:
+    work, const_bytes, peak, bandwidth = arrays
+    nodes = work.shape[1] // 4
+    blocks = np.concatenate([take + block * nodes for block in range(4)])  # the 4 stacked outputs
+    return work.take(blocks, axis=1), const_bytes.take(take, axis=1), peak[take], bandwidth[take]
+
+
+def _efficiency_of(graph: ComputationalGraph, ctx: Context) -> tuple:
+    """_efficiency per the graph's columns (a node's efficiency is its name's and op type's)."""
+    return per_nodes(_CACHES.of(ctx.hw), graph, "efficiency", lambda: _efficiency(graph, ctx), _efficiency_rows)
+
+
+def _efficiency_rows(efficiency: tuple, take: np.ndarray) -> tuple:
+    compute, memory, floor_s, measurable = efficiency
+    kept = set(measurable)
+    return compute[take], memory[take], floor_s[take], tuple(i for i, row in enumerate(take.tolist()) if row in kept)
+
+
 def _every_tp_arrays(graph: ComputationalGraph, ctx: Context, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
     """A plan's arrays for every tp in `sizes` at once (elementwise in tp: each row equals its tp alone), shared
     by every ep > 1: (tp x 4 node x feature) work, (tp x node) weight bytes, and the (node) rates."""
     cols, p = columns(graph), ctx.precision
     a = cols.attrs
-    compute, memory, _, _ = _CACHES.of(ctx.hw).get(graph, "efficiency", lambda: _efficiency(graph, ctx))
+    compute, memory, _, _ = _efficiency_of(graph, ctx)
     flops, moved, io_in, io_out = every_tp_work(graph, sizes, ctx.ep > 1, ctx.workload.mode)
     weight_bytes = np.where(cols.mask("gemm"), p.gemm_weight_bytes, p.other_weight_bytes)
     split = 1 / cols.splits(sizes)

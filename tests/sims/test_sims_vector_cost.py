@@ -11,10 +11,12 @@ from sims import build_graph, simulate
 from sims.cache import clear_caches
 from sims.calculator import Context, op_cost
 from sims.hardware import hardware_spec
-from sims.memory import _count_stage_params, _kv_elements_per_token, _param_kinds
-from sims.op_columns import _work_coefficients, columns, work_coefficients
+from sims.memory import (_MEMO, _count_stage_params, _kv_cache_bytes, _kv_elements_per_token, _param_kinds,
+                         _stage_params)
+from sims.op_columns import _build_columns, _work_coefficients, columns, work_coefficients
 from sims.partition import stage_split, tp_split
-from sims.vector_cost import _every_tp_arrays, plan_for
+from sims.step import model_flops
+from sims.vector_cost import _efficiency, _efficiency_of, _every_tp_arrays, _every_tp_of, plan_for
 from sims.workload import layout_problem, parse_layout, parse_workload
 
 MODELS = ("qwen3_8b", "qwen3_30b_a3b", "deepseek_v3")
@@ -77,7 +79,10 @@ def test_every_tp_size_built_at_once_equals_each_tp_alone(model):
         cols = columns(graph)
         assert len(cols.tp_sizes) >= 5 and 3 not in cols.tp_sizes
         for tp, ep in itertools.product((*cols.tp_sizes, 3), (1, 2)):
-            alone = _work_coefficients(cols, (tp,), (ep > 1,), mode)[0]  # one variant, one tp
+            *alone, keys, kv_dim = _work_coefficients(cols, (tp,), (ep > 1,))[0]  # one variant, one tp
+            if mode != "decode":  # outside decode the saved inputs add attention's keys and values
+                alone[2] = alone[2].copy()
+                alone[2][..., keys] += kv_dim
             for shared, single in zip(work_coefficients(graph, tp, ep, mode), alone, strict=True):
                 assert np.array_equal(shared, single[0]), (mode, tp, ep)
             every_tp, one = cols.splits(cols.sizes_with(tp)), cols.splits((tp,))
@@ -104,6 +109,73 @@ def test_every_tp_size_built_at_once_equals_each_tp_alone(model):
                     if shared.ndim > 1:  # per tp; the rates are the same for every tp
                         shared, alone = shared[row], alone[0]
                     assert np.array_equal(shared, alone), (mode, tp, ep, dtype)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_columns_shared_with_another_mode_equal_those_built_alone(model):
+    """A graph whose nodes are nodes of a graph built before (decode: prefill's; train: prefill's less the KV cache
+    write) takes that graph's columns or rows of them and of its work matrices and plan arrays: each array equals the
+    graph's own columns built from scratch and, for every tp size and ep variant, its work matrices computed alone
+    (decode's saved inputs without attention's keys), its plan arrays and efficiencies computed from its own."""
+    clear_caches()
+    prefill = build_graph(model_config(model), "prefill")
+    hw, cols = hardware_spec(hardware("h100", nodes=4)), columns(prefill)
+    contexts = {}
+    for mode, ep, dtype in itertools.product(("prefill", "decode", "train"), (1, 2), ("bf16", "fp8")):
+        workload = parse_workload({**next(w for w in WORKLOADS if w["mode"] == mode), "batch": 8, "dtype": dtype})
+        contexts[mode, ep, dtype] = Context.for_step(prefill, hw, parse_layout({"ep": ep}), workload)
+        _every_tp_of(prefill, contexts[mode, ep, dtype], cols.tp_sizes)  # prefill's, for the others to take rows of
+    derived = 0
+    for mode in ("decode", "train"):
+        graph = build_graph(model_config(model), mode)
+        shared, alone = columns(graph), _build_columns(graph)
+        derived += shared.parent is not None or shared is columns(build_graph(model_config(model), "prefill"))
+        assert shared.features == alone.features and shared.index == alone.index and shared.tp_sizes == alone.tp_sizes
+        for name in ("first_in", "other_in", "out", "op_types", "comm", "term_numbers", "term_bases"):
+            assert np.array_equal(getattr(shared, name), getattr(alone, name)), (mode, name)
+        assert shared.attrs.keys() == alone.attrs.keys()
+        assert all(np.array_equal(shared.attrs[name], alone.attrs[name]) for name in alone.attrs), mode
+        for ep in (1, 2):
+            for got, want in zip(shared.work(alone.tp_sizes, ep > 1, mode == "decode"),
+                                 alone.work(alone.tp_sizes, ep > 1, mode == "decode"), strict=True):
+                assert got.shape == want.shape and np.array_equal(got, want), (mode, ep)
+        one = contexts[mode, 1, "bf16"]
+        for got, want in zip(_efficiency_of(graph, one), _efficiency(graph, one), strict=True):
+            assert np.array_equal(got, want), mode
+        for ep, dtype in itertools.product((1, 2), ("bf16", "fp8")):
+            ctx = Context.for_step(graph, hw, parse_layout({"ep": ep}), contexts[mode, ep, dtype].workload)
+            for got, want in zip(_every_tp_of(graph, ctx, cols.tp_sizes), _every_tp_arrays(graph, ctx, cols.tp_sizes),
+                                 strict=True):
+                assert got.shape == want.shape and np.array_equal(got, want), (mode, ep, dtype)
+    assert derived == 2 if model != "deepseek_v3" else derived == 1  # DeepSeek-V3's decode graph has its own nodes
+
+
+def _node_values(graph, mode: str) -> list:
+    """What is kept per a graph's columns (op_columns.per_nodes) outside vector_cost, for every tp size and pp 1-3."""
+    hw, cols = hardware_spec(hardware("h100", nodes=4)), columns(graph)
+    workload = parse_workload({**next(w for w in WORKLOADS if w["mode"] == mode), "batch": 8})
+    splits = [stage_split(graph, pp) for pp in (1, 2, 3)]
+    values = [(split.counts, split.matrix.tolist(), split.runs.tolist()) for split in splits]
+    for tp, pp in itertools.product(cols.tp_sizes, (1, 2, 3)):
+        layout = parse_layout({"tp": tp, "pp": pp})
+        values.append(_stage_params(graph, layout))
+        if mode != "train":
+            values.append(_kv_cache_bytes(graph, Context.for_step(graph, hw, layout, workload)))
+    kinds = [_MEMO.peek(cols, ("param kinds", cols.tp_sizes, apart)) for apart in (False, True)]  # as kept
+    return [*values, model_flops(graph, workload), [None if kind is None else kind.tolist() for kind in kinds]]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_node_values_shared_with_another_mode_equal_those_computed_alone(model):
+    """Stage splits, parameters per stage and their kinds, KV-cache elements and model FLOPs per feature are kept per a
+    graph's columns: a model's decode graph shares its prefill graph's (the same nodes) and its training graph takes
+    rows of the splits and parameter kinds; each equals what the graph alone computes, every cache cleared."""
+    clear_caches()
+    graphs = {mode: build_graph(model_config(model), mode) for mode in ("prefill", "decode", "train")}
+    shared = {mode: _node_values(graph, mode) for mode, graph in graphs.items()}  # prefill's first
+    for mode in ("decode", "train"):
+        clear_caches()
+        assert shared[mode] == _node_values(build_graph(model_config(model), mode), mode), mode
 
 
 SWEEP_LAYOUTS = tuple(itertools.product((1, 2, 4, 8), (1, 2), (1, 4), (1, 2)))  # tp, dp, ep, pp
