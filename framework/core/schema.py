@@ -53,7 +53,7 @@ class HardwareConfig:
 @dataclass
 class WandbConfig:
     enabled: bool
-    project: str
+    project: Optional[str]  # null: wandb's own (WANDB_PROJECT, else its default)
     entity: Optional[str]
     group: Optional[str]
     mode: Literal["offline", "online", "disabled", "shared"]  # wandb.init's modes (offline: sync later)
