@@ -108,7 +108,7 @@ def _activations_of_split(graph: ComputationalGraph, pp: int, contexts: list[Con
     act_bytes = np.array([ctx.precision.act_bytes for ctx in contexts])[:, None]
     inputs = stack([c.inputs for c in costs])
     if contexts[0].workload.mode != "train":
-        io = inputs + stack([c.outputs for c in costs])
+        io = inputs + stack([_inference_outputs(graph, ctx) for ctx in contexts])
         largest = (split.runs * io[:, None, :]).max(axis=2) if pp > 1 else io.max(axis=1)[:, None]
         return (largest * act_bytes + logits * LOGITS_BYTES).tolist()
     per_micro_batch = (split.matrix @ inputs[:, :, None])[..., 0]
@@ -210,11 +210,22 @@ def _kv_elements_per_token(graph: ComputationalGraph, sizes: tuple[int, ...], pp
 
 def _inference_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
     """The largest single op's inputs + outputs (activations are freed layer by layer), plus fp32 logits."""
-    costs = costs_for(graph, ctx)
-    io, pp = costs.inputs + costs.outputs, ctx.layout.pp
+    io, pp = costs_for(graph, ctx).inputs + _inference_outputs(graph, ctx), ctx.layout.pp
     largest = (stage_split(graph, pp).runs * io).max(axis=1).tolist() if pp > 1 else [float(io.max())]  # pp 1 runs all
     logits = _logits_elements(graph, ctx)
     return [op * ctx.precision.act_bytes + head * LOGITS_BYTES for op, head in zip(largest, logits)]
+
+
+def _inference_outputs(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
+    """Output elements of every op; a log-prob pass's head outputs one chunk of its positions at a time (the
+    backend maps its projection over chunks of logits_chunk positions), not all of them."""
+    outputs = costs_for(graph, ctx).outputs
+    head, share = columns(graph).index.get("lm_head"), _logits_share(ctx.workload)
+    if head is None or share == 1.0:
+        return outputs
+    outputs = outputs.copy()
+    outputs[head] *= share
+    return outputs
 
 
 def _training_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
@@ -286,9 +297,13 @@ def _logits_elements(graph: ComputationalGraph, ctx: Context) -> list[float]:
 
 
 def _logits_per_device(graph: ComputationalGraph, ctx: Context) -> float:
-    logits = ctx.dims["logit_tokens"] * graph.meta["vocab_size"] / ctx.tp
-    chunk = ctx.workload.logits_chunk
-    if chunk is not None and (ctx.workload.mode == "train" or ctx.workload.loss_len):
-        positions = loss_positions(ctx.workload)
-        logits *= min(chunk, positions) / positions
-    return logits
+    return ctx.dims["logit_tokens"] * graph.meta["vocab_size"] / ctx.tp * _logits_share(ctx.workload)
+
+
+def _logits_share(workload: Workload) -> float:
+    """The share of its projected positions whose logits a chunked loss or log-prob pass holds at once."""
+    chunk = workload.logits_chunk
+    if chunk is None or not (workload.mode == "train" or workload.loss_len):
+        return 1.0
+    positions = loss_positions(workload)
+    return min(chunk, positions) / positions

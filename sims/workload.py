@@ -62,7 +62,8 @@ class Workload:
     positions of each sequence onto the vocabulary at a time (a chunked loss; None = every position at
     once). loss_len: the last positions of each sequence the loss takes logits of (train; GRPO: the
     completion; None = every position); in prefill, the positions a log-prob pass projects onto the vocabulary and
-    takes log-probs of (None: the last position's logits only, as generation needs). zero: optimizer states sharded over dp (Megatron distributed optimizer / ZeRO-1).
+    takes log-probs of (None: the last position's logits only, as generation needs). zero: optimizer states
+    sharded over dp (Megatron distributed optimizer / ZeRO-1).
     shard_weights: the weights too are sharded over dp (fsdp, ZeRO-3): gathered and their gradients
     reduce-scattered every micro-batch (sims/scan_update.py; train needs zero); in prefill and decode (an
     FSDP rollout) gathered every forward pass, every decode step (sims/sharded_forward.py).

@@ -53,7 +53,7 @@ class HardwareConfig:
 @dataclass
 class WandbConfig:
     enabled: bool
-    project: str
+    project: Optional[str]  # null: wandb's own (WANDB_PROJECT, else its default)
     entity: Optional[str]
     group: Optional[str]
     mode: Literal["offline", "online", "disabled", "shared"]  # wandb.init's modes (offline: sync later)
@@ -72,14 +72,15 @@ ARCHITECTURE_COUNTS = ("hidden_size", "num_hidden_layers", "num_attention_heads"
                        "moe_intermediate_size", "num_experts", "n_routed_experts", "num_experts_per_tok")
 
 
-def check_model_architecture(hf_config: Any) -> None:
-    """ConfigError naming the model.hf_config key whose count is not an integer >= 1, or whose head split is off."""
+def check_model_architecture(hf_config: Any, where: str = "model.hf_config.") -> None:
+    """ConfigError naming the key (after `where`: the model group's hf_config, or a folder's config.json) whose count
+    is not an integer >= 1, or whose head split is off."""
     from framework.core.validation import type_error
 
     for name in ARCHITECTURE_COUNTS:
         value = hf_config.get(name)
         if value is not None and (reason := type_error(value, Count)):
-            raise ConfigError(f"model.hf_config.{name}: {reason}")
+            raise ConfigError(f"{where}{name}: {reason}")
     heads, kv_heads = hf_config.get("num_attention_heads"), hf_config.get("num_key_value_heads")
     if heads and kv_heads and heads % kv_heads:
-        raise ConfigError(f"model.hf_config.num_key_value_heads: {kv_heads} must divide num_attention_heads={heads}")
+        raise ConfigError(f"{where}num_key_value_heads: {kv_heads} must divide num_attention_heads={heads}")

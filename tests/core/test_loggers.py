@@ -19,6 +19,15 @@ def test_wandb_offline_run_lands_in_the_run_dir(tmp_path):
     assert b"tokens_per_s_per_device" in recorded  # the logged metrics
 
 
+def test_a_null_wandb_project_is_wandbs_own(tmp_path):
+    """logger.wandb.project=null leaves the project to wandb (WANDB_PROJECT here), as wandb.init(project=None) does."""
+    proc = run_cli(["logger=wandb", "logger.wandb.project=null", "model=qwen3_8b", f"hydra.run.dir={tmp_path}"],
+                   env={"WANDB_SILENT": "true", "WANDB_PROJECT": "from_the_environment"})
+    assert proc.returncode == 0, proc.stderr
+    (run_file,) = next((tmp_path / "wandb").glob("offline-run-*")).glob("run-*.wandb")
+    assert b"from_the_environment" in run_file.read_bytes()
+
+
 def test_wandb_online_without_an_api_key_is_one_line_naming_the_way_out(tmp_path):
     """wandb.init's UsageError (no key; a project name it refuses) was an internal exception's line, exit 1."""
     proc = run_cli(["logger=wandb", "logger.wandb.mode=online", "model=qwen3_8b", f"hydra.run.dir={tmp_path / 'run'}"],

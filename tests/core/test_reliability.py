@@ -68,6 +68,8 @@ SESSION_22: list[tuple[list[str], str]] = [
      "unless given)"),
     ([*SIM, "task.objective.metric=nope"], "task.objective.metric: 'nope' is not a number the task reports; valid: "),
     (["-m", "recipe=sim_search", "hydra.sweeper.n_trials=0"], "hydra.sweeper.n_trials: 0 is out of range; valid: >= 1"),
+    ([*SIM, f"model.path={FIXTURES}/model_no_layers"],
+     f"model.path: {FIXTURES}/model_no_layers/config.json: num_hidden_layers: 0 is out of range; valid: >= 1"),
 ]
 
 CASES: list[tuple[list[str], str]] = [

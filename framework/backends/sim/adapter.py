@@ -12,6 +12,7 @@ from framework.core.adapter import BackendAdapter
 from framework.core.build import build
 from framework.core.parallel import ParallelConfig
 from framework.core.plain import to_plain
+from framework.core.schema import check_model_architecture
 from framework.tasks.calibrate import CalibrateTask
 from framework.tasks.sim import SimTask
 
@@ -37,5 +38,8 @@ def model_hf_config(model: DictConfig) -> dict:
     """The architecture to simulate: a local model folder's config.json (model.path, checked by the runtime), else
     the model group's hf_config."""
     if model.get("path"):
-        return json.loads((Path(model.path).expanduser() / "config.json").read_text(encoding="utf-8"))
+        path = Path(model.path).expanduser() / "config.json"
+        config = json.loads(path.read_text(encoding="utf-8"))
+        check_model_architecture(config, where=f"model.path: {path}: ")  # the runtime checked the group's hf_config
+        return config
     return to_plain(model.hf_config)
