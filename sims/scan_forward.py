@@ -11,12 +11,11 @@ weights, read and written, on every pass, whatever the batch, plus the loop's ow
 
 from __future__ import annotations
 
-from framework.core.errors import ConfigError
 from sims.calculator import Context
 from sims.ir import ComputationalGraph
 from sims.partition import stage_layer_bounds
 from sims.sharded_forward import device_elements
-from sims.stacks import DEFAULT_STACK, STACKS_FILE, stack, stacks
+from sims.stacks import DEFAULT_STACK, required_section
 from sims.workload import Layout
 
 
@@ -33,12 +32,8 @@ def scanned_forward_rows(graph: ComputationalGraph, ctx: Context) -> list[tuple]
     layout, w = ctx.layout, ctx.workload
     if not w.scanned:
         return [()] * layout.pp
-    name = graph.meta.get("stack", DEFAULT_STACK)
-    spec = stack(name).scanned_forward
-    if spec is None:
-        known = ", ".join(s.name for s in stacks().values() if s.scanned_forward is not None)
-        raise ConfigError(f"workload.scanned: stack {name!r} has no scanned_forward in {STACKS_FILE.name} (it runs "
-                          f"its layers unrolled); stacks that scan: {known}")
+    spec = required_section(graph.meta.get("stack", DEFAULT_STACK), "scanned_forward", "workload.scanned",
+                            "it runs its layers unrolled")
     shards = layout.dp if w.shard_weights else 1
     bounds, rows = stage_layer_bounds(graph.meta["num_layers"], layout.pp), []
     for stage in range(layout.pp):

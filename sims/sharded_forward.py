@@ -15,12 +15,11 @@ pass's kernels.
 
 from __future__ import annotations
 
-from framework.core.errors import ConfigError
 from sims.calculator import Context
 from sims.comm import collective_s
 from sims.ir import ComputationalGraph, OpNode
 from sims.partition import stage_layer_bounds, tp_split, weight_numel
-from sims.stacks import DEFAULT_STACK, STACKS_FILE, stack, stacks
+from sims.stacks import DEFAULT_STACK, required_section
 from sims.workload import Layout
 
 GEMMS = ("gemm", "moe_gemm")
@@ -64,12 +63,8 @@ def sharded_forward_rows(graph: ComputationalGraph, ctx: Context) -> list[tuple]
     layout, w = ctx.layout, ctx.workload
     if not w.shard_weights or w.mode == "train" or layout.dp == 1:
         return [()] * layout.pp
-    name = graph.meta.get("stack", DEFAULT_STACK)
-    spec = stack(name).sharded_forward
-    if spec is None:
-        known = ", ".join(s.name for s in stacks().values() if s.sharded_forward is not None)
-        raise ConfigError(f"workload.shard_weights in {w.mode} mode: stack {name!r} has no sharded_forward in "
-                          f"{STACKS_FILE.name} (it never decodes on sharded weights); stacks that do: {known}")
+    spec = required_section(graph.meta.get("stack", DEFAULT_STACK), "sharded_forward",
+                            f"workload.shard_weights in {w.mode} mode", "it never decodes on sharded weights")
     span, rows = layout.tp * layout.dp, []
     for stage in range(layout.pp):
         arrays = [elements * ctx.precision.act_bytes for elements in gathered_arrays(graph, layout, stage)]

@@ -130,6 +130,18 @@ def _section(name: str, key: str, kind: type, record: dict | None) -> Any:
     return kind(**{field: _CASTS[spec.type](record[field]) for field, spec in fields.items()})
 
 
+def required_section(stack_name: str, key: str, asked: str, without: str) -> Any:
+    """Stack `stack_name`'s `key` section (scanned_forward, sharded_forward, ...) that a workload asked for (`asked`:
+    its key as the error names it); ConfigError naming the stacks that have one when it is null (`without`: what a
+    stack without one does)."""
+    spec = getattr(stack(stack_name), key)
+    if spec is None:
+        known = ", ".join(s.name for s in stacks().values() if getattr(s, key) is not None)
+        raise ConfigError(f"{asked}: stack {stack_name!r} has no {key} in {STACKS_FILE.name} ({without}); stacks "
+                          f"that have one: {known}")
+    return spec
+
+
 def stack(name: str) -> Stack:
     known = stacks()
     if name not in known:

@@ -251,9 +251,10 @@ def layout_problem(meta: Mapping, hw: HardwareSpec, layout: Layout, workload: Wo
 
 
 def positions_problem(workload: Workload, max_positions: int | None, node: str = "workload") -> str | None:
-    """Why the workload's tokens (the sequence; decode: the cached context) are past the model's positions
-    (hf_config.max_position_embeddings), or None; `node` names the key. None for a config without the key."""
-    if max_positions is None or workload.kv_len <= max_positions:
+    """Why an inference workload's tokens (the prompt; decode: the cached context) are past the model's positions
+    (hf_config.max_position_embeddings), or None; `node` names the key. None for a config without the key, and in
+    train mode: a training run may extend the positions (megatron sets its max_sequence_length to the sequence)."""
+    if max_positions is None or workload.mode == "train" or workload.kv_len <= max_positions:
         return None
     key = "context_len" if workload.mode == "decode" else "seq_len"
     return (f"{node}.{key}={workload.kv_len} is past the model's {max_positions} positions "

@@ -254,10 +254,11 @@ def check_model_dir(path: str | None, key: str = "model.path") -> None:
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"{key}: {path!r} is a file; give the Hugging Face model directory that holds it")
     if folder.is_dir():  # each backend reads it later, where a damaged one was an OSError or a TypeError
-        check_config_json(folder / "config.json", key)
+        read_config_json(folder / "config.json", key)
 
 
-def check_config_json(path: Path, key: str) -> None:
+def read_config_json(path: Path, key: str = "model.path") -> dict:
+    """A model folder's config.json as a dict; ConfigError naming `key` and the file when it is no JSON object."""
     import json
 
     try:
@@ -267,3 +268,4 @@ def check_config_json(path: Path, key: str) -> None:
     if not isinstance(config, dict):
         what = f"not JSON ({config})" if isinstance(config, Exception) else f"a JSON {type(config).__name__}"
         raise ConfigError(f"{key}: {path} is {what}; valid: a Hugging Face config.json (one JSON object)")
+    return config

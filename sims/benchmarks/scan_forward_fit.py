@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         fitted = [p for run in args.fit for p in scan_pairs(run)]
         checked = [p for run in args.check for p in scan_pairs(run)]
-    except ConfigError as error:
-        raise SystemExit(f"error: {error}") from None
+    except ConfigError as error:  # a bad folder: one line, exit 2 (argparse's code for bad input)
+        parser.exit(2, f"error: {error}\n")
     passes, layer_us = fit(fitted)
     print(f"copy_passes {passes:.3f}, layer_us {layer_us:.2f} (fitted on {len(fitted)} pairs)\n")
     print("| run | case | card | scan per layer, measured | predicted | error | in the fit |")

@@ -50,7 +50,7 @@ LOCAL_SWEEP = ["-m", *SIM, "hydra/launcher=local"]
 SESSION_22: list[tuple[list[str], str]] = [
     ([*SIM, "sim.context_len=1000000000"],
      "sim.context_len=1000000000 is past the model's 40960 positions (max_position_embeddings); valid: at most 40960"),
-    ([*SIM, "sim.mode=train", "sim.seq_len=50000"], "sim.seq_len=50000 is past the model's 40960 positions"),
+    ([*SIM, "sim.mode=prefill", "sim.seq_len=50000"], "sim.seq_len=50000 is past the model's 40960 positions"),
     ([*SIM, f"model.path={FIXTURES}/model_not_json"],
      f"model.path: {FIXTURES}/model_not_json/config.json is not JSON (Expecting property name"),
     ([*GRPO, f"model.path={FIXTURES}/model_list"],

@@ -47,3 +47,18 @@ def stack_override(tmp_path, monkeypatch, stack: str, field: str):
     yield install
     monkeypatch.undo()
     stacks_module.stacks.cache_clear()
+
+
+def simulated_alone(cfg: dict, hw: dict, layouts: list, workloads: list, **kwargs) -> list[tuple[dict, list]]:
+    """(summary, per-op rows) of each layout simulated alone, every cache cleared before it and after the last: what
+    simulate_many must reproduce bit for bit."""
+    from sims import simulate
+    from sims.cache import clear_caches
+
+    alone = []
+    for layout, workload in zip(layouts, workloads):
+        clear_caches()
+        result = simulate(cfg, hw, layout, workload, **kwargs)
+        alone.append((result.summary(), result.breakdown_rows()))
+    clear_caches()
+    return alone

@@ -3,7 +3,7 @@ the last loss_len positions of every sequence, not only the last one, and their 
 the cross-entropy's forward (a `log_probs` row on the stage with the head); logits_chunk bounds the logits held."""
 
 import pytest
-from sims_helpers import hardware, model_config
+from sims_helpers import hardware, model_config, simulated_alone
 
 from framework.core.errors import ConfigError
 from sims import simulate, simulate_many
@@ -75,12 +75,7 @@ def test_log_prob_and_generation_prefills_of_one_sweep_equal_each_alone():
     cfg, hw = model_config("qwen3_8b"), hardware("h100")
     layouts = [{"tp": tp, "dp": 8 // tp} for tp in (1, 2, 4, 8)] * 2
     workloads = [prefill(16, **({"loss_len": 256, "logits_chunk": 64} if i < 4 else {})) for i in range(len(layouts))]
-    alone = []
-    for layout, workload in zip(layouts, workloads):
-        clear_caches()
-        result = simulate(cfg, hw, layout, workload, stack="xla")
-        alone.append((result.summary(), result.breakdown_rows()))
-    clear_caches()
+    alone = simulated_alone(cfg, hw, layouts, workloads, stack="xla")
     together = simulate_many(cfg, hw, layouts, workloads, stack="xla")
     for (summary, breakdown), result in zip(alone, together):
         assert result.summary() == summary and result.breakdown_rows() == breakdown

@@ -5,7 +5,7 @@ import re
 
 import numpy as np
 import pytest
-from sims_helpers import hardware, model_config
+from sims_helpers import hardware, model_config, simulated_alone
 
 from framework.core.errors import ConfigError
 from sims import simulate, simulate_many
@@ -50,12 +50,7 @@ def test_a_sweep_costed_together_equals_each_layout_simulated_alone(model, table
         more_layouts, more_workloads = sweep(mode)
         layouts += more_layouts
         workloads += more_workloads
-    alone = []
-    for layout, workload in zip(layouts, workloads):
-        clear_caches()
-        result = simulate(cfg, hw, layout, workload)
-        alone.append((result.summary(), result.breakdown_rows()))
-    clear_caches()
+    alone = simulated_alone(cfg, hw, layouts, workloads)
     together = simulate_many(cfg, hw, layouts, workloads)
     assert len(together) == len(layouts)
     for (summary, rows), result, layout, workload in zip(alone, together, layouts, workloads):
@@ -132,12 +127,7 @@ def test_training_rows_of_stacks_with_scanned_updates_and_host_waits_equal_each_
     layouts, workloads = sweep("train")
     workloads = [{**workload, "shard_weights": True, "zero": True} if i % 3 == 0 else workload
                  for i, workload in enumerate(workloads)]
-    alone = []
-    for layout, workload in zip(layouts, workloads):
-        clear_caches()
-        result = simulate(cfg, hw, layout, workload, stack=stack)
-        alone.append((result.summary(), result.breakdown_rows()))
-    clear_caches()
+    alone = simulated_alone(cfg, hw, layouts, workloads, stack=stack)
     together = simulate_many(cfg, hw, layouts, workloads, stack=stack)
     names = set()
     for (summary, rows), result in zip(alone, together):
@@ -161,12 +151,7 @@ def test_stage_sums_of_bindings_of_several_plans_summed_together_equal_each_layo
     workloads = [{"mode": "train", "seq_len": 1024, "batch": 16, "microbatches": 2, "dtype": dtype,
                   "shard_weights": fsdp, "zero": fsdp}
                  for dtype, fsdp in itertools.product(("bf16", "fp32"), (False, True)) for _ in range(4)]
-    alone = []
-    for layout, workload in zip(layouts, workloads):
-        clear_caches()
-        result = simulate(cfg, hw, layout, workload, stack="xla")
-        alone.append((result.summary(), result.breakdown_rows()))
-    clear_caches()
+    alone = simulated_alone(cfg, hw, layouts, workloads, stack="xla")
     groups.clear()
     together = simulate_many(cfg, hw, layouts, workloads, stack="xla")
     for (summary, rows), result in zip(alone, together):

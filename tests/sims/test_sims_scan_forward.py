@@ -5,11 +5,10 @@ exact table; what the maxtext preflight and the xla calibration's held-out prefi
 import json
 
 import pytest
-from sims_helpers import EXACT, hardware, model_config, stack_override
+from sims_helpers import EXACT, hardware, model_config, simulated_alone, stack_override
 
 from framework.core.errors import ConfigError
 from sims import simulate, simulate_many
-from sims.cache import clear_caches
 from sims.hardware import hardware_spec
 
 SPEC = {"copy_passes": 2.0, "layer_us": 20.0, "measured": "test"}
@@ -90,12 +89,31 @@ def test_scanned_and_unrolled_passes_of_one_sweep_equal_each_alone():
     cfg, hw = model_config("qwen3_8b"), hardware("h100", nodes=1)
     layouts = [{"tp": tp, "dp": 8 // tp} for tp in (1, 2, 4, 8)] * 2
     workloads = [prefill(8, scanned=i < 4) for i in range(len(layouts))]  # each layout both ways
-    alone = []
-    for layout, workload in zip(layouts, workloads):
-        clear_caches()
-        result = simulate(cfg, hw, layout, workload, stack="xla")
-        alone.append((result.summary(), result.breakdown_rows()))
-    clear_caches()
+    alone = simulated_alone(cfg, hw, layouts, workloads, stack="xla")
     for (summary, rows), result in zip(alone, simulate_many(cfg, hw, layouts, workloads, stack="xla")):
         assert result.summary() == summary and result.breakdown_rows() == rows
     assert sum(slice_row(result) is not None for result in simulate_many(cfg, hw, layouts, workloads, stack="xla")) == 4
+
+
+def test_the_shipped_constants_are_the_fit_of_the_runs_stacks_yaml_names():
+    """sims/stacks.yaml's xla scanned_forward is scan_forward_fit's least squares over the scanned / unrolled prefill
+    pairs of the two session-20 H200 calibration runs it names (rounded as shipped)."""
+    from sims.benchmarks.scan_forward_fit import fit, scan_pairs
+    from sims.stacks import stack
+    from sims_helpers import REPO
+
+    runs = REPO / "sims/benchmarks/results"
+    pairs = [p for run in ("h200_2026-11-28_s20_xla", "h200_2026-11-28_s20_xla15b") for p in scan_pairs(runs / run)]
+    passes, layer_us = fit(pairs)
+    shipped = stack("xla").scanned_forward
+    assert len(pairs) == 3 and (round(passes, 2), round(layer_us, 1)) == (shipped.copy_passes, shipped.layer_us)
+
+
+def test_the_fit_tool_names_a_folder_without_a_calibration_record(tmp_path, capsys):
+    from sims.benchmarks.scan_forward_fit import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--fit", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.count("\n") == 1
+    assert err.startswith(f"error: {tmp_path}/accuracy.json: not a readable xla calibration record")

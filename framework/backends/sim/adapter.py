@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -13,6 +12,7 @@ from framework.core.build import build
 from framework.core.parallel import ParallelConfig
 from framework.core.plain import to_plain
 from framework.core.schema import check_model_architecture
+from framework.core.validation import read_config_json
 from framework.tasks.calibrate import CalibrateTask
 from framework.tasks.sim import SimTask
 
@@ -39,7 +39,7 @@ def model_hf_config(model: DictConfig) -> dict:
     the model group's hf_config."""
     if model.get("path"):
         path = Path(model.path).expanduser() / "config.json"
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = read_config_json(path)
         check_model_architecture(config, where=f"model.path: {path}: ")  # the runtime checked the group's hf_config
         return config
     return to_plain(model.hf_config)
