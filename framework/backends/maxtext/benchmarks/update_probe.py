@@ -1,0 +1,88 @@
+"""The GRPO update with and without a KL reference (grpo.beta), timed alternately, with the host's dispatch time.
+
+    python -m framework.backends.maxtext.benchmarks.update_probe --model qwen2_5_1_5b_instruct --micro-batch 64
+    python -m framework.backends.maxtext.benchmarks.update_probe --profile DIR   # + the beta update's kernels
+    python -m framework.backends.maxtext.benchmarks.update_probe --tiny           # CPU check
+
+`PolicyUpdate.start` / `run` as the trainer calls them, on random rollouts of prompts x generations rows of
+prompt + new tokens (every token real): `beta0` without a reference, `beta` with grpo.beta 0.04 and a frozen copy
+of the weights (one log-prob pass per micro-batch before the accumulation). `dispatch_ms` is how long `start`
+held the host before it returned (what the trainer logs as update_dispatch_time_s); `ms` the whole update.
+With --profile, one beta update is traced: the GPU's busy time beside the wall time says whether the devices
+idle while the host dispatches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import time
+
+from framework.backends.maxtext.benchmarks.decode_probe import kernel_table
+from framework.backends.maxtext.benchmarks.grpo_step import OPTIONS, grpo_task, model_config, random_model
+from framework.backends.maxtext.benchmarks.shapes import parse_args
+from framework.core.parallel import ParallelConfig
+
+BETA = 0.04
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(__doc__.splitlines()[0], argv, {**OPTIONS, "--profile": {"default": None, "help": "trace dir"}})
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import linen as nn
+
+    from framework.backends.maxtext.sharding import DEFAULT_RULES, build_mesh
+    from framework.backends.maxtext.trainers.update import PolicyUpdate, build_optimizer, learning_rate_schedule
+    from framework.rl.advantages import compute_advantages
+
+    mesh = build_mesh(ParallelConfig(dp=1, fsdp=-1, tp=1, pp=1, ep=1, cp=1))
+    model, boxed, shardings, params = random_model(model_config(args), mesh)
+    base = grpo_task(args)
+    updates, states = {}, {}
+    for name, beta in (("beta0", 0.0), ("beta", BETA)):
+        task = dataclasses.replace(base, beta=beta)
+        optimizer = build_optimizer(task.optimizer, learning_rate_schedule(task.optimizer, task.steps, 1))
+        updates[name] = PolicyUpdate(model, task, optimizer, nn.unbox(boxed), shardings, mesh, DEFAULT_RULES)
+        own = jax.tree.map(jnp.copy, params)
+        states[name] = [own, updates[name].init_opt_state(own)]
+    ref_params = jax.tree.map(jnp.copy, params)
+    rows, vocab = args.prompts * args.generations, model.config.vocab_size
+    rng = np.random.default_rng(0)
+    arrays = {"input_ids": rng.integers(1, vocab, (rows, args.prompt_tokens + args.new_tokens)).astype(np.int32),
+              "attention_mask": np.ones((rows, args.prompt_tokens + args.new_tokens), np.int32),
+              "completion_mask": np.ones((rows, args.new_tokens), np.float32),
+              "advantages": compute_advantages(rng.random(rows).astype(np.float32), args.generations)}
+
+    def one(name: str) -> tuple[float, float]:
+        started = time.perf_counter()
+        params_, opt_state, metrics = updates[name].start(*states[name], ref_params if name == "beta" else None,
+                                                          arrays)
+        dispatched = time.perf_counter()
+        metrics()
+        jax.block_until_ready(params_)
+        states[name] = [params_, opt_state]
+        return time.perf_counter() - started, dispatched - started
+
+    times = {name: [] for name in updates}
+    for _ in range(args.warmup + args.steps):  # alternated, so that drift slows both alike
+        for name in updates:
+            times[name].append(one(name))
+    timed = {name: t[args.warmup:] for name, t in times.items()}
+    report = {"device": jax.devices()[0].device_kind, "model": args.model, "rows": rows,
+              "micro_batch": args.micro_batch, "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
+              "ms": {name: 1e3 * statistics.median(w for w, _ in t) for name, t in timed.items()},
+              "dispatch_ms": {name: 1e3 * statistics.median(d for _, d in t) for name, t in timed.items()},
+              "all_ms": {name: [round(1e3 * w, 1) for w, _ in t] for name, t in timed.items()}}
+    if args.profile:
+        with jax.profiler.trace(args.profile, create_perfetto_trace=True):
+            report["profiled_ms"] = 1e3 * one("beta")[0]
+        report["kernels"] = kernel_table(args.profile, top=30)
+    print(json.dumps(report, indent=1))
+    return report
+
+
+if __name__ == "__main__":
+    main()
