@@ -9,7 +9,8 @@ prompt + new tokens (every token real): `beta0` without a reference, `beta` with
 of the weights (one log-prob pass per micro-batch before the accumulation). `dispatch_ms` is how long `start`
 held the host before it returned (what the trainer logs as update_dispatch_time_s); `ms` the whole update.
 With --profile, one beta update is traced: the GPU's busy time beside the wall time says whether the devices
-idle while the host dispatches.
+idle while the host dispatches. --idle-s leaves the devices idle before each update, as a rollout's
+memory-bound decode leaves them cooler than back-to-back updates (the card's clocks under a sustained load).
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ BETA = 0.04
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(__doc__.splitlines()[0], argv, {**OPTIONS, "--profile": {"default": None, "help": "trace dir"}})
+    args = parse_args(__doc__.splitlines()[0], argv, {**OPTIONS, "--profile": {"default": None, "help": "trace dir"},
+                                                      "--idle-s": {"type": float, "default": 0.0,
+                                                                   "help": "the devices idle this long before each "
+                                                                           "update (a rollout's lighter load)"}})
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -57,6 +61,7 @@ def main(argv: list[str] | None = None) -> dict:
               "advantages": compute_advantages(rng.random(rows).astype(np.float32), args.generations)}
 
     def one(name: str) -> tuple[float, float]:
+        time.sleep(args.idle_s)
         started = time.perf_counter()
         params_, opt_state, metrics = updates[name].start(*states[name], ref_params if name == "beta" else None,
                                                           arrays)
@@ -72,7 +77,7 @@ def main(argv: list[str] | None = None) -> dict:
             times[name].append(one(name))
     timed = {name: t[args.warmup:] for name, t in times.items()}
     report = {"device": jax.devices()[0].device_kind, "model": args.model, "rows": rows,
-              "micro_batch": args.micro_batch, "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
+              "micro_batch": args.micro_batch, "idle_s": args.idle_s, "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
               "ms": {name: 1e3 * statistics.median(w for w, _ in t) for name, t in timed.items()},
               "dispatch_ms": {name: 1e3 * statistics.median(d for _, d in t) for name, t in timed.items()},
               "all_ms": {name: [round(1e3 * w, 1) for w, _ in t] for name, t in timed.items()}}
