@@ -33,6 +33,16 @@ def test_each_run_is_compared_with_the_first_and_never_with_another(tmp_path):
     assert "measured / predicted 0.400" in described[1] and "(0.2, None, 0.19" in described[2]
 
 
+def test_a_run_whose_updates_had_zero_gradients_says_so(tmp_path):
+    # A random-init model earns no reward: with beta 0 every update's gradient is zero, and its GEMMs on zeros run
+    # at a higher clock than a real update's (session 23): its time is flagged, not taken for a real update's.
+    _run(tmp_path, "zero", 0.5, [{"grad_norm": 0.0}, {"grad_norm": 0.0}, {"grad_norm": 0.57}])
+    _run(tmp_path, "real", 0.5, [{"grad_norm": 0.0}, {"grad_norm": 0.3}, {"grad_norm": 0.57}])
+    assert describe(tmp_path / "zero", "zero")[-1] == (
+        "zero NOTE: 2 of 3 updates had grad_norm 0 (all-zero gradients): their time is shorter than a real update's")
+    assert not any("NOTE" in line for line in describe(tmp_path / "real", "real"))
+
+
 @pytest.mark.parametrize("args, expected", [
     (["--steps", "0", "--run", "a", ""], "--steps: 0; valid: >= 1"),
     (["--limit-s", "-5", "--run", "a", ""], "--limit-s: -5; valid: >= 1"),

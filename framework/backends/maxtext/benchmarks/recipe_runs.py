@@ -108,7 +108,20 @@ def describe(run_dir: Path, name: str) -> list[str]:
     if metrics.get("measured_step_s") and metrics.get("preflight_predicted_step_s"):
         lines.append(f"{name} measured / predicted {metrics['measured_step_s'] / metrics['preflight_predicted_step_s']:.3f}")
     lines.append(f"{name} steps {STEP_KEYS}: " + str([tuple(_rounded(row.get(key)) for key in STEP_KEYS) for row in rows]))
-    return lines
+    return lines + zero_gradient_note(name, rows)
+
+
+def zero_gradient_note(name: str, rows: list[dict]) -> list[str]:
+    """A line when most updates ran on all-zero gradients (a random-init model earns no reward: advantages 0,
+    and with beta 0 nothing else reaches the weights). Such an update is no real one's time: on an H200 its
+    GEMMs on zeros kept the SM clock near 1.9 GHz, while real gradients hold the card at its power cap near
+    1.5 GHz and the update took 13-15% longer (docs/simulator.md, "Session 23")."""
+    norms = [row["grad_norm"] for row in rows if isinstance(row.get("grad_norm"), (int, float))]
+    zero = sum(norm == 0 for norm in norms)
+    if not norms or 2 * zero <= len(norms):
+        return []
+    return [f"{name} NOTE: {zero} of {len(norms)} updates had grad_norm 0 (all-zero gradients): their time is "
+            "shorter than a real update's"]
 
 
 def ratios(out: Path, names: list[str]) -> list[str]:
