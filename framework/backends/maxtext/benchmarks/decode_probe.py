@@ -47,9 +47,10 @@ _INSTRUCTION = re.compile(r'^\s*(?:ROOT )?%([\w.\-]+) = (.+?) (?:fusion|custom-c
                           r'metadata=\{op_name="([^"]*)"(?: stack_frame_id=(\d+))?', re.M)
 
 
-def hlo_sources(hlo_text: str) -> dict[str, str]:
+def hlo_sources(hlo_text: str, whole_op_name: bool = False) -> dict[str, str]:
     """{kernel name: "output shape  op_name  file:line"} for the fusions and custom calls of compiled HLO
-    text: what each kernel of a profile computes, and which line of ours it came from."""
+    text: what each kernel of a profile computes, and which line of ours it came from. The op_name is its last
+    part (`dot_general`), or with `whole_op_name` its whole path (`transpose(jvp(...))` marks a backward op)."""
     files = dict(re.findall(r'^(\d+) "([^"]*)"$', hlo_text.split("FunctionNames")[0], re.M))
     locations = {i: (f, line) for i, f, line in re.findall(r'^(\d+) \{file_name_id=(\d+) .*?line=(\d+)', hlo_text, re.M)}
     frames = dict(re.findall(r'^(\d+) \{file_location_id=(\d+)', hlo_text, re.M))
@@ -57,7 +58,8 @@ def hlo_sources(hlo_text: str) -> dict[str, str]:
     for name, shape, op_name, frame in _INSTRUCTION.findall(hlo_text):
         file, line = locations.get(frames.get(frame, ""), ("", ""))
         where = f"{os.path.basename(files.get(file, '?'))}:{line}" if line else ""
-        sources[name.replace(".", "_")] = f"{shape}  {op_name.split('/')[-1]}  {where}".strip()
+        op = op_name if whole_op_name else op_name.split('/')[-1]
+        sources[name.replace(".", "_")] = f"{shape}  {op}  {where}".strip()
     return sources
 
 

@@ -8,19 +8,21 @@
 prompt + new tokens (every token real): `beta0` without a reference, `beta` with grpo.beta 0.04 and a frozen copy
 of the weights (one log-prob pass per micro-batch before the accumulation). `dispatch_ms` is how long `start`
 held the host before it returned (what the trainer logs as update_dispatch_time_s); `ms` the whole update.
-With --profile, one beta update is traced: the GPU's busy time beside the wall time says whether the devices
-idle while the host dispatches. --idle-s leaves the devices idle before each update, as a rollout's
+With --profile, one update without beta is traced (the training phase alone; kernels named by their source lines from XLA's HLO dump): the GPU's
+busy time beside the wall time says whether the devices idle while the host dispatches. --idle-s leaves the devices idle before each update, as a rollout's
 memory-bound decode leaves them cooler than back-to-back updates (the card's clocks under a sustained load).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
+import os
 import statistics
 import time
 
-from framework.backends.maxtext.benchmarks.decode_probe import kernel_table
+from framework.backends.maxtext.benchmarks.decode_probe import hlo_sources, kernel_table
 from framework.backends.maxtext.benchmarks.grpo_step import OPTIONS, grpo_task, model_config, random_model
 from framework.backends.maxtext.benchmarks.shapes import parse_args
 from framework.core.parallel import ParallelConfig
@@ -33,6 +35,9 @@ def main(argv: list[str] | None = None) -> dict:
                                                       "--idle-s": {"type": float, "default": 0.0,
                                                                    "help": "the devices idle this long before each "
                                                                            "update (a rollout's lighter load)"}})
+    if args.profile:  # every compiled program's HLO, so that the profile's kernels name their source lines
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                   f" --xla_dump_to={args.profile}/hlo --xla_dump_hlo_as_text").strip()
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -83,8 +88,12 @@ def main(argv: list[str] | None = None) -> dict:
               "all_ms": {name: [round(1e3 * w, 1) for w, _ in t] for name, t in timed.items()}}
     if args.profile:
         with jax.profiler.trace(args.profile, create_perfetto_trace=True):
-            report["profiled_ms"] = 1e3 * one("beta")[0]
-        report["kernels"] = kernel_table(args.profile, top=30)
+            report["profiled_ms"] = 1e3 * one("beta0")[0]
+        sources = {}
+        for path in glob.glob(f"{args.profile}/hlo/*after_optimizations.txt"):
+            with open(path) as dump:
+                sources |= hlo_sources(dump.read(), whole_op_name=True)
+        report["kernels"] = kernel_table(args.profile, top=80, sources=sources)
     print(json.dumps(report, indent=1))
     return report
 
