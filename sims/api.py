@@ -155,7 +155,8 @@ def simulate_many(
 
 class _Call:
     """What every configuration of one simulate / simulate_many call shares, looked up once per call: the parsed
-    hardware, its interpolators, the uncalibrated-table warning and the (graph, parameter counts) of each mode."""
+    hardware, its interpolators, the uncalibrated-table warning, the (graph, parameter counts) of each mode and the
+    bound dims and precision of each (graph, dp, parsed workload)."""
 
     def __init__(self, hf_config: Mapping, hw: HardwareSpec, stack: str):
         self.hf_config, self.hw, self.stack, self.graphs, self.bound = hf_config, hw, stack, {}, {}
