@@ -155,14 +155,27 @@ def simulate_many(
 
 class _Call:
     """What every configuration of one simulate / simulate_many call shares, looked up once per call: the parsed
-    hardware, its interpolators, the uncalibrated-table warning and the (graph, parameter counts) of each mode."""
+    hardware, its interpolators, the uncalibrated-table warning, the (graph, parameter counts) of each mode and the
+    bound dims and precision of each (graph, dp, parsed workload)."""
 
     def __init__(self, hf_config: Mapping, hw: HardwareSpec, stack: str):
-        self.hf_config, self.hw, self.stack, self.graphs = hf_config, hw, stack, {}
+        self.hf_config, self.hw, self.stack, self.graphs, self.bound = hf_config, hw, stack, {}, {}
         self.interpolators = (gemm_interpolator(hw), op_interpolator(hw))
         self.warning = ""
         if hw.efficiency.source.startswith("built-in defaults ("):
             self.warning = f"no {stack} efficiency table for {hw.name}: uncalibrated built-in factors"
+
+    def context(self, graph: ComputationalGraph, layout: Layout, workload: Workload) -> Context:
+        """Context.for_step, its bound dims and precision shared by the layouts of one dp and parsed workload (a sweep
+        over tp, ep and pp binds them alike; the parsed workload is the same object for equal records, and each
+        entry keeps it alive, so an id is not reused while it is kept)."""
+        key = (id(graph), layout.dp, id(workload))
+        bound = self.bound.get(key)
+        if bound is None or bound[0] is not workload:
+            ctx = Context.for_step(graph, self.hw, layout, workload, self.interpolators)
+            self.bound[key] = (workload, ctx.dims, ctx.precision)
+            return ctx
+        return Context(bound[1], layout.tp, layout.ep, bound[2], self.hw, layout, workload, *self.interpolators)
 
     def graph_and_counts(self, mode: str) -> tuple[ComputationalGraph, dict]:
         return self.graphs.get(mode) or self.graphs.setdefault(mode, graph_and_counts(self.hf_config, mode, self.stack))
@@ -190,7 +203,7 @@ def _prepare(call: _Call, layout: Mapping, workload: Mapping) -> tuple[SimResult
     if problem:
         result.status, result.reason = "invalid", problem
         return result, graph, None
-    return result, graph, Context.for_step(graph, hw, parsed_layout, parsed_workload, call.interpolators)
+    return result, graph, call.context(graph, parsed_layout, parsed_workload)
 
 
 def _finish(call: _Call, result: SimResult, graph: ComputationalGraph, ctx: Context) -> SimResult:

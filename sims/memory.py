@@ -192,12 +192,17 @@ def _kv_cache_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
     """Every sequence of the replica keeps kv_len cached tokens per layer of the stage (all
     micro-batches stay resident), a shared prefix once per group (shared_prefix.cached_tokens). MLA caches one
     latent that every tp rank keeps whole."""
-    sizes, pp = columns(graph).sizes_with(ctx.tp), ctx.layout.pp
-    key = ("kv_cache", sizes, pp)  # per graph (one lookup per call), computed per its columns (per_nodes)
-    per_token = _MEMO.get(graph, key, lambda: per_nodes(_MEMO, graph, key, lambda: _kv_elements_per_token(
-        graph, sizes, pp)))[sizes.index(ctx.tp)]
+    tp, pp = ctx.tp, ctx.layout.pp  # per graph, tp and pp: one lookup per call
+    per_token = _MEMO.get(graph, ("kv_cache of tp", tp, pp), lambda: _kv_elements_of_tp(graph, tp, pp))
     tokens = cached_tokens(ctx.workload.batch / ctx.layout.dp, ctx)
     return [elements * tokens * ctx.precision.act_bytes for elements in per_token]
+
+
+def _kv_elements_of_tp(graph: ComputationalGraph, tp: int, pp: int) -> list[float]:
+    """tp's row of the cached elements per token and stage, computed for every tp size per the graph's columns."""
+    sizes = columns(graph).sizes_with(tp)
+    key = ("kv_cache", sizes, pp)
+    return per_nodes(_MEMO, graph, key, lambda: _kv_elements_per_token(graph, sizes, pp))[sizes.index(tp)]
 
 
 def _kv_elements_per_token(graph: ComputationalGraph, sizes: tuple[int, ...], pp: int) -> list[list[float]]:

@@ -126,12 +126,11 @@ def layout_from_parallel(parallel: Mapping, devices: int) -> tuple[dict, bool]:
 def _parsed(kind: str, record: Mapping, parse):
     """parse(record), remembered by the record's items and their types (a sweep passes the same
     few layouts and workloads again and again); records with unhashable values are parsed anew."""
+    key = (kind, tuple(record.items()), tuple(map(type, record.values())))
     try:
-        key = (kind, tuple(record.items()), tuple(map(type, record.values())))
-        hash(key)
-    except TypeError:
+        parsed = _PARSED.get(key)
+    except TypeError:  # unhashable: the lookup hashes the key
         return parse(record)
-    parsed = _PARSED.get(key)
     if parsed is None:
         parsed = parse(record)
         if len(_PARSED) >= 4096:
