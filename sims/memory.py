@@ -236,14 +236,14 @@ def _inference_outputs(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
 def _training_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list[float]:
     """Inputs every op saves for backward, per micro-batch, times the micro-batches a stage holds
     under 1F1B (stage i of pp: min(pp - i, m)). With recompute a layer keeps its input and the outputs
-    of its `recompute_keeps` ops (_kept_outputs), and one layer's saved set is live at a time."""
+    of its `recompute_keeps` ops (kept_outputs), and one layer's saved set is live at a time."""
     workload, pp = ctx.workload, ctx.layout.pp
     counts = stage_split(graph, pp).matrix
     costs = costs_for(graph, ctx)
     saved, outputs = costs.inputs, costs.outputs  # by each execution of each op
     if workload.recompute:
         in_layer = columns(graph).attrs["in_layer"] > 0
-        kept = (counts @ (saved * ~in_layer + outputs * _kept_outputs(graph, workload.recompute_keeps))).tolist()
+        kept = (counts @ (saved * ~in_layer + outputs * kept_outputs(graph, workload.recompute_keeps))).tolist()
         bounds = stage_layer_bounds(graph.meta["num_layers"], pp)
         per_micro_batch = [(bounds[s + 1] - bounds[s]) * ctx.dims["tokens"] * graph.meta["hidden_size"] + kept[s]
                            for s in range(pp)]
@@ -255,7 +255,7 @@ def _training_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list[
             + logits[s] * LOGITS_BYTES for s in range(pp)]
 
 
-def _kept_outputs(graph: ComputationalGraph, keeps: tuple[str, ...]) -> np.ndarray:
+def kept_outputs(graph: ComputationalGraph, keeps: tuple[str, ...]) -> np.ndarray:
     """1 for the decoder-layer nodes whose outputs a recomputed layer keeps: those of the `keeps` op
     types, except each layer's last one (it only feeds the residual sum, the next layer's kept input:
     an autodiff saves nothing of it, as JAX's policies save only what the backward pass reads)."""

@@ -4,10 +4,11 @@ stack, our maxtext backend), added per micro-batch by sims/step.py:
 - the scan over stacked layer weights (`nn.scan`) runs its own kernels every layer and micro-batch (a
   jitted call per micro-batch: weight slices, stacked-gradient updates, copies: 143 kernels per layer and
   micro-batch in the H100 profile of docs/benchmarks.md against the graph's ~30), a time per layer that
-  neither tp nor fsdp shrinks; without remat it also writes what each layer saves for the backward into
-  stacked buffers and copies it out again (under a remat policy the measured updates show no such copies:
-  the gap they leave at micro-batch 128 is under 20 ms on an H100), bytes at the card's peak memory
-  bandwidth per saved byte; both measured per stack (sims/stacks.yaml `scanned_update`);
+  neither tp nor fsdp shrinks; it also writes what each layer saves for the backward into stacked buffers and
+  copies it out again, bytes at the card's peak memory bandwidth per saved byte: without remat every op's input,
+  under remat `minimal` the GEMM outputs it keeps (device-to-device copies of each layer's slice in the backward,
+  55 ms of a 1.5B update at micro-batch 64 on an H200, docs/simulator.md "Session 23"), none under full remat;
+  all measured per stack (sims/stacks.yaml `scanned_update`);
 - weights sharded over the data-parallel axis (fsdp: `workload.shard_weights`) are all-gathered for the
   forward and again for the backward, and their fp32 gradients reduce-scattered, every micro-batch (not once
   per step as a ZeRO-1 optimizer's sync), costed with the collective model (sims/comm.py); a stack with a
@@ -21,7 +22,7 @@ import numpy as np
 
 from sims.calculator import Context, all_gather_s, reduce_scatter_s
 from sims.ir import ComputationalGraph
-from sims.memory import local_params
+from sims.memory import kept_outputs, local_params
 from sims.op_columns import columns
 from sims.partition import expert_data_parallel, per_stage, stage_layer_bounds
 from sims.stacks import DEFAULT_STACK, stack
@@ -29,12 +30,18 @@ from sims.train_work import GRAD_BYTES
 
 
 def saved_layer_bytes(graph: ComputationalGraph, contexts: list[Context], inputs: list[np.ndarray],
-                      counts: np.ndarray) -> list[list[float]]:
-    """Per binding (its context, of one pp and recompute, and its input elements per op in `inputs`) and stage, the
-    bytes one micro-batch's decoder layers save for the backward without recompute (every layer op's inputs, as
-    sims/memory.py counts them; `counts`: executions per stage and node); 0 under recompute."""
-    if contexts[0].workload.recompute:
-        return [[0.0] * contexts[0].layout.pp for _ in inputs]
+                      outputs: list[np.ndarray], counts: np.ndarray) -> list[list[float]]:
+    """Per binding (its context, of one pp and recompute, and its input and output elements per op) and stage, the
+    bytes one micro-batch's decoder layers save for the backward through the scan's stacked buffers, as
+    sims/memory.py counts them (`counts`: executions per stage and node): without recompute every layer op's inputs;
+    under recompute the outputs of the `recompute_keeps` ops (remat `minimal`: the GEMMs'), none under full."""
+    workload = contexts[0].workload
+    if workload.recompute:
+        kept = kept_outputs(graph, workload.recompute_keeps)
+        if not kept.any():
+            return [[0.0] * contexts[0].layout.pp for _ in inputs]
+        elements = per_stage(counts, [x * kept for x in outputs])
+        return [[e * ctx.precision.act_bytes for e in row] for ctx, row in zip(contexts, elements)]
     in_layer = columns(graph).attrs["in_layer"] > 0
     elements = per_stage(counts, [x * in_layer for x in inputs])
     return [[e * ctx.precision.act_bytes for e in row] for ctx, row in zip(contexts, elements)]
@@ -48,8 +55,9 @@ def scan_rows(graph: ComputationalGraph, ctx: Context, saved_bytes: list[float])
         return [()] * len(saved_bytes)
     rows = []
     bounds = stage_layer_bounds(graph.meta["num_layers"], ctx.layout.pp)
+    passes = scanned.kept_byte_passes if ctx.workload.recompute else scanned.saved_byte_passes
     for stage, saved in enumerate(saved_bytes):
-        nbytes = saved * scanned.saved_byte_passes
+        nbytes = saved * passes
         seconds = nbytes / ctx.hw.memory_bytes_per_s + (bounds[stage + 1] - bounds[stage]) * scanned.layer_us * 1e-6
         rows.append((("scan_copies", "elementwise", 1, 0.0, nbytes, seconds, "memory"),))
     return rows

@@ -42,7 +42,8 @@ class ScannedUpdate:
     """What a training micro-batch of a stack that scans its decoder layers over stacked weights (JAX's
     `nn.scan`) spends beyond its kernels, as measured (sims/stacks.yaml `scanned_update`): bytes at the card's
     peak memory bandwidth per byte a layer saves for the backward (the scan writes it into a stacked buffer
-    and copies it out again), and time per decoder layer (the scan's per-iteration kernels: weight slices,
+    and copies it out again: saved_byte_passes without remat, kept_byte_passes over the outputs a remat policy
+    keeps), and time per decoder layer (the scan's per-iteration kernels: weight slices,
     stacked-gradient updates, copies, whatever the layer's width or sharding); and the share of an fsdp update's
     per-micro-batch weight gathers and gradient scatters left exposed (XLA runs them asynchronously, partly behind
     the layers' compute; 1.0: none hidden)."""
@@ -51,6 +52,7 @@ class ScannedUpdate:
     layer_us: float
     fsdp_exposed: float
     measured: str
+    kept_byte_passes: float
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ def train_stage_rows(graph: ComputationalGraph, contexts: list[Context], costs: 
     section = stack(graph.meta.get("stack", DEFAULT_STACK))
     saved = None
     if section.scanned_update is not None:
-        saved = saved_layer_bytes(graph, contexts, [c.inputs for c in costs],
+        saved = saved_layer_bytes(graph, contexts, [c.inputs for c in costs], [c.outputs for c in costs],
                                   stage_split(graph, contexts[0].layout.pp).matrix)
     per_plan, losses, rows, times = {}, {}, [], []
     for b, (one, c) in enumerate(zip(contexts, costs)):

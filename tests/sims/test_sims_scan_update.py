@@ -1,5 +1,5 @@
 """The update as JAX runs it (sims/scan_update.py): the scanned layers' per-micro-batch parameter passes and
-remat-none copies (sims/stacks.yaml xla.scanned_update), and fsdp's weight gathers and gradient scatters every
+copies of what a layer saves (sims/stacks.yaml xla.scanned_update), and fsdp's weight gathers and gradient scatters every
 micro-batch (workload.shard_weights), by hand on an exact table."""
 
 import json
@@ -42,7 +42,7 @@ def by_name(result, key="time_s"):
 def test_each_micro_batch_runs_the_scans_kernels_every_layer_whatever_the_sharding(tmp_path, with_scan, microbatches):
     with_scan(None)
     plain, _ = run(tmp_path, {}, train(microbatches, recompute=True), "plain")
-    with_scan({"saved_byte_passes": 7.0, "layer_us": 300.0, "fsdp_exposed": 1.0, "measured": "test"})
+    with_scan({"saved_byte_passes": 7.0, "kept_byte_passes": 3.0, "layer_us": 300.0, "fsdp_exposed": 1.0, "measured": "test"})
     scanned, _ = run(tmp_path, {}, train(microbatches, recompute=True), "scanned")
     # under recompute no copies: 24 layers x 300 us per micro-batch
     seconds = microbatches * 24 * 300e-6
@@ -55,7 +55,7 @@ def test_each_micro_batch_runs_the_scans_kernels_every_layer_whatever_the_shardi
 
 
 def test_without_remat_the_saved_activations_are_copied_once_per_token_whatever_the_micro_batches(tmp_path, with_scan):
-    with_scan({"saved_byte_passes": 7.0, "layer_us": 0.0, "fsdp_exposed": 1.0, "measured": "test"})
+    with_scan({"saved_byte_passes": 7.0, "kept_byte_passes": 3.0, "layer_us": 0.0, "fsdp_exposed": 1.0, "measured": "test"})
     one = by_name(run(tmp_path, {}, train(1), "one")[0], "bytes")["scan_copies"]
     four = by_name(run(tmp_path, {}, train(4), "four")[0], "bytes")["scan_copies"]
     assert one > 0 and four == pytest.approx(one)  # the same tokens in 1 or 4 micro-batches
@@ -63,6 +63,22 @@ def test_without_remat_the_saved_activations_are_copied_once_per_token_whatever_
     assert one > 7 * 2 * 24 * 1024 * (896 + 2 * 4864)
     remat = by_name(run(tmp_path, {}, train(1, recompute=True), "remat")[0], "bytes")["scan_copies"]
     assert remat == pytest.approx(0.0)
+
+
+def test_under_remat_minimal_the_kept_gemm_outputs_are_copied_at_their_own_passes(tmp_path, with_scan):
+    # remat minimal keeps each layer's GEMM outputs but its last (down_proj feeds only the residual sum): per token of
+    # Qwen2.5-0.5B q/k/v 896 + 2 x 128, o_proj 896, gate/up 2 x 4864, bf16, 24 layers; 8 x 128 tokens a step
+    with_scan({"saved_byte_passes": 7.0, "kept_byte_passes": 3.0, "layer_us": 0.0, "fsdp_exposed": 1.0,
+               "measured": "test"})
+    minimal = train(2, recompute=True, recompute_keeps=("gemm",))
+    result, hw = run(tmp_path, {}, minimal, "minimal")
+    kept_bytes = 2 * 24 * 8 * 128 * (896 + 2 * 128 + 896 + 2 * 4864)
+    assert by_name(result, "bytes")["scan_copies"] == pytest.approx(3.0 * kept_bytes)
+    assert by_name(result)["scan_copies"] == pytest.approx(3.0 * kept_bytes / hardware_spec(hw).memory_bytes_per_s)
+    with_scan({"saved_byte_passes": 7.0, "kept_byte_passes": 1.0, "layer_us": 0.0, "fsdp_exposed": 1.0,
+               "measured": "test"})
+    once = by_name(run(tmp_path, {}, minimal, "once")[0], "bytes")["scan_copies"]
+    assert once == pytest.approx(kept_bytes)  # the passes are kept_byte_passes', not saved_byte_passes'
 
 
 def test_other_stacks_have_no_scan_copies(tmp_path):
@@ -93,9 +109,9 @@ def test_fsdp_gathers_the_weights_twice_and_scatters_the_gradients_every_micro_b
 
 def test_the_stacks_exposed_share_of_the_fsdp_collectives_stays_on_the_steps_path(tmp_path, with_scan):
     workload = train(4, zero=True, shard_weights=True, recompute=True)
-    with_scan({"saved_byte_passes": 7.0, "layer_us": 0.0, "fsdp_exposed": 1.0, "measured": "test"})
+    with_scan({"saved_byte_passes": 7.0, "kept_byte_passes": 3.0, "layer_us": 0.0, "fsdp_exposed": 1.0, "measured": "test"})
     whole, _ = run(tmp_path, {"dp": 2}, workload, "whole", devices=2)
-    with_scan({"saved_byte_passes": 7.0, "layer_us": 0.0, "fsdp_exposed": 0.25, "measured": "test"})
+    with_scan({"saved_byte_passes": 7.0, "kept_byte_passes": 3.0, "layer_us": 0.0, "fsdp_exposed": 0.25, "measured": "test"})
     quarter, _ = run(tmp_path, {"dp": 2}, workload, "quarter", devices=2)
     collectives = ("fsdp_weight_gather", "fsdp_grad_scatter")
     hidden = 0.0
@@ -107,7 +123,7 @@ def test_the_stacks_exposed_share_of_the_fsdp_collectives_stays_on_the_steps_pat
 
 
 def test_an_exposed_share_outside_0_to_1_is_one_line_naming_the_key(tmp_path, with_scan):
-    with_scan({"saved_byte_passes": 7.0, "layer_us": 0.0, "fsdp_exposed": 1.5, "measured": "test"})
+    with_scan({"saved_byte_passes": 7.0, "kept_byte_passes": 3.0, "layer_us": 0.0, "fsdp_exposed": 1.5, "measured": "test"})
     with pytest.raises(ConfigError, match=r"xla.scanned_update.fsdp_exposed is 1.5; valid: a share from 0 to 1"):
         run(tmp_path, {"dp": 2}, train(1, zero=True, shard_weights=True), "bad_share", devices=2)
 

@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> dict:
             times[name].append(one(name))
     timed = {name: t[args.warmup:] for name, t in times.items()}
     report = {"device": jax.devices()[0].device_kind, "model": args.model, "rows": rows,
-              "micro_batch": args.micro_batch, "idle_s": args.idle_s, "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
+              "micro_batch": args.micro_batch, "remat": args.remat, "idle_s": args.idle_s,
+              "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
               "ms": {name: 1e3 * statistics.median(w for w, _ in t) for name, t in timed.items()},
               "dispatch_ms": {name: 1e3 * statistics.median(d for _, d in t) for name, t in timed.items()},
               "all_ms": {name: [round(1e3 * w, 1) for w, _ in t] for name, t in timed.items()}}
