@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     group.add_argument("--check", nargs="+", metavar="DIR")
     args = parser.parse_args(argv)
     folders = args.fit or args.check
-    paths = sorted(p for folder in folders for p in glob.glob(f"{folder}/*.json"))
+    paths = sorted(p for folder in folders for p in glob.glob(f"{folder}/*.json") if _report(p) is not None)
     if not paths:
         parser.exit(2, f"error: no update_probe JSON under {' '.join(folders)}\n")
     fit(paths) if args.fit else check(paths)
