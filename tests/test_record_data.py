@@ -42,3 +42,10 @@ def test_non_utf8_and_missing_files(tmp_path):
     with pytest.raises(DataError, match="no such jsonl file"):
         load_records(spec("text", "local", str(tmp_path / "nope.jsonl")), "train")
     assert load_records(spec("text", "local", str(file.with_name("x.jsonl"))), "test") == []
+
+
+def test_a_utf8_bom_is_accepted(tmp_path):
+    """Excel and Notepad save UTF-8 with a byte-order mark; the first record loads as if it were not there."""
+    file = tmp_path / "bom.jsonl"
+    file.write_bytes(b'\xef\xbb\xbf{"text": "caf\xc3\xa9"}\n{"text": "two"}\n')
+    assert load_records(spec("text", "local", str(file)), "train") == ["caf\u00e9", "two"]

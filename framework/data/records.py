@@ -96,7 +96,7 @@ def read_jsonl(path: Path, parse: Callable[[Any, str], Any], limit: int | None =
         raise DataError(f"{path}: no such {kind + ' ' if kind else ''}jsonl file")
     records = []
     try:
-        with path.open(encoding="utf-8") as lines:
+        with path.open(encoding="utf-8-sig") as lines:  # -sig: Excel and Notepad save JSONL with a BOM
             for number, line in enumerate(lines, start=1):
                 if limit is not None and len(records) >= limit:
                     break
