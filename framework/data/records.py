@@ -125,6 +125,11 @@ def split_file(spec: RecordSpec, split: str) -> Path | None:
     return path if split == "train" else None
 
 
+def source_name(spec: RecordSpec, split: str = "train") -> str:
+    """The file (or hub id) `split` is read from, for messages."""
+    return f"{spec.path}:{split}" if spec.source == "hub" else str(split_file(spec, split))
+
+
 def load_records(spec: RecordSpec, split: str = "train", limit: int | None = None) -> list:
     """Validated records of `split` ("train" or "test"): messages lists, PreferencePairs or strings."""
     if split not in ("train", "test"):
