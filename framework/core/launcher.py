@@ -6,6 +6,7 @@ ended without output, and hydra/launcher=slurm where SLURM is absent for a Runti
 from __future__ import annotations
 
 import shutil
+import subprocess
 from typing import Any, Mapping, Optional
 
 from framework.core.errors import ConfigError
@@ -30,9 +31,48 @@ def check_launcher(launcher: Mapping[str, Any]) -> None:
         if key in launcher and (reason := type_error(launcher[key], annotation)):
             origin = f" (set by hardware.launcher.{key} unless given)" if key in FROM_HARDWARE else ""
             raise ConfigError(f"hydra.launcher.{key}: {reason}{origin}")
-    if target.endswith("SlurmLauncher") and shutil.which("srun") is None:
+    if not target.endswith("SlurmLauncher"):
+        return
+    if shutil.which("srun") is None:
         raise ConfigError("hydra/launcher: a SLURM launcher, and no SLURM on this machine (srun is not on PATH); "
                           "submit the sweep from a SLURM login node, or run its jobs here with hydra/launcher=local")
+    partitions = slurm_partitions()
+    if partitions is not None:
+        check_partition(launcher.get("partition"), partitions)
+
+
+def slurm_partitions() -> Optional[list[str]]:
+    """The cluster's partitions as sinfo lists them (the default one ends in '*'), None without sinfo. SLURM's
+    client without a reachable controller made sbatch fail after the sweep started (submitit's FailedJobError,
+    sbatch's lines twice, exit 1)."""
+    sinfo = shutil.which("sinfo")
+    if sinfo is None:
+        return None
+    try:
+        proc = subprocess.run([sinfo, "--all", "--noheader", "--format=%P"], capture_output=True, text=True,
+                              timeout=30)
+        problem = ([line for line in proc.stderr.splitlines() if line.strip()] or [f"exit {proc.returncode}"])[-1]
+    except subprocess.TimeoutExpired:
+        proc, problem = None, "no answer in 30 s"
+    if proc is None or proc.returncode:
+        raise ConfigError(f"hydra/launcher: a SLURM launcher, and this machine's SLURM reaches no controller (sinfo: "
+                          f"{problem}); submit the sweep from a SLURM login node, or run its jobs here with "
+                          f"hydra/launcher=local")
+    return sorted({line.strip() for line in proc.stdout.splitlines() if line.strip()})
+
+
+def check_partition(partition: Any, partitions: list[str]) -> None:
+    """sbatch refuses a partition the cluster lacks, and a job without one where no partition is the default."""
+    names = [name.rstrip("*") for name in partitions]
+    if partition is None:
+        if not any(name.endswith("*") for name in partitions):
+            raise ConfigError(f"hydra.launcher.partition: null, and this cluster has no default partition; valid: "
+                              f"one of {names}")
+        return
+    unknown = [name for name in str(partition).split(",") if name.strip() not in names]
+    if unknown:
+        raise ConfigError(f"hydra.launcher.partition: {partition!r}: {', '.join(unknown)} is no partition of this "
+                          f"cluster; valid: one of {names} (or a comma-separated list of them)")
 
 
 def check_sweeper(sweeper: Mapping[str, Any]) -> None:
