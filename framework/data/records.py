@@ -136,12 +136,28 @@ def load_records(spec: RecordSpec, split: str = "train", limit: int | None = Non
         raise DataError(f"split {split!r} is unknown; valid: train, test")
     parse = PARSERS[spec.format]
     limit = spec.train_limit if split == "train" and limit is None else limit
+    check_path(spec)
     if spec.source == "hub":
         return _load_hub(str(spec.path), split, parse, limit)
     file = split_file(spec, split)
     if file is None:
         return []
     return read_jsonl(file, parse, limit)
+
+
+def check_path(spec: RecordSpec) -> None:
+    """data.path names a shipped sample, a local file or folder, or a hub id; a missing one was `None: no such jsonl
+    file` (or the recipe's sample name taken as a local file), naming no key."""
+    if spec.path is None:
+        needs = {"local": "a jsonl file, or a folder holding train.jsonl (and test.jsonl)",
+                 "sample": "a folder under framework/data/samples", "hub": "a data set id"}[spec.source]
+        raise DataError(f"data.path: null; data.source={spec.source} needs {needs}")
+    if spec.source == "sample" and not (SAMPLES / str(spec.path)).is_dir():
+        samples = sorted(p.name for p in SAMPLES.iterdir() if (p / "train.jsonl").is_file())
+        raise DataError(f"data.path: {spec.path!r} is not a shipped sample; valid: one of {samples}")
+    if spec.source == "local" and not Path(str(spec.path)).expanduser().exists():
+        raise DataError(f"data.path: {spec.path}: no such file or folder (data.source=local); valid: a jsonl file, "
+                        f"or a folder holding train.jsonl (and test.jsonl)")
 
 
 def _load_hub(dataset_id: str, split: str, parse: Callable[[Any, str], Any], limit: int | None) -> list:
