@@ -20,6 +20,24 @@ OPTUNA_SETTINGS = {"n_trials": Count, "n_jobs": Count}  # recipe=sim_search
 FROM_HARDWARE = ("gpus_per_node", "tasks_per_node", "cpus_per_task", "mem_gb")  # conf/hardware/*.yaml's launcher
 
 
+def settings(node: Any, where: str) -> dict[str, Any]:
+    """A hydra.launcher / hydra.sweeper node's values, resolved; one whose interpolation names a missing key (a
+    hardware file without `launcher:`) was Hydra's warning of two lines and `Interpolation key ... not found`."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import InterpolationResolutionError
+
+    values = {}
+    for key in node:
+        try:
+            values[key] = node.get(key)
+        except InterpolationResolutionError as exc:
+            raw = OmegaConf.to_container(node, resolve=False)[key]
+            hint = (f"; the hardware file's launcher: {{{', '.join(FROM_HARDWARE)}}} sets it: add it there, or set "
+                    f"{where}.{key}=..." if "hardware.launcher." in str(raw) else f"; set {where}.{key}=...")
+            raise ConfigError(f"{where}.{key}: {raw} does not resolve ({exc}){hint}") from None
+    return values
+
+
 def check_launcher(launcher: Mapping[str, Any]) -> None:
     """A ConfigError naming the hydra.launcher key that submitit would fail on, or SLURM's absence."""
     from framework.core.validation import type_error

@@ -83,6 +83,11 @@ SESSION_23: list[tuple[list[str], str]] = [
     ([*SFT, "data.source=hub", "data.path=null"], "data.path: null; data.source=hub needs a data set id"),
     ([*SFT, "data.path=nope"], "data.path: 'nope' is not a shipped sample; valid: one of ['chat', 'gsm8k', "
      "'preference', 'text']"),
+    # a hardware file without launcher: (Hydra's 2-line warning, then `Interpolation key ... not found`)
+    ([*LOCAL_SWEEP, "~hardware.launcher"],
+     "hydra.launcher.cpus_per_task: ${hardware.launcher.cpus_per_task} does not resolve (Interpolation key "
+     "'hardware.launcher.cpus_per_task' not found); the hardware file's launcher: {gpus_per_node, tasks_per_node, "
+     "cpus_per_task, mem_gb} sets it: add it there, or set hydra.launcher.cpus_per_task=..."),
 ]
 
 CASES: list[tuple[list[str], str]] = [
