@@ -101,3 +101,14 @@ def test_dpo_pairs_that_truncate_to_the_same_tokens(tmp_path, mlx_cache):
     proc = run_cli([*short, f"hydra.run.dir={tmp_path / 'some'}"], env={"CRUCIBLE_CACHE": str(mlx_cache)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"dpo.max_completion_length: 6 of 8 training pairs of {data} have the same" in proc.stderr
+
+
+def test_a_global_batch_beyond_the_training_records(tmp_path, mlx_cache):
+    """Was exit 0: every step repeated the 3 records to fill 8 rows, without a word."""
+    data = tmp_path / "chat.jsonl"
+    record = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    data.write_text(f"{json.dumps(record)}\n" * 3)
+    line = one_line_error(["recipe=sft_mlx_cpu", "sft.steps=1", "progress=false", "data.source=local",
+                           f"data.path={data}"], tmp_path, mlx_cache)
+    assert line == (f"error: sft.global_batch_size: 8 is more than the 3 training records of {data}; lower it (and "
+                    f"sft.micro_batch_size), or add records")

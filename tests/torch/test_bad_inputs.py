@@ -110,3 +110,10 @@ def test_dpo_pairs_that_truncate_to_the_same_tokens(tmp_path):
     proc = run(tmp_path / "some", [*short, f"data.path={data}"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"dpo.max_completion_length: 6 of 8 training pairs of {data} have the same" in proc.stderr
+
+
+def test_a_global_batch_beyond_the_training_records(tmp_path):
+    """Was exit 0: TRL's steps took the 4 records there were (a batch of 4, not 8), without a word."""
+    line = one_line_error(run(tmp_path, [*SFT, "data.train_limit=4", "sft.steps=1"]))
+    assert line == (f"error: sft.global_batch_size: 8 is more than the 4 training records of {REPO_ROOT}/framework/"
+                    f"data/samples/chat/train.jsonl; lower it (and sft.micro_batch_size), or raise data.train_limit")

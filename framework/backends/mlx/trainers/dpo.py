@@ -26,9 +26,9 @@ class DPOTrainer(MLXTrainer):
 
     def init(self) -> None:
         super().init()
+        self.reference_model = self._load_reference() if self.task.reference == "model" else None
         check_distinct_pairs(self.config.train_records, [(e["chosen"], e["rejected"]) for e in self.train_examples],
                              self.task.max_completion_length, source_name(self.config.data))
-        self.reference_model = self._load_reference() if self.task.reference == "model" else None
         state = [self.model.state] + ([self.reference_model.state] if self.reference_model is not None else [])
         self.reference_fn = mx.compile(self._reference_logps, inputs=state)
         self.eval_fn = mx.compile(self.loss_fn, inputs=[self.model.state])
