@@ -57,6 +57,10 @@ def check_group_options(argv: list[str]) -> str | None:
         except OverrideParseException as exc:
             detail = str(exc).splitlines()[0]
             return f"cannot parse override '{arg}': {detail} (grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)"
+    for override in overrides:  # an empty dir scattered the records over the current folder
+        if override.key_or_group in ("hydra.run.dir", "hydra.sweep.dir") and override.value() == "":
+            return (f"{override.key_or_group}: empty; valid: a folder path (`.` for the current folder, where an empty "
+                    f"one put the records)")
     extra_dirs = _extra_config_dirs(argv, overrides)
     if extra_dirs is None:
         return None

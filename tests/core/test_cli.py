@@ -90,3 +90,16 @@ def test_a_hardware_file_of_a_config_dir_the_command_line_adds_runs(tmp_path):
     proc = run_cli(["--config-dir", str(tmp_path / "conf"), *sim, "hardware=nope"])
     assert proc.returncode == 2 and proc.stderr.startswith("error: unknown hardware option 'nope'; valid: auto, a100")
     assert "mi300x, mine, tpu_v5e" in proc.stderr
+
+
+def test_an_empty_run_or_sweep_dir_is_one_line_and_writes_nothing(tmp_path):
+    """Hydra took '' for the current folder: config.yaml, metrics.jsonl, summary.json, .hydra/ (a sweep's tables)
+    landed beside whatever the user ran from, exit 0."""
+    sim = ["backend=sim", "task=sim", "model=qwen3_8b", "hardware=h100"]
+    for args in ([*sim, "hydra.run.dir="], ["-m", *sim, "hydra/launcher=local", "hydra.sweep.dir=''"]):
+        proc = run_cli(args, cwd=tmp_path)
+        key = args[-1].split("=")[0]
+        assert proc.returncode == 2 and proc.stderr.splitlines() == [
+            f"error: {key}: empty; valid: a folder path (`.` for the current folder, where an empty one put the "
+            f"records)"]
+        assert not list(tmp_path.iterdir())
