@@ -39,8 +39,8 @@ def test_non_utf8_and_missing_files(tmp_path):
     file.write_bytes(b'{"text": "caf\xe9"}\n')
     with pytest.raises(DataError, match="not UTF-8"):
         load_records(spec("text", "local", str(file)), "train")
-    with pytest.raises(DataError, match=f"^data.path: {tmp_path}/nope.jsonl: no such file or folder .data.source=local.; "
-                                        "valid: a jsonl file, or a folder holding train.jsonl .and test.jsonl.$"):
+    missing = f"^data.path: {tmp_path}/nope.jsonl: no such file or folder .data.source=local.; valid: a jsonl file"
+    with pytest.raises(DataError, match=missing + ", or a folder holding train.jsonl .and test.jsonl.$"):
         load_records(spec("text", "local", str(tmp_path / "nope.jsonl")), "train")
     assert load_records(spec("text", "local", str(file)), "test") == []  # a single file: no test split
 
