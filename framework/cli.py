@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Callable
 
 from framework.core.failure import EXIT_BAD_INPUT, EXIT_RUN_FAILED, debug_requested, fail
@@ -21,12 +22,26 @@ register_resolvers()  # at import: a submitit job process imports run.py (and th
 REQUIRED_GROUPS = ("backend", "task", "model", "hardware", "logger")  # data=none exists for tasks without data
 
 
-def _group_options(group: str) -> list[str] | None:
-    folder = CONF_DIR / group
-    if not folder.is_dir():
+def _group_options(group: str, extra_dirs: tuple = ()) -> list[str] | None:
+    """The options of `group` in conf/ and in the config dirs the command line adds (extra_dirs)."""
+    folders = [d / group for d in (CONF_DIR, *extra_dirs) if (d / group).is_dir()]
+    if not (CONF_DIR / group).is_dir():
         return None
-    options = sorted(p.stem for p in folder.glob("*.yaml"))
+    options = sorted({p.stem for folder in folders for p in folder.glob("*.yaml")})
     return ["auto", *options] if group == "hardware" else options  # auto: registered at start (core.hardware)
+
+
+def _extra_config_dirs(argv: list[str], overrides: list) -> tuple | None:
+    """Folders of `--config-dir DIR` and `hydra.searchpath=[...]` (Hydra reads options from them too); None where an
+    entry is no folder we can list (pkg://...): the options are then not checked here."""
+    entries = [value for flag, value in zip(argv, argv[1:]) if flag in ("--config-dir", "-cd")]
+    entries += [a.split("=", 1)[1] for a in argv if a.startswith("--config-dir=")]
+    for override in overrides:
+        if override.key_or_group == "hydra.searchpath" and isinstance(override.value(), list):
+            entries += [str(entry) for entry in override.value()]
+    if any(entry.startswith("pkg://") for entry in entries):
+        return None
+    return tuple(Path(entry.removeprefix("file://")).expanduser() for entry in entries)
 
 
 def check_group_options(argv: list[str]) -> str | None:
@@ -42,9 +57,16 @@ def check_group_options(argv: list[str]) -> str | None:
         except OverrideParseException as exc:
             detail = str(exc).splitlines()[0]
             return f"cannot parse override '{arg}': {detail} (grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)"
+    for override in overrides:  # an empty dir scattered the records over the current folder
+        if override.key_or_group in ("hydra.run.dir", "hydra.sweep.dir") and override.value() == "":
+            return (f"{override.key_or_group}: empty; valid: a folder path (`.` for the current folder, where an empty "
+                    f"one put the records)")
+    extra_dirs = _extra_config_dirs(argv, overrides)
+    if extra_dirs is None:
+        return None
     for override in overrides:
         group = override.key_or_group
-        options = _group_options(group) if not group.startswith("hydra/") else None
+        options = _group_options(group, extra_dirs) if not group.startswith("hydra/") else None
         if options is None:
             continue
         if override.is_delete() or (not override.is_sweep_override() and override.value() is None):

@@ -5,6 +5,7 @@ job marked failed while the others finish."""
 from __future__ import annotations
 
 import csv
+import os
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,7 @@ def test_every_launcher_preset_passes_the_sweep_start_check(launcher, monkeypatc
     from framework.core import launcher as checks
 
     monkeypatch.setattr(checks.shutil, "which", lambda name: "/usr/bin/srun")
+    monkeypatch.setattr(checks, "slurm_partitions", lambda: ["cpu", "gpu*"])
     cfg = compose_config(["hardware=h100", f"hydra/launcher={launcher}"], return_hydra_config=True)
     checks.check_launcher({key: cfg.hydra.launcher.get(key) for key in cfg.hydra.launcher})
 
@@ -121,6 +123,47 @@ def test_a_slurm_launcher_without_slurm_is_one_line_before_any_job(monkeypatch, 
         assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
         assert proc.stderr.startswith("error: hydra/launcher: a SLURM launcher, and no SLURM on this machine")
         assert not (tmp_path / "sweep" / ".submitit").exists()
+
+
+def fake_slurm(tmp_path: Path, sinfo: str) -> dict:
+    """PATH with an srun and a sinfo whose body is `sinfo` (a shell script): SLURM's client as a machine has it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in {"srun": "exit 0", "sinfo": sinfo}.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_a_slurm_client_that_reaches_no_controller_is_one_line_before_any_job(tmp_path):
+    """srun on PATH and no reachable controller (this machine, 2026-11-29): sbatch's 4 lines, then
+    `error: FailedJobError: ...` repeating them, exit 1, after the sweep dir was made."""
+    env = fake_slurm(tmp_path, "echo 'sinfo: fatal: Could not establish a configuration source' >&2; exit 1")
+    proc = run_cli(["-m", "hydra/launcher=slurm", *SIM_SWEEP, f"hydra.sweep.dir={tmp_path / 'sweep'}"], env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "error: hydra/launcher: a SLURM launcher, and this machine's SLURM reaches no controller (sinfo: sinfo: fatal: "
+        "Could not establish a configuration source); submit the sweep from a SLURM login node, or run its jobs here "
+        "with hydra/launcher=local"]
+    assert not (tmp_path / "sweep" / ".submitit").exists()
+
+
+def test_a_partition_the_cluster_lacks_or_none_without_a_default_is_refused(monkeypatch, tmp_path):
+    """sbatch's `invalid partition specified` / `No partition specified or system default partition`, after the sweep
+    started (a FailedJobError of several lines, exit 1)."""
+    from framework.core import launcher as checks
+    from framework.core.errors import ConfigError
+
+    monkeypatch.setenv("PATH", fake_slurm(tmp_path, "printf 'cpu\\ngpu*\\ngpu*\\n'")["PATH"])
+    assert checks.slurm_partitions() == ["cpu", "gpu*"]
+    for ok in (None, "gpu", "cpu,gpu"):
+        checks.check_partition(ok, ["cpu", "gpu*"])
+    with pytest.raises(ConfigError, match=r"^hydra.launcher.partition: 'gpu,nope': nope is no partition of this "
+                                          r"cluster; valid: one of \['cpu', 'gpu'\] \(or a comma-separated list"):
+        checks.check_partition("gpu,nope", ["cpu", "gpu*"])
+    with pytest.raises(ConfigError, match=r"^hydra.launcher.partition: null, and this cluster has no default "
+                                          r"partition; valid: one of \['cpu', 'gpu'\]$"):
+        checks.check_partition(None, ["cpu", "gpu"])
 
 
 def test_the_search_recipes_sweeper_passes_and_a_count_below_one_is_refused():

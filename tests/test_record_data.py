@@ -39,6 +39,14 @@ def test_non_utf8_and_missing_files(tmp_path):
     file.write_bytes(b'{"text": "caf\xe9"}\n')
     with pytest.raises(DataError, match="not UTF-8"):
         load_records(spec("text", "local", str(file)), "train")
-    with pytest.raises(DataError, match="no such jsonl file"):
+    missing = f"^data.path: {tmp_path}/nope.jsonl: no such file or folder .data.source=local.; valid: a jsonl file"
+    with pytest.raises(DataError, match=missing + ", or a folder holding train.jsonl .and test.jsonl.$"):
         load_records(spec("text", "local", str(tmp_path / "nope.jsonl")), "train")
-    assert load_records(spec("text", "local", str(file.with_name("x.jsonl"))), "test") == []
+    assert load_records(spec("text", "local", str(file)), "test") == []  # a single file: no test split
+
+
+def test_a_utf8_bom_is_accepted(tmp_path):
+    """Excel and Notepad save UTF-8 with a byte-order mark; the first record loads as if it were not there."""
+    file = tmp_path / "bom.jsonl"
+    file.write_bytes(b'\xef\xbb\xbf{"text": "caf\xc3\xa9"}\n{"text": "two"}\n')
+    assert load_records(spec("text", "local", str(file)), "train") == ["caf\u00e9", "two"]

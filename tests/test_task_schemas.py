@@ -5,7 +5,8 @@ import yaml
 
 from framework.core.build import build
 from framework.core.errors import ConfigError
-from framework.tasks.dpo import DPOTask, check_dpo
+from framework.data.records import PreferencePair
+from framework.tasks.dpo import DPOTask, check_distinct_pairs, check_dpo
 from framework.tasks.pretrain import PretrainTask, check_pretrain
 from framework.tasks.sft import SFTTask, check_sft
 
@@ -45,3 +46,17 @@ def test_bad_values_name_the_key(task, key, value, message):
 def test_unknown_and_nested_keys_are_named():
     with pytest.raises(ConfigError, match=r"sft.lora.rnak: unknown key"):
         build(SFTTask, {**node("sft"), "lora": {**node("sft")["lora"], "rnak": 4}}, "sft")
+
+
+def test_identical_pairs_of_the_same_text_say_to_fix_the_data(caplog):
+    """Raising max_completion_length cannot part a pair whose chosen and rejected are one text."""
+    user = [{"role": "user", "content": "q"}]
+    pairs = [PreferencePair(user, "same", "same"), PreferencePair(user, "a b c", "a b d")]
+    with pytest.raises(ConfigError, match=r"2 of 2 training pairs of f.jsonl .* \(1 of them have the same chosen "
+                                          r"and rejected text: fix the data\)$"):
+        check_distinct_pairs(pairs, [([1], [1]), ([2, 3], [2, 3])], 2, "f.jsonl")
+    check_distinct_pairs(pairs, [([1], [1]), ([2, 3], [2, 4])], 3, "f.jsonl")
+    assert "1 of 2 training pairs of f.jsonl" in caplog.text and "train on nothing" in caplog.text
+    caplog.clear()
+    check_distinct_pairs(pairs, [([1], [2]), ([2, 3], [2, 4])], 3, "f.jsonl")
+    assert not caplog.text

@@ -59,6 +59,16 @@ class Checkpoint:
         return self.path / name
 
 
+def _is_manifest(manifest: Any, step: int) -> bool:
+    """The fields this store reads, of the types it writes: a manifest of another shape was a traceback on resume."""
+    if not isinstance(manifest, dict) or manifest.get("step") != step or not isinstance(manifest.get("files"), dict):
+        return False
+    entries = manifest["files"].values()
+    return (all(isinstance(e, dict) and isinstance(e.get("bytes"), int) and isinstance(e.get("sha256"), str)
+                for e in entries)
+            and isinstance(manifest.get("state", {}), dict) and isinstance(manifest.get("fingerprint", {}), dict))
+
+
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -154,7 +164,7 @@ class CheckpointStore:
             manifest = json.loads(manifest_path.read_text())
         except (OSError, ValueError) as exc:
             raise CheckpointError(f"{manifest_path}: unreadable manifest ({type(exc).__name__})") from None
-        if manifest.get("step") != step or not isinstance(manifest.get("files"), dict):
+        if not _is_manifest(manifest, step):  # also one cut off, or written by another version of the store
             raise CheckpointError(f"{manifest_path}: not a checkpoint manifest of step {step}")
         for name, entry in manifest["files"].items():
             file = path / name

@@ -6,6 +6,7 @@ ended without output, and hydra/launcher=slurm where SLURM is absent for a Runti
 from __future__ import annotations
 
 import shutil
+import subprocess
 from typing import Any, Mapping, Optional
 
 from framework.core.errors import ConfigError
@@ -19,6 +20,24 @@ OPTUNA_SETTINGS = {"n_trials": Count, "n_jobs": Count}  # recipe=sim_search
 FROM_HARDWARE = ("gpus_per_node", "tasks_per_node", "cpus_per_task", "mem_gb")  # conf/hardware/*.yaml's launcher
 
 
+def settings(node: Any, where: str) -> dict[str, Any]:
+    """A hydra.launcher / hydra.sweeper node's values, resolved; one whose interpolation names a missing key (a
+    hardware file without `launcher:`) was Hydra's warning of two lines and `Interpolation key ... not found`."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import InterpolationResolutionError
+
+    values = {}
+    for key in node:
+        try:
+            values[key] = node.get(key)
+        except InterpolationResolutionError as exc:
+            raw = OmegaConf.to_container(node, resolve=False)[key]
+            hint = (f"; the hardware file's launcher: {{{', '.join(FROM_HARDWARE)}}} sets it: add it there, or set "
+                    f"{where}.{key}=..." if "hardware.launcher." in str(raw) else f"; set {where}.{key}=...")
+            raise ConfigError(f"{where}.{key}: {raw} does not resolve ({exc}){hint}") from None
+    return values
+
+
 def check_launcher(launcher: Mapping[str, Any]) -> None:
     """A ConfigError naming the hydra.launcher key that submitit would fail on, or SLURM's absence."""
     from framework.core.validation import type_error
@@ -30,9 +49,48 @@ def check_launcher(launcher: Mapping[str, Any]) -> None:
         if key in launcher and (reason := type_error(launcher[key], annotation)):
             origin = f" (set by hardware.launcher.{key} unless given)" if key in FROM_HARDWARE else ""
             raise ConfigError(f"hydra.launcher.{key}: {reason}{origin}")
-    if target.endswith("SlurmLauncher") and shutil.which("srun") is None:
+    if not target.endswith("SlurmLauncher"):
+        return
+    if shutil.which("srun") is None:
         raise ConfigError("hydra/launcher: a SLURM launcher, and no SLURM on this machine (srun is not on PATH); "
                           "submit the sweep from a SLURM login node, or run its jobs here with hydra/launcher=local")
+    partitions = slurm_partitions()
+    if partitions is not None:
+        check_partition(launcher.get("partition"), partitions)
+
+
+def slurm_partitions() -> Optional[list[str]]:
+    """The cluster's partitions as sinfo lists them (the default one ends in '*'), None without sinfo. SLURM's
+    client without a reachable controller made sbatch fail after the sweep started (submitit's FailedJobError,
+    sbatch's lines twice, exit 1)."""
+    sinfo = shutil.which("sinfo")
+    if sinfo is None:
+        return None
+    try:
+        proc = subprocess.run([sinfo, "--all", "--noheader", "--format=%P"], capture_output=True, text=True,
+                              timeout=30)
+        problem = ([line for line in proc.stderr.splitlines() if line.strip()] or [f"exit {proc.returncode}"])[-1]
+    except subprocess.TimeoutExpired:
+        proc, problem = None, "no answer in 30 s"
+    if proc is None or proc.returncode:
+        raise ConfigError(f"hydra/launcher: a SLURM launcher, and this machine's SLURM reaches no controller (sinfo: "
+                          f"{problem}); submit the sweep from a SLURM login node, or run its jobs here with "
+                          f"hydra/launcher=local")
+    return sorted({line.strip() for line in proc.stdout.splitlines() if line.strip()})
+
+
+def check_partition(partition: Any, partitions: list[str]) -> None:
+    """sbatch refuses a partition the cluster lacks, and a job without one where no partition is the default."""
+    names = [name.rstrip("*") for name in partitions]
+    if partition is None:
+        if not any(name.endswith("*") for name in partitions):
+            raise ConfigError(f"hydra.launcher.partition: null, and this cluster has no default partition; valid: "
+                              f"one of {names}")
+        return
+    unknown = [name for name in str(partition).split(",") if name.strip() not in names]
+    if unknown:
+        raise ConfigError(f"hydra.launcher.partition: {partition!r}: {', '.join(unknown)} is no partition of this "
+                          f"cluster; valid: one of {names} (or a comma-separated list of them)")
 
 
 def check_sweeper(sweeper: Mapping[str, Any]) -> None:

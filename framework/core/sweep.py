@@ -110,11 +110,11 @@ class SweepSummaryCallback(Callback):
         settings are checked first: submitit's failures on them are no one-line errors."""
         from framework.core.errors import ConfigError
         from framework.core.failure import fail
-        from framework.core.launcher import check_launcher, check_sweeper
+        from framework.core.launcher import check_launcher, check_sweeper, settings
 
         try:
-            check_launcher({key: config.hydra.launcher.get(key) for key in config.hydra.launcher})
-            check_sweeper({key: config.hydra.sweeper.get(key) for key in config.hydra.sweeper})
+            check_launcher(settings(config.hydra.launcher, "hydra.launcher"))
+            check_sweeper(settings(config.hydra.sweeper, "hydra.sweeper"))
         except ConfigError as exc:  # Hydra turns a callback's exception into a warning: exit here, before any job
             fail(exc)
         sweep_dir = Path(config.hydra.sweep.dir)

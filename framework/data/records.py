@@ -96,7 +96,7 @@ def read_jsonl(path: Path, parse: Callable[[Any, str], Any], limit: int | None =
         raise DataError(f"{path}: no such {kind + ' ' if kind else ''}jsonl file")
     records = []
     try:
-        with path.open(encoding="utf-8") as lines:
+        with path.open(encoding="utf-8-sig") as lines:  # -sig: Excel and Notepad save JSONL with a BOM
             for number, line in enumerate(lines, start=1):
                 if limit is not None and len(records) >= limit:
                     break
@@ -125,18 +125,39 @@ def split_file(spec: RecordSpec, split: str) -> Path | None:
     return path if split == "train" else None
 
 
+def source_name(spec: RecordSpec, split: str = "train") -> str:
+    """The file (or hub id) `split` is read from, for messages."""
+    return f"{spec.path}:{split}" if spec.source == "hub" else str(split_file(spec, split))
+
+
 def load_records(spec: RecordSpec, split: str = "train", limit: int | None = None) -> list:
     """Validated records of `split` ("train" or "test"): messages lists, PreferencePairs or strings."""
     if split not in ("train", "test"):
         raise DataError(f"split {split!r} is unknown; valid: train, test")
     parse = PARSERS[spec.format]
     limit = spec.train_limit if split == "train" and limit is None else limit
+    check_path(spec)
     if spec.source == "hub":
         return _load_hub(str(spec.path), split, parse, limit)
     file = split_file(spec, split)
     if file is None:
         return []
     return read_jsonl(file, parse, limit)
+
+
+def check_path(spec: RecordSpec) -> None:
+    """data.path names a shipped sample, a local file or folder, or a hub id; a missing one was `None: no such jsonl
+    file` (or the recipe's sample name taken as a local file), naming no key."""
+    if spec.path is None:
+        needs = {"local": "a jsonl file, or a folder holding train.jsonl (and test.jsonl)",
+                 "sample": "a folder under framework/data/samples", "hub": "a data set id"}[spec.source]
+        raise DataError(f"data.path: null; data.source={spec.source} needs {needs}")
+    if spec.source == "sample" and not (SAMPLES / str(spec.path)).is_dir():
+        samples = sorted(p.name for p in SAMPLES.iterdir() if (p / "train.jsonl").is_file())
+        raise DataError(f"data.path: {spec.path!r} is not a shipped sample; valid: one of {samples}")
+    if spec.source == "local" and not Path(str(spec.path)).expanduser().exists():
+        raise DataError(f"data.path: {spec.path}: no such file or folder (data.source=local); valid: a jsonl file, "
+                        f"or a folder holding train.jsonl (and test.jsonl)")
 
 
 def _load_hub(dataset_id: str, split: str, parse: Callable[[Any, str], Any], limit: int | None) -> list:

@@ -75,3 +75,12 @@ def check_batch(global_batch: int, micro_batch: int, key: str) -> None:
     check_positive({"global_batch_size": global_batch, "micro_batch_size": micro_batch}, key)
     if global_batch % micro_batch:
         raise ConfigError(f"{key}.micro_batch_size: {micro_batch} must divide global_batch_size={global_batch}")
+
+
+def check_batch_fits_data(global_batch: int, records: int, where: str, key: str, limit: int | None = None) -> None:
+    """A global batch larger than the training set: TRL's step took the records there were (a smaller batch), mlx
+    repeated records within one step; neither said so. `limit`: data.train_limit."""
+    if global_batch > records:
+        more = "raise data.train_limit" if limit == records else "add records"
+        raise ConfigError(f"{key}.global_batch_size: {global_batch} is more than the {records} training records of "
+                          f"{where}; lower it (and {key}.micro_batch_size), or {more}")

@@ -40,6 +40,21 @@ def test_a_flipped_byte_falls_back_to_the_previous_checkpoint(tmp_path, caplog):
     assert "checksum mismatch" in caplog.text
 
 
+@pytest.mark.parametrize("damage", [lambda m: [1, 2], lambda m: m | {"files": {"w.bin": "ab12"}},
+                                    lambda m: m | {"files": {"w.bin": {"sha256": "ab12"}}},
+                                    lambda m: m | {"state": None}, lambda m: m | {"fingerprint": ["x"]}],
+                         ids=["a list", "files as strings", "no bytes", "state null", "fingerprint a list"])
+def test_a_manifest_of_another_shape_falls_back_to_the_previous_checkpoint(tmp_path, caplog, damage):
+    """One cut off or written by another version of the store: was AttributeError / TypeError (exit 1) on resume, or
+    a 'saved by a different setup' line printing the whole config."""
+    store = _store(tmp_path)
+    _save(store, 1)
+    manifest = _save(store, 2) / MANIFEST
+    manifest.write_text(json.dumps(damage(json.loads(manifest.read_text()))))
+    assert store.latest().step == 1
+    assert f"{manifest}: not a checkpoint manifest of step 2" in caplog.text
+
+
 
 def test_every_checkpoint_damaged_is_refused_not_a_fresh_start(tmp_path):
     """A fresh start there appended a second step 1.. to the run's metrics (was: None, training from step 0)."""

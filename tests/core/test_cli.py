@@ -73,3 +73,33 @@ def test_a_run_or_sweep_dir_that_cannot_be_made_is_one_line(tmp_path):
         assert proc.stderr.splitlines() == [f"error: {key}: cannot make the folder '{path}' ("
                                             f"{'File exists' if path == blocker else 'Not a directory'}: {path}); "
                                             "valid: a path where a folder can be made"]
+
+
+def test_a_hardware_file_of_a_config_dir_the_command_line_adds_runs(tmp_path):
+    """Hydra reads options from --config-dir and hydra.searchpath; the fast option check refused them as unknown
+    (`unknown hardware option 'mine'; valid: auto, a100, ...`), so a cluster's own hardware file outside the repo
+    could not be used. An option in neither place is still one line listing both."""
+    (tmp_path / "conf" / "hardware").mkdir(parents=True)
+    (tmp_path / "conf" / "hardware" / "mine.yaml").write_text(
+        (CONF_DIR / "hardware" / "h100.yaml").read_text().replace("name: h100", "name: mine"))
+    sim = ["backend=sim", "task=sim", "model=qwen3_8b", "progress=false"]
+    for where in (["--config-dir", str(tmp_path / "conf")], [f"hydra.searchpath=[file://{tmp_path / 'conf'}]"]):
+        proc = run_cli([*where, *sim, "hardware=mine", f"hydra.run.dir={tmp_path / 'run'}_{len(where)}"])
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "hardware=mine" in proc.stdout
+    proc = run_cli(["--config-dir", str(tmp_path / "conf"), *sim, "hardware=nope"])
+    assert proc.returncode == 2 and proc.stderr.startswith("error: unknown hardware option 'nope'; valid: auto, a100")
+    assert "mi300x, mine, tpu_v5e" in proc.stderr
+
+
+def test_an_empty_run_or_sweep_dir_is_one_line_and_writes_nothing(tmp_path):
+    """Hydra took '' for the current folder: config.yaml, metrics.jsonl, summary.json, .hydra/ (a sweep's tables)
+    landed beside whatever the user ran from, exit 0."""
+    sim = ["backend=sim", "task=sim", "model=qwen3_8b", "hardware=h100"]
+    for args in ([*sim, "hydra.run.dir="], ["-m", *sim, "hydra/launcher=local", "hydra.sweep.dir=''"]):
+        proc = run_cli(args, cwd=tmp_path)
+        key = args[-1].split("=")[0]
+        assert proc.returncode == 2 and proc.stderr.splitlines() == [
+            f"error: {key}: empty; valid: a folder path (`.` for the current folder, where an empty one put the "
+            f"records)"]
+        assert not list(tmp_path.iterdir())

@@ -72,6 +72,24 @@ SESSION_22: list[tuple[list[str], str]] = [
      f"model.path: {FIXTURES}/model_no_layers/config.json: num_hidden_layers: 0 is out of range; valid: >= 1"),
 ]
 
+# found in session 23 (a data.path that names nothing said `None: no such jsonl file` or took the recipe's sample
+# name for a local file, naming no key; run on every test run)
+SFT = ["recipe=sft_torch_cpu"]
+SESSION_23: list[tuple[list[str], str]] = [
+    ([*SFT, "data.source=local"], "data.path: chat: no such file or folder (data.source=local); valid: a jsonl file, "
+     "or a folder holding train.jsonl (and test.jsonl)"),
+    ([*SFT, "data.source=local", "data.path=null"],
+     "data.path: null; data.source=local needs a jsonl file, or a folder holding train.jsonl (and test.jsonl)"),
+    ([*SFT, "data.source=hub", "data.path=null"], "data.path: null; data.source=hub needs a data set id"),
+    ([*SFT, "data.path=nope"], "data.path: 'nope' is not a shipped sample; valid: one of ['chat', 'gsm8k', "
+     "'preference', 'text']"),
+    # a hardware file without launcher: (Hydra's 2-line warning, then `Interpolation key ... not found`)
+    ([*LOCAL_SWEEP, "~hardware.launcher"],
+     "hydra.launcher.cpus_per_task: ${hardware.launcher.cpus_per_task} does not resolve (Interpolation key "
+     "'hardware.launcher.cpus_per_task' not found); the hardware file's launcher: {gpus_per_node, tasks_per_node, "
+     "cpus_per_task, mem_gb} sets it: add it there, or set hydra.launcher.cpus_per_task=..."),
+]
+
 CASES: list[tuple[list[str], str]] = [
     # ---- groups: unknown, removed, null
     *[([f"{g}=nope"], f"unknown {g} option 'nope'; valid:") for g in ("backend", "task", "model", "hardware",
@@ -222,6 +240,7 @@ CASES: list[tuple[list[str], str]] = [
     *_ranges(["task=calibrate"], "calibrate.warmup", NON_NEGATIVE),
     *SESSION_21,
     *SESSION_22,
+    *SESSION_23,
 ]
 IDS = [" ".join(args[-1:]) + f" #{n}" for n, (args, _) in enumerate(CASES)]
 
@@ -257,6 +276,10 @@ def test_session_21s_refusals_are_one_line(tmp_path):
 
 def test_session_22s_refusals_are_one_line(tmp_path):
     assert not problems(SESSION_22, run_batch(SESSION_22, tmp_path))
+
+
+def test_session_23s_refusals_are_one_line(tmp_path):
+    assert not problems(SESSION_23, run_batch(SESSION_23, tmp_path))
 
 
 def test_an_adapters_own_check_is_its_line_not_hydras_wrapping(tmp_path):

@@ -80,3 +80,35 @@ def test_a_max_seq_length_every_prompt_fills(tmp_path, mlx_cache):
     line = one_line_error(["recipe=sft_mlx_cpu", "sft.steps=1", "progress=false", "sft.max_seq_length=8"],
                           tmp_path, mlx_cache)
     assert line.startswith("error: sft.max_seq_length: 8 tokens leave no training record a completion token")
+
+
+SAME = {"prompt": "What is 2+2?", "chosen": "The answer is four, because two plus two makes four in every base above "
+        "four.", "rejected": "The answer is four, because I said so and that is all."}
+DIFFERENT = {"prompt": "What is 3+3?", "chosen": "Six.", "rejected": "Seven, I think."}
+
+
+def test_dpo_pairs_that_truncate_to_the_same_tokens(tmp_path, mlx_cache):
+    """Such a pair has a zero loss gradient: all of them is one line before training, some a warning with the count
+    (was: exit 0 after a step of loss 0.6931, grad norm 0, without a word)."""
+    data = tmp_path / "pairs.jsonl"
+    short = [*DPO, "data.source=local", f"data.path={data}", "dpo.max_completion_length=6", "dpo.eval.every=0"]
+    data.write_text(f"{json.dumps(SAME)}\n" * 8)
+    line = one_line_error(short, tmp_path, mlx_cache)
+    assert line == (f"error: dpo.max_completion_length: 8 of 8 training pairs of {data} have the same chosen and "
+                    f"rejected tokens once cut to 6 tokens: the run would train on nothing; raise "
+                    f"dpo.max_completion_length")
+    data.write_text(f"{json.dumps(SAME)}\n" * 6 + f"{json.dumps(DIFFERENT)}\n" * 2)
+    proc = run_cli([*short, f"hydra.run.dir={tmp_path / 'some'}"], env={"CRUCIBLE_CACHE": str(mlx_cache)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"dpo.max_completion_length: 6 of 8 training pairs of {data} have the same" in proc.stderr
+
+
+def test_a_global_batch_beyond_the_training_records(tmp_path, mlx_cache):
+    """Was exit 0: every step repeated the 3 records to fill 8 rows, without a word."""
+    data = tmp_path / "chat.jsonl"
+    record = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    data.write_text(f"{json.dumps(record)}\n" * 3)
+    line = one_line_error(["recipe=sft_mlx_cpu", "sft.steps=1", "progress=false", "data.source=local",
+                           f"data.path={data}"], tmp_path, mlx_cache)
+    assert line == (f"error: sft.global_batch_size: 8 is more than the 3 training records of {data}; lower it (and "
+                    f"sft.micro_batch_size), or add records")

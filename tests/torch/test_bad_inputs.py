@@ -83,3 +83,37 @@ def test_a_max_seq_length_every_prompt_fills(tmp_path):
     """TRL drops the rows left no completion token; none left was torch's `num_samples=0` ValueError, exit 1."""
     line = one_line_error(run(tmp_path, [*SFT, "sft.max_seq_length=32", "sft.steps=1"]))
     assert line.startswith("error: sft.max_seq_length: 32 tokens leave no training record")
+
+
+SAME = {"prompt": "What is 2+2?", "chosen": "The answer is four, because two plus two makes four in every base above "
+        "four.", "rejected": "The answer is four, because I said so and that is all."}
+DIFFERENT = {"prompt": "What is 3+3?", "chosen": "Six.", "rejected": "Seven, I think."}
+
+
+def pair_file(tmp_path, rows) -> Path:
+    """Pairs whose chosen and rejected share their first words: 6 completion tokens cannot tell SAME's apart."""
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_dpo_pairs_that_truncate_to_the_same_tokens(tmp_path):
+    """Such a pair has a zero loss gradient: all of them is one line before training, some a warning with the count
+    (was: exit 0 after steps of loss 0.6931, rewards 0, without a word)."""
+    short = [*DPO, "data.source=local", "dpo.max_completion_length=6", "dpo.steps=1", "dpo.eval.every=0"]
+    data = pair_file(tmp_path, [SAME] * 8)
+    line = one_line_error(run(tmp_path, [*short, f"data.path={data}"]))
+    assert line == (f"error: dpo.max_completion_length: 8 of 8 training pairs of {data} have the same chosen and "
+                    f"rejected tokens once cut to 6 tokens: the run would train on nothing; raise "
+                    f"dpo.max_completion_length")
+    data = pair_file(tmp_path, [SAME] * 6 + [DIFFERENT] * 2)
+    proc = run(tmp_path / "some", [*short, f"data.path={data}"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"dpo.max_completion_length: 6 of 8 training pairs of {data} have the same" in proc.stderr
+
+
+def test_a_global_batch_beyond_the_training_records(tmp_path):
+    """Was exit 0: TRL's steps took the 4 records there were (a batch of 4, not 8), without a word."""
+    line = one_line_error(run(tmp_path, [*SFT, "data.train_limit=4", "sft.steps=1"]))
+    assert line == (f"error: sft.global_batch_size: 8 is more than the 4 training records of {REPO_ROOT}/framework/"
+                    f"data/samples/chat/train.jsonl; lower it (and sft.micro_batch_size), or raise data.train_limit")

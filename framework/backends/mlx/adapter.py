@@ -17,7 +17,8 @@ from framework.core.build import build
 from framework.core.errors import ConfigError
 from framework.core.plain import to_plain
 from framework.data import data_spec
-from framework.data.records import RecordSpec, load_records
+from framework.data.records import RecordSpec, load_records, source_name
+from framework.tasks.common import check_batch_fits_data
 from framework.tasks.dpo import DPOTask, check_dpo
 from framework.tasks.sft import SFTTask, check_sft
 
@@ -64,6 +65,7 @@ class MLXAdapter(BackendAdapter):
         _check_mlx_support(task, task_name)
         data = data_spec(cfg.data, task_name)  # the format the task reads, or one line naming the options
         train = load_records(data, "train")
+        check_batch_fits_data(task.global_batch_size, len(train), source_name(data), task_name, data.train_limit)
         evaluate = task.eval.every > 0 and task.eval.num_examples > 0
         held_out = load_records(data, "test", limit=task.eval.num_examples) if evaluate else []
         model_source = resolve_model_dir(to_plain(cfg.model), Path(self.cache_dir) / "models")

@@ -15,6 +15,8 @@ from framework.backends.mlx.batching import collate_pairs, encode_pair
 from framework.backends.mlx.losses import dpo_batch, sequence_logps
 from framework.backends.mlx.trainers.base import MLXTrainer, as_arrays
 from framework.core.errors import DataError
+from framework.data.records import source_name
+from framework.tasks.dpo import check_distinct_pairs
 
 SUMS = ("loss", "pairs", "rewards_chosen", "rewards_rejected", "rewards_accuracy", "logps_chosen", "logps_rejected")
 
@@ -25,6 +27,8 @@ class DPOTrainer(MLXTrainer):
     def init(self) -> None:
         super().init()
         self.reference_model = self._load_reference() if self.task.reference == "model" else None
+        check_distinct_pairs(self.config.train_records, [(e["chosen"], e["rejected"]) for e in self.train_examples],
+                             self.task.max_completion_length, source_name(self.config.data))
         state = [self.model.state] + ([self.reference_model.state] if self.reference_model is not None else [])
         self.reference_fn = mx.compile(self._reference_logps, inputs=state)
         self.eval_fn = mx.compile(self.loss_fn, inputs=[self.model.state])

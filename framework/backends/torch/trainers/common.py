@@ -16,6 +16,8 @@ from framework.backends.torch.config import TorchConfig
 from framework.core.checkpoint import Checkpoint
 from framework.core.result import TrainingResult
 from framework.core.trainer import BaseTrainer
+from framework.data.records import source_name
+from framework.tasks.common import check_batch_fits_data
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,8 @@ class TRLTrainer(BaseTrainer):
 
         self.tokenizer = load_tokenizer(self.config.model_source, "model")
         self.train_rows, self.eval_rows = self.build_rows()
+        check_batch_fits_data(self.config.task.global_batch_size, len(self.train_rows), source_name(self.config.data),
+                              self.config.task_name, self.config.data.train_limit)
 
     def init(self) -> None:
         from transformers import PrinterCallback, set_seed

@@ -11,7 +11,8 @@ from framework.backends.torch.checkpointing import CrucibleCheckpointing
 from framework.backends.torch.data import as_dataset, dpo_rows
 from framework.backends.torch.model import frozen_copy, load_model
 from framework.backends.torch.trainers.common import TRLTrainer, training_arguments
-from framework.data.records import load_records
+from framework.data.records import load_records, source_name
+from framework.tasks.dpo import check_distinct_pairs
 
 
 class CheckpointedDPOTrainer(CrucibleCheckpointing, trl.DPOTrainer):
@@ -37,7 +38,8 @@ class DPOTrainer(TRLTrainer):
     def build_rows(self):
         task, spec = self.config.task, self.config.data
         held_out = load_records(spec, "test", task.eval.num_examples) if task.eval.num_examples else []
-        return dpo_rows(load_records(spec, "train")), dpo_rows(held_out)
+        self.train_pairs = load_records(spec, "train")
+        return dpo_rows(self.train_pairs), dpo_rows(held_out)
 
     def reference_model(self):
         """None where TRL derives the reference itself: LoRA (adapter disabled) and precomputed log-probs."""
@@ -55,8 +57,13 @@ class DPOTrainer(TRLTrainer):
                              max_length=task.max_prompt_length + task.max_completion_length,
                              beta=task.beta, loss_type=[task.loss_type], label_smoothing=task.label_smoothing,
                              precompute_ref_log_probs=task.reference == "precomputed")
-        return CheckpointedDPOTrainer(model=self.base_model, peft_config=self.peft_config, ref_model=self.reference_model(), args=args,
-                                      processing_class=self.tokenizer, train_dataset=as_dataset(self.train_rows),
-                                      eval_dataset=as_dataset(self.eval_rows) if self.eval_rows else None,
-                                      max_prompt_length=task.max_prompt_length,
-                                      max_completion_length=task.max_completion_length)
+        trainer = CheckpointedDPOTrainer(model=self.base_model, peft_config=self.peft_config,
+                                         ref_model=self.reference_model(), args=args,
+                                         processing_class=self.tokenizer, train_dataset=as_dataset(self.train_rows),
+                                         eval_dataset=as_dataset(self.eval_rows) if self.eval_rows else None,
+                                         max_prompt_length=task.max_prompt_length,
+                                         max_completion_length=task.max_completion_length)
+        tokens = trainer.train_dataset  # as truncated for training (_prepare_dataset)
+        check_distinct_pairs(self.train_pairs, list(zip(tokens["chosen_ids"], tokens["rejected_ids"])),
+                             task.max_completion_length, source_name(self.config.data))
+        return trainer
