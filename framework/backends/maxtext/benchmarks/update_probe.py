@@ -11,6 +11,8 @@ held the host before it returned (what the trainer logs as update_dispatch_time_
 With --profile, one update without beta is traced (the training phase alone; kernels named by their source lines from XLA's HLO dump): the GPU's
 busy time beside the wall time says whether the devices idle while the host dispatches. --idle-s leaves the devices idle before each update, as a rollout's
 memory-bound decode leaves them cooler than back-to-back updates (the card's clocks under a sustained load).
+--zero-advantages adds `beta0_zero`: the same program on all-zero advantages, so every gradient is zero, as in a
+recipe run on a random-init model (no reward); the card multiplies zeros at a higher clock under its power cap.
 """
 
 from __future__ import annotations
@@ -34,7 +36,10 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(__doc__.splitlines()[0], argv, {**OPTIONS, "--profile": {"default": None, "help": "trace dir"},
                                                       "--idle-s": {"type": float, "default": 0.0,
                                                                    "help": "the devices idle this long before each "
-                                                                           "update (a rollout's lighter load)"}})
+                                                                           "update (a rollout's lighter load)"},
+                                                      "--zero-advantages": {"action": "store_true",
+                                                                            "help": "also time beta0 on all-zero "
+                                                                                    "advantages (zero gradients)"}})
     if args.profile:  # every compiled program's HLO, so that the profile's kernels name their source lines
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                    f" --xla_dump_to={args.profile}/hlo --xla_dump_hlo_as_text").strip()
@@ -57,6 +62,10 @@ def main(argv: list[str] | None = None) -> dict:
         updates[name] = PolicyUpdate(model, task, optimizer, nn.unbox(boxed), shardings, mesh, DEFAULT_RULES)
         own = jax.tree.map(jnp.copy, params)
         states[name] = [own, updates[name].init_opt_state(own)]
+    if args.zero_advantages:  # the program of beta0 on all-zero advantages (a random-init recipe's rewards)
+        updates["beta0_zero"] = updates["beta0"]
+        own = jax.tree.map(jnp.copy, params)
+        states["beta0_zero"] = [own, updates["beta0"].init_opt_state(own)]
     ref_params = jax.tree.map(jnp.copy, params)
     rows, vocab = args.prompts * args.generations, model.config.vocab_size
     rng = np.random.default_rng(0)
@@ -68,8 +77,9 @@ def main(argv: list[str] | None = None) -> dict:
     def one(name: str) -> tuple[float, float]:
         time.sleep(args.idle_s)
         started = time.perf_counter()
+        batch = arrays | {"advantages": np.zeros(rows, np.float32)} if name == "beta0_zero" else arrays
         params_, opt_state, metrics = updates[name].start(*states[name], ref_params if name == "beta" else None,
-                                                          arrays)
+                                                          batch)
         dispatched = time.perf_counter()
         metrics()
         jax.block_until_ready(params_)
