@@ -176,3 +176,27 @@ def test_the_search_recipes_sweeper_passes_and_a_count_below_one_is_refused():
     for key in ("n_trials", "n_jobs"):
         with pytest.raises(ConfigError, match=rf"^hydra.sweeper.{key}: 0 is out of range; valid: >= 1$"):
             check_sweeper({**sweeper, key: 0})
+
+
+def test_a_partition_from_sbatch_partition_or_additional_parameters_is_the_one_checked(monkeypatch, tmp_path):
+    """sbatch takes SBATCH_PARTITION (or --partition from additional_parameters) where the launcher sets none: a
+    cluster with no default partition runs such jobs, and a wrong one there is named; another cluster (`clusters`)
+    has partitions this sinfo does not list."""
+    from framework.core import launcher as checks
+    from framework.core.errors import ConfigError
+
+    monkeypatch.setattr(checks.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(checks, "slurm_partitions", lambda: ["cpu", "gpu"])
+    slurm = {"_target_": "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher", "partition": None}
+    monkeypatch.setenv("SBATCH_PARTITION", "gpu")
+    checks.check_launcher({**slurm, "additional_parameters": {}})
+    monkeypatch.setenv("SBATCH_PARTITION", "nope")
+    with pytest.raises(ConfigError, match=r"^SBATCH_PARTITION \(environment\): 'nope': nope is no partition"):
+        checks.check_launcher({**slurm, "additional_parameters": {}})
+    monkeypatch.delenv("SBATCH_PARTITION")
+    checks.check_launcher({**slurm, "additional_parameters": {"partition": "cpu"}})
+    with pytest.raises(ConfigError, match=r"^hydra.launcher.additional_parameters.partition: 'nope': nope is no"):
+        checks.check_launcher({**slurm, "additional_parameters": {"partition": "nope"}})
+    checks.check_launcher({**slurm, "partition": "elsewhere", "additional_parameters": {"clusters": "other"}})
+    with pytest.raises(ConfigError, match=r"^hydra.launcher.partition: null, and this cluster has no default"):
+        checks.check_launcher({**slurm, "additional_parameters": {}})

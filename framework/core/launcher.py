@@ -5,6 +5,7 @@ ended without output, and hydra/launcher=slurm where SLURM is absent for a Runti
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from typing import Any, Mapping, Optional
@@ -55,8 +56,14 @@ def check_launcher(launcher: Mapping[str, Any]) -> None:
         raise ConfigError("hydra/launcher: a SLURM launcher, and no SLURM on this machine (srun is not on PATH); "
                           "submit the sweep from a SLURM login node, or run its jobs here with hydra/launcher=local")
     partitions = slurm_partitions()
-    if partitions is not None:
-        check_partition(launcher.get("partition"), partitions)
+    extra = launcher.get("additional_parameters") or {}
+    if partitions is not None and not {"clusters", "cluster", "M"} & set(extra):  # sinfo lists this cluster's only
+        partition, where = launcher.get("partition"), "hydra.launcher.partition"
+        if partition is None and extra.get("partition") is not None:
+            partition, where = extra["partition"], "hydra.launcher.additional_parameters.partition"
+        if partition is None and os.environ.get("SBATCH_PARTITION"):  # sbatch takes it where no --partition is given
+            partition, where = os.environ["SBATCH_PARTITION"], "SBATCH_PARTITION (environment)"
+        check_partition(partition, partitions, where)
 
 
 def slurm_partitions() -> Optional[list[str]]:
@@ -79,8 +86,9 @@ def slurm_partitions() -> Optional[list[str]]:
     return sorted({line.strip() for line in proc.stdout.splitlines() if line.strip()})
 
 
-def check_partition(partition: Any, partitions: list[str]) -> None:
-    """sbatch refuses a partition the cluster lacks, and a job without one where no partition is the default."""
+def check_partition(partition: Any, partitions: list[str], where: str = "hydra.launcher.partition") -> None:
+    """sbatch refuses a partition the cluster lacks, and a job without one where no partition is the default.
+    `where`: the setting that names it (the launcher's, its additional_parameters', or SBATCH_PARTITION)."""
     names = [name.rstrip("*") for name in partitions]
     if partition is None:
         if not any(name.endswith("*") for name in partitions):
@@ -89,7 +97,7 @@ def check_partition(partition: Any, partitions: list[str]) -> None:
         return
     unknown = [name for name in str(partition).split(",") if name.strip() not in names]
     if unknown:
-        raise ConfigError(f"hydra.launcher.partition: {partition!r}: {', '.join(unknown)} is no partition of this "
+        raise ConfigError(f"{where}: {partition!r}: {', '.join(unknown)} is no partition of this "
                           f"cluster; valid: one of {names} (or a comma-separated list of them)")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Iterable, Literal, Optional
 
 from framework.core.checkpoint import CheckpointPolicy
 from framework.core.dtypes import TrainDtype
@@ -63,19 +63,23 @@ def check_dpo(task: DPOTask, key: str = "dpo") -> None:
     task.checkpoint.check(f"{key}.checkpoint")
 
 
-def check_distinct_pairs(pairs: list[PreferencePair], completions: list[tuple[list[int], list[int]]],
+def check_distinct_pairs(pairs: list[PreferencePair], completions: Iterable[tuple[list[int], list[int]]],
                          max_completion_length: int, where: str, key: str = "dpo") -> None:
     """A pair whose chosen and rejected completions are the same tokens has a zero loss gradient: it trains on
-    nothing (TRL says nothing). `completions`: each pair's (chosen, rejected) token ids as truncated for training.
-    Every pair identical is one line naming the key; some, a warning with the count."""
-    identical = sum(1 for chosen, rejected in completions if list(chosen) == list(rejected))
+    nothing (TRL says nothing). `completions`: each pair's (chosen, rejected) token ids as truncated for training,
+    read once (an iterator, so a large data set is not held as Python lists). Every pair identical is one line naming
+    the key; some, a warning with the count."""
+    total = identical = 0
+    for chosen, rejected in completions:
+        total += 1
+        identical += list(chosen) == list(rejected)
     if not identical:
         return
     same_text = sum(1 for pair in pairs if pair.chosen == pair.rejected)
-    why = (f"{key}.max_completion_length: {identical} of {len(completions)} training pairs of {where} have the same "
+    why = (f"{key}.max_completion_length: {identical} of {total} training pairs of {where} have the same "
            f"chosen and rejected tokens once cut to {max_completion_length} tokens")
     way_out = f"raise {key}.max_completion_length" + (f" ({same_text} of them have the same chosen and rejected "
                                                        f"text: fix the data)" if same_text else "")
-    if identical == len(completions):
+    if identical == total:
         raise ConfigError(f"{why}: the run would train on nothing; {way_out}")
     log.warning("%s; those pairs train on nothing (zero gradient); %s", why, way_out)

@@ -1,16 +1,17 @@
 """The GRPO update with and without a KL reference (grpo.beta), timed alternately, with the host's dispatch time.
 
     python -m framework.backends.maxtext.benchmarks.update_probe --model qwen2_5_1_5b_instruct --micro-batch 64
-    python -m framework.backends.maxtext.benchmarks.update_probe --profile DIR   # + the beta update's kernels
+    python -m framework.backends.maxtext.benchmarks.update_probe --profile DIR   # + one beta-free update's kernels
     python -m framework.backends.maxtext.benchmarks.update_probe --tiny           # CPU check
 
 `PolicyUpdate.start` / `run` as the trainer calls them, on random rollouts of prompts x generations rows of
 prompt + new tokens (every token real): `beta0` without a reference, `beta` with grpo.beta 0.04 and a frozen copy
 of the weights (one log-prob pass per micro-batch before the accumulation). `dispatch_ms` is how long `start`
 held the host before it returned (what the trainer logs as update_dispatch_time_s); `ms` the whole update.
-With --profile, one update without beta is traced (the training phase alone; kernels named by their source lines from XLA's HLO dump): the GPU's
-busy time beside the wall time says whether the devices idle while the host dispatches. --idle-s leaves the devices idle before each update, as a rollout's
-memory-bound decode leaves them cooler than back-to-back updates (the card's clocks under a sustained load).
+With --profile, one update without beta is traced (the training phase alone; kernels named by their source lines
+from XLA's HLO dump; session 23's call B, at f91735b, traced the beta update): the GPU's busy time beside the wall time
+says whether the devices idle while the host dispatches. --idle-s leaves the devices idle before each update, as a
+rollout's memory-bound decode leaves them cooler than back-to-back updates (the card's clocks under a sustained load).
 --zero-advantages adds `beta0_zero`: the same program on all-zero advantages, so every gradient is zero, as in a
 recipe run on a random-init model (no reward); the card multiplies zeros at a higher clock under its power cap.
 """

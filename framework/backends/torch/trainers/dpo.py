@@ -63,7 +63,8 @@ class DPOTrainer(TRLTrainer):
                                          eval_dataset=as_dataset(self.eval_rows) if self.eval_rows else None,
                                          max_prompt_length=task.max_prompt_length,
                                          max_completion_length=task.max_completion_length)
-        tokens = trainer.train_dataset  # as truncated for training (_prepare_dataset)
-        check_distinct_pairs(self.train_pairs, list(zip(tokens["chosen_ids"], tokens["rejected_ids"])),
-                             task.max_completion_length, source_name(self.config.data))
+        tokens = trainer.train_dataset.select_columns(["chosen_ids", "rejected_ids"])  # truncated (_prepare_dataset)
+        completions = (pair for batch in tokens.iter(batch_size=1024)  # in batches: not the columns as Python lists
+                       for pair in zip(batch["chosen_ids"], batch["rejected_ids"]))
+        check_distinct_pairs(self.train_pairs, completions, task.max_completion_length, source_name(self.config.data))
         return trainer
