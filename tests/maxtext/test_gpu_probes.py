@@ -1,0 +1,23 @@
+"""Session 23's GPU probes run on CPU with --tiny (a check of the scripts, not of any figure): each times every
+variant its docstring names and records what scan_kept_fit and the docs read from its report."""
+
+from framework.backends.maxtext.benchmarks import logprob_probe, power_probe, update_probe
+
+
+def test_logprob_probe_times_the_pass_and_its_parts():
+    report = logprob_probe.main(["--tiny", "--steps", "1", "--warmup", "1"])
+    assert set(report["ms"]) == {"full", "full_bf16", "full_padded", "hidden"}
+    assert all(ms > 0 for ms in report["ms"].values()) and report["chunk"] == 128
+
+
+def test_update_probe_times_the_update_with_and_without_beta_and_on_zero_advantages():
+    report = update_probe.main(["--tiny", "--steps", "1", "--warmup", "1", "--zero-advantages"])
+    assert set(report["ms"]) == set(report["dispatch_ms"]) == {"beta0", "beta", "beta0_zero"}
+    assert report["remat"] == "none" and report["micro_batch"] == 4  # what scan_kept_fit predicts the update from
+
+
+def test_power_probe_reads_bursts_and_a_sustained_run_on_random_and_zero_operands():
+    report = power_probe.main(["--tiny"])
+    assert set(report["ms"]) == {f"{data}_{kind}" for data in ("random", "zeros")
+                                 for kind in ("burst", "sustained_last_second")}
+    assert all(report["sustained_ms"][data] for data in ("random", "zeros"))
