@@ -185,23 +185,28 @@ class OpInterpolator:
 
     def time_s(
         self, op: str, dtype: str, flops: float, nbytes: float, floor_s: float, batch: float | None = None,
-        kv_len: float | None = None, seq_len: float | None = None,
+        kv_len: float | None = None, seq_len: float | None = None, curve: str | None = None,
     ) -> float | None:
         """Interpolated time, or None when the op has no measurements of this dtype. batch with
         kv_len: a decode step's sequences and cached tokens; batch with seq_len: a prefill's
-        sequences and prompt tokens (attention's surfaces)."""
-        key = (op, dtype, flops, nbytes, floor_s, batch, kv_len, seq_len)
+        sequences and prompt tokens (attention's surfaces). `curve` ("compute" or "memory") reads that
+        curve whatever the size's roofline bound: attention's compute-bound curve holds its training-shape
+        timings, its memory-bound one the decode steps', and a training sequence near the ridge (GQA 4 at 512
+        tokens: as many bytes as FLOPs at peak) is still no decode step."""
+        key = (op, dtype, flops, nbytes, floor_s, batch, kv_len, seq_len, curve)
         if key not in self._cache:
             mode, length = ("decode", kv_len) if kv_len is not None else ("prefill", seq_len)
             surface = AttentionSurface.pick(self._surfaces, op, dtype, mode, nbytes, batch, length)
             if surface is not None:
                 self._cache[key] = surface.time_s(flops, nbytes, floor_s, batch, length)
             else:
-                self._cache[key] = self._interpolate(op, dtype, flops, nbytes, floor_s)
+                self._cache[key] = self._interpolate(op, dtype, flops, nbytes, floor_s, curve)
         return self._cache[key]
 
-    def _interpolate(self, op: str, dtype: str, flops: float, nbytes: float, floor_s: float) -> float | None:
+    def _interpolate(self, op: str, dtype: str, flops: float, nbytes: float, floor_s: float,
+                     curve: str | None = None) -> float | None:
         r, bound = self._roofline_s(op, dtype, flops, nbytes)
+        bound = curve or bound
         points = self._curves.get((op, dtype, bound)) or self._curves.get(
             (op, dtype, "memory" if bound == "compute" else "compute")
         )
