@@ -21,3 +21,10 @@ def test_power_probe_reads_bursts_and_a_sustained_run_on_random_and_zero_operand
     assert set(report["ms"]) == {f"{data}_{kind}" for data in ("random", "zeros")
                                  for kind in ("burst", "sustained_last_second")}
     assert all(report["sustained_ms"][data] for data in ("random", "zeros"))
+
+
+def test_a_kernel_name_two_programs_source_differently_is_marked_not_taken_from_the_last():
+    update = {"loop_multiply_fusion": "bf16[64,512,8960]  jit(_accumulate)/mlp/mul", "gemm_fusion_dot_15": "up_proj"}
+    log_probs = {"loop_multiply_fusion": "bf16[64,512,8960]  jit(_log_probs)/mlp/mul", "gemm_fusion_dot_15": "up_proj"}
+    merged = update_probe.merged_sources([update, log_probs])
+    assert merged == {"loop_multiply_fusion": update_probe.AMBIGUOUS, "gemm_fusion_dot_15": "up_proj"}

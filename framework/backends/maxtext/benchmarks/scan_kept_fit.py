@@ -19,7 +19,7 @@ import glob
 import json
 import os
 
-from framework.core.paths import REPO_ROOT, load_conf
+from framework.core.paths import load_conf
 
 COPY_KERNELS = ("memcpy32_post", "memcpy128")
 
@@ -35,20 +35,18 @@ def _report(path: str) -> dict | None:
 def predicted(report: dict) -> tuple[float, float, float]:
     """(training phase s, the scan's kept-output bytes per update, the card's peak bytes/s) the simulator gives the
     probe's update."""
-    from omegaconf import OmegaConf
-
+    from framework.backends.maxtext.benchmarks.grpo_step import grpo_task
     from framework.backends.maxtext.trainers.preflight import train_workload
-    from framework.core.build import build
-    from framework.tasks.grpo import GRPOTask
     from sims import simulate
     from sims.stacks import stack
 
-    values = OmegaConf.to_container(OmegaConf.load(REPO_ROOT / "conf" / "task" / "grpo.yaml").grpo)
-    rows, mb = report["rows"], report["micro_batch"]
-    task = build(GRPOTask, values | {"prompts_per_step": rows // 8, "num_generations": 8, "micro_batch_size": mb,
-                                     "max_prompt_tokens": report["prompt_tokens"], "beta": 0.0,
-                                     "max_new_tokens": report["new_tokens"]}, "grpo")
-    hardware = load_conf("hardware", "h200" if "H200" in report["device"] else "h100")["hardware"]
+    generations, mb = report.get("generations", 8), report["micro_batch"]  # session 23's calls: 16 x 8 rows
+    task = grpo_task(argparse.Namespace(prompts=report["rows"] // generations, generations=generations, micro_batch=mb,
+                                        prompt_tokens=report["prompt_tokens"], new_tokens=report["new_tokens"],
+                                        dtype="bfloat16"))
+    # the card update_probe ran with --hardware (older reports: read off the device name)
+    name = report.get("hardware") or ("h200" if "H200" in report["device"] else "h100")
+    hardware = load_conf("hardware", name)["hardware"]
     result = simulate(load_conf("model", report["model"])["hf_config"], hardware, {"tp": 1},
                       train_workload(task, mb, False, report.get("remat", "minimal")), stack="xla")
     scanned = stack("xla").scanned_update

@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> dict:
             times[name].append(one(name))
     timed = {name: t[args.warmup:] for name, t in times.items()}
     report = {"device": jax.devices()[0].device_kind, "model": args.model, "rows": rows,
-              "micro_batch": args.micro_batch, "remat": args.remat, "idle_s": args.idle_s,
+              "micro_batch": args.micro_batch, "remat": args.remat, "idle_s": args.idle_s, "hardware": args.hardware,
+              "generations": args.generations,
               "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
               "ms": {name: 1e3 * statistics.median(w for w, _ in t) for name, t in timed.items()},
               "dispatch_ms": {name: 1e3 * statistics.median(d for _, d in t) for name, t in timed.items()},
@@ -101,13 +102,27 @@ def main(argv: list[str] | None = None) -> dict:
     if args.profile:
         with jax.profiler.trace(args.profile, create_perfetto_trace=True):
             report["profiled_ms"] = 1e3 * one("beta0")[0]
-        sources = {}
+        programs = []
         for path in glob.glob(f"{args.profile}/hlo/*after_optimizations.txt"):
             with open(path) as dump:
-                sources |= hlo_sources(dump.read(), whole_op_name=True)
-        report["kernels"] = kernel_table(args.profile, top=80, sources=sources)
+                programs.append(hlo_sources(dump.read(), whole_op_name=True))
+        report["kernels"] = kernel_table(args.profile, top=80, sources=merged_sources(programs))
     print(json.dumps(report, indent=1))
     return report
+
+
+def merged_sources(programs: list[dict[str, str]]) -> dict[str, str]:
+    """One {kernel name: source} over every compiled program's: XLA names fusions per program, so a name two
+    programs give different sources (loop_multiply_fusion in the update and in a log-prob pass) says so
+    rather than taking the last program's."""
+    merged: dict[str, str] = {}
+    for sources in programs:
+        for name, source in sources.items():
+            merged[name] = source if merged.get(name, source) == source else AMBIGUOUS
+    return merged
+
+
+AMBIGUOUS = "(several programs name a kernel so)"
 
 
 if __name__ == "__main__":
