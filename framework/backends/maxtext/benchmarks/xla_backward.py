@@ -13,17 +13,14 @@ kept so XLA cannot drop it). Attention goes through Attention._packed (cuDNN in 
 update's passes do. `sims.calibration.train_bench.derive_backward` turns the pairs into backward
 measurements (backward = pair - forward, kept with the forward time: the table stores ratios).
 
-The vocabulary projection runs as trainers/update.py `completion_log_probs` ran it until session 16: `chunk`
-positions of every row at a time, under jax.checkpoint, so its backward recomputes the chunk's forward (the
-shipped xla tables were measured so; the update now runs models/vocab_projection.py, one custom backward with
-fewer passes over the logits, about 25 ms less per update at the recipe's shapes on an H100). lm_head is
-timed on [batch, chunk] rows (the checkpointed logits: the recompute is in its ratio) and the log-prob
-(`cross_entropy`: logsumexp, the target's logit, the entropy, on float32 logits) likewise; the simulator
-scales both by their FLOPs and bytes to the step's rows. Once per model: `grad_accumulate` (the update's
-jax.tree.map(jnp.add) of float32 gradients, one micro-batch) and `optimizer_step` (optax
-clip_by_global_norm + adamw on float32 master weights, the update's optimizer), over the model's
-parameters. Remat is not timed here: the simulator adds the recompute `minimal`/`full` run from the
-forward times (config.REMAT_WORKLOADS).
+The vocabulary head, one [batch, chunk] chunk as the update runs it (models/vocab_projection.py), comes from
+benchmarks/xla_vocab.py: `lm_head` and `cross_entropy` records whose sums are the head's measured forward and
+forward + backward (until session 24 the head was timed as it ran before session 16, under jax.checkpoint on
+float32 logits: the shipped session-13 records); the simulator scales both by their FLOPs and bytes to the
+step's rows. Once per model: `grad_accumulate` (the update's jax.tree.map(jnp.add) of float32 gradients, one
+micro-batch) and `optimizer_step` (optax clip_by_global_norm + adamw on float32 master weights, the update's
+optimizer), over the model's parameters. Remat is not timed here: the simulator adds the recompute
+`minimal`/`full` run from the forward times (config.REMAT_WORKLOADS).
 
 With --base (a forward calibration's microbench.json, same card) the table is refitted from the
 forward measurements plus these: <hardware>_xla.json in --out.
@@ -43,10 +40,11 @@ from sims.calculator import OP_CLASS, bind_dims
 from sims.calibration.fit import fit_table
 from sims.calibration.table import save_table
 from sims.calibration.train_bench import derive_backward, parameter_shapes
-from sims.train_work import GRAD_ACCUMULATE_BYTES, TRAIN_BACKWARD_FACTOR, loss_work, optimizer_bytes_per_param
+from sims.train_work import GRAD_ACCUMULATE_BYTES, TRAIN_BACKWARD_FACTOR, optimizer_bytes_per_param
 from sims.workload import Layout, parse_workload
 
 from framework.backends.maxtext.benchmarks.xla_calibrate import model_config, timing_fields, timing_session
+from framework.backends.maxtext.benchmarks.xla_vocab import chunk_records
 
 STACK = "xla"
 TRAINED = ("gemm", "attention", "norm", "elementwise", "embedding")
@@ -111,35 +109,6 @@ def with_backward(bench):
 
     alternative = with_backward(bench.alternative) if bench.alternative is not None else None
     return Bench(forward_backward, make_args, shared=bench.shared, alternative=alternative, form=bench.form)
-
-
-def vocab_benches(kernels, b: int, chunk: int):
-    """(lm_head, log-prob) Benches of one chunk as completion_log_probs runs it (jax.checkpoint)."""
-    import jax
-    import jax.numpy as jnp
-
-    from framework.backends.maxtext.benchmarks.xla_kernels import Bench
-    from framework.backends.maxtext.models import Transformer
-
-    c = kernels.config
-    head = "embed_tokens" if c.tie_word_embeddings else "lm_head"
-    weights = {head: kernels.params[head]}
-
-    @jax.checkpoint
-    def logits(x, params):
-        return kernels.model.apply({"params": params}, x, method=Transformer.logits)
-
-    @jax.checkpoint
-    def log_prob(logits, targets):
-        log_z = jax.nn.logsumexp(logits, axis=-1)
-        picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-        entropy = log_z - jnp.sum(jax.nn.softmax(logits, axis=-1) * logits, axis=-1)
-        return picked - log_z, jax.lax.stop_gradient(entropy)
-
-    head_bench = Bench(logits, lambda: (kernels.randn(b, chunk, c.hidden_size), kernels.fresh(weights)))
-    loss_bench = Bench(log_prob, lambda: (kernels.randn(b, chunk, c.vocab_size, dtype=jnp.float32),
-                                          jax.random.randint(kernels._split(), (b, chunk), 0, c.vocab_size)))
-    return head_bench, loss_bench
 
 
 def update_benches(shapes, param_dtype: str):
@@ -223,29 +192,9 @@ def measure(name: str, hf_config: dict, hardware: dict, plan: dict, workloads, t
             if node.op_type == "gemm":
                 record.update(m=int(dims["tokens"]), n=node.weights[0][1], k=node.weights[0][0])
             time_pair(bench, record, work["time_s"])
-        records_chunk = vocab_records(kernels, hf_config, hardware, parsed.batch, plan["chunk"], dtype)
-        for bench, record, estimate_s in records_chunk:
-            if (record["op"], record["flops"], record["bytes"]) not in seen:
-                seen.add((record["op"], record["flops"], record["bytes"]))
-                time_pair(bench, record, estimate_s)
+        if time.perf_counter() < deadline:
+            records += chunk_records(kernels, hf_config, hardware, parsed.batch, plan["chunk"], dtype, timer, log)
     return records + (update_records(name, hf_config, hardware, plan, timer, log) if update else [])
-
-
-def vocab_records(kernels, hf_config: dict, hardware: dict, batch: int, chunk: int, dtype: str) -> list:
-    """(bench, forward record, estimated seconds) of lm_head and the log-prob at one [batch, chunk] chunk."""
-    head_bench, loss_bench = vocab_benches(kernels, batch, chunk)
-    workload = {**train(batch, chunk), "dtype": dtype}
-    work = predict_op(hf_config, hardware, workload, "lm_head", stack=STACK)
-    rows = batch * chunk
-    point = {"mode": "train", "batch": batch, "seq_len": chunk, "kv_len": chunk, "tokens": rows}
-    vocab = kernels.config.vocab_size
-    head = {"benchmark": "lm_head", "op": "lm_head", "op_class": "gemm", "dtype": dtype, **point,
-            "flops": work["flops"], "bytes": work["bytes"], "m": rows, "n": vocab, "k": kernels.config.hidden_size}
-    flops, nbytes = loss_work(rows, vocab, 1, 4 if dtype == "fp32" else 2)
-    loss = {"benchmark": "cross_entropy", "op": "cross_entropy", "op_class": "elementwise", "own_op_only": True,
-            "dtype": dtype, **point, "flops": flops, "bytes": nbytes}
-    memory_s = nbytes / (hardware["hbm_tb_s"] * 1e12)
-    return [(head_bench, head, work["time_s"]), (loss_bench, loss, memory_s)]
 
 
 def update_records(name: str, hf_config: dict, hardware: dict, plan: dict, timer, log) -> list[dict]:
@@ -294,6 +243,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--hardware", default=None, help="conf/hardware name (default: from the device)")
     parser.add_argument("--base", default=None, help="a forward calibration's microbench.json: refit the table")
     parser.add_argument("--budget-s", type=float, default=None, help="seconds the timing may take (default: plan's)")
+    parser.add_argument("--models", nargs="+", default=None, metavar="CONF:B,B",
+                        help="time these conf/model names at these micro-batches of 512 tokens instead of the plan's")
     args = parser.parse_args(argv)
     started = time.perf_counter()
 
@@ -301,6 +252,9 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"[{time.perf_counter() - started:6.1f} s] {message}", flush=True)
 
     plan = TINY if args.tiny else FULL
+    if args.models:  # the layers' kernels only: no accumulation or optimizer step
+        plan = {**plan, "models": tuple((conf, conf, tuple(train(int(b), 512) for b in batches.split(",")), False)
+                                        for conf, batches in (spec.split(":") for spec in args.models))}
     env, hardware, timer = timing_session(args.hardware, plan, log)
     budget = args.budget_s or plan["budget_s"]
     out = Path(args.out)
