@@ -9,11 +9,13 @@ target's logit; backward, the logits recomputed, d logits written in one pass, t
 simulator holds this as two rows: `lm_head` (a GEMM) and the log-softmax over the vocabulary (`cross_entropy`;
 the log-prob pass's `log_probs` row reads its forward). Four timings per [batch, chunk] chunk, each in
 xla_kernels' compiled loop: the GEMM alone (`jnp.dot` in the compute dtype), the GEMM with its jax.vjp (two GEMMs),
-target_log_probs alone and with its jax.vjp. The records the table takes (microbench.py's format):
+and the update's own head (trainers/update.chunked_log_probs over two chunks, per chunk) alone and with its jax.vjp:
+over one chunk XLA would share the forward's logits GEMM with the backward's recompute, which the update's
+separate forward and backward chunk loops do not. The records the table takes (microbench.py's format):
   lm_head                        the GEMM alone
   lm_head_forward_backward       the GEMM's vjp plus one GEMM more: the backward's recompute of the logits
-  cross_entropy                  target_log_probs less the GEMM alone
-  cross_entropy_forward_backward target_log_probs' vjp less lm_head_forward_backward
+  cross_entropy                  the head less the GEMM alone
+  cross_entropy_forward_backward the head's vjp less lm_head_forward_backward
 so that the two rows add up to the measured head, forward and forward + backward. The weights are in the compute
 dtype (the layers' calibration does the same; a float32 master copy is cast per chunk, not counted here). The
 table refitted with these in place of session 13's chunk records (the pre-session-16 head under jax.checkpoint on
@@ -31,6 +33,7 @@ from sims import predict_op
 from sims.train_work import loss_work
 
 STACK = "xla"
+CHUNKS = 2  # chunks per timed head: the forward's and the backward's chunk loops stay apart, as in the update
 # (conf/model, micro-batch rows): the recipes' micro-batches (0.5B 128, 1.5B 64, Qwen3-8B 16) and smaller ones,
 # so the curves span the rows the layouts' sweeps use; Llama-3.2-1B: another vocabulary and hidden size.
 FULL = {"models": (("qwen2_5_0_5b_instruct", (128, 64, 32, 16)), ("qwen2_5_1_5b_instruct", (64, 32, 16)),
@@ -40,26 +43,35 @@ TINY = {"models": (("tiny_qwen2", (2, 1)),), "chunk": 8, "dtype": "float32", "re
 
 
 def head_benches(kernels, b: int, chunk: int) -> dict:
-    """{name: Bench} of one [b, chunk] chunk: the GEMM and target_log_probs, each alone and with its vjp."""
+    """{name: Bench}: the GEMM of one [b, chunk] chunk alone and with its vjp; the update's chunked head
+    (trainers/update.chunked_log_probs) over CHUNKS chunks alone and with its vjp."""
     import jax
     import jax.numpy as jnp
 
     from framework.backends.maxtext.benchmarks.xla_backward import with_backward
     from framework.backends.maxtext.benchmarks.xla_kernels import Bench
-    from framework.backends.maxtext.models.vocab_projection import head_kernel, target_log_probs
+    from framework.backends.maxtext.models.vocab_projection import head_kernel
+    from framework.backends.maxtext.trainers.update import chunked_log_probs
 
     c = kernels.config
-    kernel = head_kernel(c, kernels.params)
+    head = "embed_tokens" if c.tie_word_embeddings else "lm_head"
 
-    def hidden_and_kernel():
-        return kernels.randn(b, chunk, c.hidden_size), 0.02 * kernels.randn(*kernel.shape, dtype=c.dtype)
+    def weights():  # the parameter as the model holds it (the tied embedding [V, H]); head_kernel transposes it
+        return kernels.fresh({head: kernels.params[head]})
 
-    def with_targets():
-        return (*hidden_and_kernel(), jax.random.randint(kernels._split(), (b, chunk), 0, c.vocab_size))
+    def project(x, params):
+        return jnp.dot(x, head_kernel(c, params).astype(x.dtype))
 
-    gemm = Bench(lambda h, w: jnp.dot(h, w.astype(h.dtype)), hidden_and_kernel)
-    head = Bench(lambda h, w, t: target_log_probs(h, w, t, 1.0), with_targets)
-    return {"gemm": gemm, "gemm_vjp": with_backward(gemm), "head": head, "head_vjp": with_backward(head)}
+    def log_probs(x, params, targets):
+        return chunked_log_probs(x, head_kernel(c, params), targets, 1.0, chunk, lambda logits: logits)
+
+    def head_args():
+        targets = jax.random.randint(kernels._split(), (b, CHUNKS * chunk), 0, c.vocab_size)
+        return kernels.randn(b, CHUNKS * chunk, c.hidden_size), weights(), targets
+
+    gemm = Bench(project, lambda: (kernels.randn(b, chunk, c.hidden_size), weights()))
+    heads = Bench(log_probs, head_args)
+    return {"gemm": gemm, "gemm_vjp": with_backward(gemm), "head": heads, "head_vjp": with_backward(heads)}
 
 
 def chunk_records(kernels, hf_config: dict, hardware: dict, b: int, chunk: int, dtype: str, timer, log) -> list:
@@ -74,7 +86,9 @@ def chunk_records(kernels, hf_config: dict, hardware: dict, b: int, chunk: int, 
     estimates = {"gemm": gemm_s, "gemm_vjp": 3 * gemm_s, "head": gemm_s + loss_s, "head_vjp": 4 * gemm_s + 3 * loss_s}
     touched = {"gemm": work["bytes"], "gemm_vjp": 3 * work["bytes"], "head": work["bytes"] + nbytes,
                "head_vjp": 4 * work["bytes"] + 3 * nbytes}
-    us = {name: timer.time(bench, touched[name], estimates[name]).time_us for name, bench in benches.items()}
+    per_chunk = {"gemm": 1, "gemm_vjp": 1, "head": CHUNKS, "head_vjp": CHUNKS}  # the head's times: per chunk
+    us = {name: timer.time(bench, per_chunk[name] * touched[name], per_chunk[name] * estimates[name]).time_us
+          / per_chunk[name] for name, bench in benches.items()}
     parts = {"timing": "xla_fori_loop", "timed_us": us}
     head = {**point, "op": "lm_head", "op_class": "gemm", "flops": work["flops"], "bytes": work["bytes"],
             "m": rows, "n": vocab, "k": hidden}
@@ -86,9 +100,9 @@ def chunk_records(kernels, hf_config: dict, hardware: dict, b: int, chunk: int, 
         {**_pair(head), "benchmark": "lm_head_forward_backward", "time_us": head_both, **parts,
          "derived": "the GEMM's vjp + the GEMM (the backward recomputes the logits)"},
         {**loss, "benchmark": "cross_entropy", "time_us": max(us["head"] - us["gemm"], 0.0), **parts,
-         "derived": "target_log_probs - the GEMM"},
+         "derived": "the chunked head - the GEMM"},
         {**_pair(loss), "benchmark": "cross_entropy_forward_backward", "time_us": max(us["head_vjp"] - head_both, 0.0),
-         **parts, "derived": "target_log_probs' vjp - lm_head_forward_backward"},
+         **parts, "derived": "the chunked head's vjp - lm_head_forward_backward"},
     ]
     log(f"{hf_config.get('model_type', '?'):<8} {b:>4} x {chunk}: gemm {us['gemm']:9.1f}  vjp {us['gemm_vjp']:9.1f}  "
         f"head {us['head']:9.1f}  vjp {us['head_vjp']:9.1f} us  -> log-softmax {records[2]['time_us']:8.1f}, "

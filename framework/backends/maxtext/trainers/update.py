@@ -44,15 +44,21 @@ def completion_log_probs(model: Transformer, params: Any, input_ids: Array, atte
     hidden, _ = model.apply({"params": params}, input_ids, positions, attention_mask,
                             method=Transformer.hidden_states)
     hidden = hidden[:, -completion_length - 1:-1]  # the position before each completion token predicts it
-    targets = input_ids[:, -completion_length:]
-    batch = targets.shape[0]
-    chunk = max(1, min(chunk_size, completion_length))
-    padded = -(-completion_length // chunk) * chunk
-    hidden = jnp.pad(hidden, ((0, 0), (0, padded - completion_length), (0, 0)))
-    targets = jnp.pad(targets, ((0, 0), (0, padded - completion_length)))
-
-    kernel = head_kernel(model.config, params)
     layout = functools.partial(constrain, logical_axes=LOGITS_AXES, mesh=model.mesh, rules=model.rules)
+    return chunked_log_probs(hidden, head_kernel(model.config, params), input_ids[:, -completion_length:],
+                             temperature, chunk_size, layout)
+
+
+def chunked_log_probs(hidden: Array, kernel: Array, targets: Array, temperature: float, chunk_size: int,
+                      layout: Callable[[Array], Array]) -> tuple[Array, Array]:
+    """hidden [B, T, H], kernel [H, V], targets [B, T] -> (log-probs, entropy), float32 [B, T]: through the
+    vocabulary projection `chunk_size` positions at a time, recomputed in the backward pass, so at most
+    [B, chunk_size, V] logits are alive. `layout` constrains the logits' sharding."""
+    batch, length = targets.shape
+    chunk = max(1, min(chunk_size, length))
+    padded = -(-length // chunk) * chunk
+    hidden = jnp.pad(hidden, ((0, 0), (0, padded - length), (0, 0)))
+    targets = jnp.pad(targets, ((0, 0), (0, padded - length)))
 
     def chunk_stats(hidden_chunk: Array, target_chunk: Array) -> tuple[Array, Array]:
         # The backward recomputes the chunk's logits (models/vocab_projection.py): at most one chunk's are alive.
@@ -65,7 +71,7 @@ def completion_log_probs(model: Transformer, params: Any, input_ids: Array, atte
     log_probs, entropy = jax.lax.map(lambda args: chunk_stats(*args), (by_chunk(hidden), by_chunk(targets)))
 
     def unchunk(x: Array) -> Array:
-        return x.swapaxes(0, 1).reshape(batch, padded)[:, :completion_length]
+        return x.swapaxes(0, 1).reshape(batch, padded)[:, :length]
 
     return unchunk(log_probs), unchunk(entropy)
 
