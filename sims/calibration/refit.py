@@ -73,13 +73,21 @@ def refit_shipped(out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, spec in yaml.safe_load(SHIPPED.read_text()).items():
-        files = [str(REPO_ROOT / f) for f in spec["files"]]
         hardware_file = str(REPO_ROOT / spec["hardware"])
-        measurements = read_measurements(files)
+        measurements = [m for entry in spec["files"] for m in entry_measurements(entry)]
         table = fit_table(measurements, read_hardware_file(hardware_file), source=spec["source"], stack=spec["stack"])
         save_table(table, out_dir / name)
         written.append(out_dir / name)
     return written
+
+
+def entry_measurements(entry: str | dict) -> list[dict]:
+    """A refit.yaml file entry's measurements: a path, or {path, without_ops}: the file less the ops a later
+    file re-timed (their forward, forward + backward and derived backward records)."""
+    if isinstance(entry, str):
+        return read_measurements([str(REPO_ROOT / entry)])
+    dropped = set(entry.get("without_ops", ()))
+    return [m for m in read_measurements([str(REPO_ROOT / entry["path"])]) if m.get("op") not in dropped]
 
 
 def main() -> None:

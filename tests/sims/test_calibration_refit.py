@@ -11,7 +11,7 @@ from sims_helpers import REPO, hardware, model_config
 
 from sims import simulate
 from sims.benchmarks.repredict import repredict, table_measurements
-from sims.calibration.refit import read_measurements
+from sims.calibration.refit import entry_measurements, read_measurements
 from tests.conftest import run_cli
 
 RESULTS = REPO / "sims/benchmarks/results"
@@ -41,7 +41,7 @@ def test_shipped_tables_carry_fp8_gemms_and_only_graph_timed_collectives():
         table = json.loads((REPO / "sims/calibration/tables" / name).read_text())
         dtypes = {"bf16"} if spec["stack"] == "xla" else {"bf16", "fp8"}
         assert {g["dtype"] for g in table["gemm_measurements"]} == dtypes, name
-        collectives = [m for f in spec["files"] for m in read_measurements([str(REPO / f)]) if "collective" in m]
+        collectives = [m for entry in spec["files"] for m in entry_measurements(entry) if "collective" in m]
         assert all(m.get("timing") == "cuda_graph" for m in collectives), name
         assert bool(table.get("collectives")) == (spec["stack"] in ("torch_fused", "xla")), name
     kinds = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
@@ -126,3 +126,14 @@ def test_a_hardware_path_that_is_no_file_is_one_line(tmp_path):
     assert result.returncode == 2
     assert "refit.py: error: --hardware: h100 is not a file; valid: a conf/hardware/*.yaml path" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_refit_entry_without_ops_leaves_the_ops_a_later_file_re_timed():
+    # h200_xla.json's head: session 13's chunk records (the pre-session-16 head) give way to session 24's re-timing
+    spec = yaml.safe_load((REPO / "sims/calibration/tables/refit.yaml").read_text())["h200_xla.json"]
+    entry = next(e for e in spec["files"] if isinstance(e, dict))
+    whole = read_measurements([str(REPO / entry["path"])])
+    kept = entry_measurements(entry)
+    dropped = [m for m in whole if m not in kept]
+    assert {m["op"] for m in dropped} == set(entry["without_ops"]) == {"lm_head", "cross_entropy"}
+    assert not {m.get("op") for m in kept} & {"lm_head", "cross_entropy"} and len(kept) == len(whole) - len(dropped)
