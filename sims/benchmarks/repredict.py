@@ -24,7 +24,7 @@ import yaml
 
 from sims.benchmarks import accuracy, torch_fused
 from sims.benchmarks.accuracy_report import summarise
-from sims.calibration.refit import SHIPPED, read_measurements
+from sims.calibration.refit import SHIPPED, entry_measurements
 from sims.hardware import REPO_ROOT, read_hardware_file
 
 
@@ -37,7 +37,7 @@ def table_measurements(table: str) -> list[dict]:
     """The measurements a shipped table was refitted from (empty for a table refit.yaml does not list)."""
     shipped = Path(table).resolve().parent == SHIPPED.parent.resolve()
     spec = yaml.safe_load(SHIPPED.read_text()).get(Path(table).name) if shipped else None
-    return read_measurements([str(REPO_ROOT / f) for f in spec["files"]]) if spec else []
+    return [m for entry in spec["files"] for m in entry_measurements(entry)] if spec else []
 
 
 def repredict(saved: dict, hardware: dict) -> dict:

@@ -31,7 +31,7 @@ from sims import simulate
 from sims.benchmarks.accuracy import _free, environment, hardware_for, model_config
 from sims.calibration import microbench
 from sims.calibration.fit import fit_table
-from sims.calibration.refit import SHIPPED, read_measurements
+from sims.calibration.refit import SHIPPED, entry_measurements
 from sims.calibration.table import save_table
 from sims.calibration.timing import wall_median_s
 from sims.hardware import REPO_ROOT
@@ -62,19 +62,18 @@ def calibrate(stack: str, models: dict, hardware: dict, device: str, tiny: bool)
     return measurements
 
 
-def shipped_files(hardware: str, stack: str) -> list[str]:
-    """The measurement files the shipped table of (hardware, stack) is refitted from (none: unknown)."""
+def shipped_measurements(hardware: str, stack: str) -> list[dict]:
+    """The measurements the shipped table of (hardware, stack) is refitted from (none: unknown)."""
     name = f"{hardware}.json" if stack == "transformers" else f"{hardware}_{stack}.json"
     spec = yaml.safe_load(SHIPPED.read_text()).get(name)
-    return [str(REPO_ROOT / f) for f in spec["files"]] if spec else []
+    return [m for entry in spec["files"] for m in entry_measurements(entry)] if spec else []
 
 
 def fit_stack_table(stack: str, measurements: list[dict], hardware: dict, env: dict, out: Path) -> str:
-    files = shipped_files(hardware["name"], stack)
     source = (f"shipped {stack} measurements + sims.benchmarks.train_steps backward kernels on {env['device']}, "
               f"torch {env['torch']}, {env['date']}")
     path = out / f"{hardware['name']}_{stack}_train.json"
-    save_table(fit_table(read_measurements(files) + measurements, hardware, source=source, stack=stack), path)
+    save_table(fit_table(shipped_measurements(hardware["name"], stack) + measurements, hardware, source=source, stack=stack), path)
     return str(path)
 
 

@@ -81,13 +81,16 @@ def refit_shipped(out_dir: Path) -> list[Path]:
     return written
 
 
+def entry_path(entry: str | dict) -> str:
+    """A refit.yaml file entry's file, absolute: the entry is a path or {path, without_ops}."""
+    return str(REPO_ROOT / (entry if isinstance(entry, str) else entry["path"]))
+
+
 def entry_measurements(entry: str | dict) -> list[dict]:
     """A refit.yaml file entry's measurements: a path, or {path, without_ops}: the file less the ops a later
     file re-timed (their forward, forward + backward and derived backward records)."""
-    if isinstance(entry, str):
-        return read_measurements([str(REPO_ROOT / entry)])
-    dropped = set(entry.get("without_ops", ()))
-    return [m for m in read_measurements([str(REPO_ROOT / entry["path"])]) if m.get("op") not in dropped]
+    dropped = set() if isinstance(entry, str) else set(entry.get("without_ops", ()))
+    return [m for m in read_measurements([entry_path(entry)]) if m.get("op") not in dropped]
 
 
 def main() -> None:
