@@ -274,14 +274,14 @@ def measured_op_s(node: OpNode, ctx: Context, flops: float, nbytes: float, floor
         dtype = "bf16"
     if node.op_type == "attention" and ctx.workload.mode == "decode":  # its batch x KV surface, if measured
         return ctx.op_interpolator.time_s(node.name, dtype, flops, nbytes, floor_s, ctx.dims["batch"], ctx.dims["kv_len"])
-    # prefill: its batch x prompt surface, if measured; a training step's forward keeps the curve, which
-    # holds its own forward timings at training shapes (sims/calibration/train_bench.py): the compute-bound
-    # one, not the decode steps' where a sequence sits at the ridge (GQA 4 at 512 tokens: Llama-3.2-1B's update)
+    # prefill: its batch x prompt surface, if measured; a training step's forward its own forward timings at
+    # training shapes (sims/calibration/train_bench.py), else the compute-bound curve, never the decode steps'
+    # where a sequence sits at the ridge (GQA 4 at 512 tokens: Llama-3.2-1B's update)
     if node.op_type == "attention" and ctx.workload.mode == "prefill":
         return ctx.op_interpolator.time_s(node.name, dtype, flops, nbytes, floor_s, ctx.dims["batch"],
                                           seq_len=ctx.dims["seq_len"])
     if node.op_type == "attention" and ctx.workload.mode == "train":
-        return ctx.op_interpolator.time_s(node.name, dtype, flops, nbytes, floor_s, curve="compute")
+        return ctx.op_interpolator.time_s(node.name, dtype, flops, nbytes, floor_s, curve="train")
     return ctx.op_interpolator.time_s(node.name, dtype, flops, nbytes, floor_s)
 
 

@@ -104,9 +104,11 @@ def fit_table(
 
 def _surface_point(m: Mapping) -> dict:
     """Attention keeps its batch and length: decode its KV length, prefill its prompt length (a
-    surface over both where they form a grid)."""
+    surface over both where they form a grid); a training step's forward its mode (the steps' own curve)."""
     if m["op_class"] != "attention" or "batch" not in m:
         return {}
+    if m.get("mode") == "train":
+        return {"mode": "train"}
     if m.get("mode") == "decode" and "kv_len" in m:
         return {"batch": int(m["batch"]), "kv_len": int(m["kv_len"])}
     if m.get("mode") == "prefill" and "seq_len" in m:

@@ -164,7 +164,8 @@ class OpInterpolator:
     nearest end's efficiency is kept, so sizes below the smallest fall towards the floor.
 
     Attention measured on a full grid (decode: measurements carrying `batch` and `kv_len`; prefill:
-    `batch` and `seq_len`) is read from that surface instead: see AttentionSurface."""
+    `batch` and `seq_len`) is read from that surface instead: see AttentionSurface. Attention timed as a
+    training step's forward (`mode` "train") is a curve of its own, which only training steps read."""
 
     def __init__(
         self,
@@ -172,12 +173,15 @@ class OpInterpolator:
         roofline_s: Callable[[str, str, float, float], tuple[float, str]],
     ):
         self._roofline_s = roofline_s
-        curves = _medians(((m.op, m.dtype, m.flops, m.bytes), m.time_us * 1e-6) for m in measurements)
+        # points timed as a training step's forward (mode "train") make a curve of their own: cuDNN's training forward
+        # keeps the softmax statistics and runs slower than a prefill's of the same FLOPs (1.4x: Qwen2.5-1.5B, 32 x 512
+        # tokens, one H200, session 24), and a prefill or decode does not run it
+        curves = _medians(((m.op, m.dtype, m.flops, m.bytes, m.mode), m.time_us * 1e-6) for m in measurements)
         self._curves: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
-        for (op, dtype, flops, nbytes), t in curves.items():
+        for (op, dtype, flops, nbytes, mode), t in curves.items():
             r, bound = roofline_s(op, dtype, flops, nbytes)
             if r > 0:
-                self._curves.setdefault((op, dtype, bound), []).append((r, t))
+                self._curves.setdefault((op, dtype, mode or bound), []).append((r, t))
         for points in self._curves.values():
             points.sort()
         self._surfaces = AttentionSurface.build_all(measurements, roofline_s)
@@ -190,9 +194,10 @@ class OpInterpolator:
         """Interpolated time, or None when the op has no measurements of this dtype. batch with
         kv_len: a decode step's sequences and cached tokens; batch with seq_len: a prefill's
         sequences and prompt tokens (attention's surfaces). `curve` ("compute" or "memory") reads that
-        curve whatever the size's roofline bound: attention's compute-bound curve holds its training-shape
-        timings, its memory-bound one the decode steps', and a training sequence near the ridge (GQA 4 at 512
-        tokens: as many bytes as FLOPs at peak) is still no decode step."""
+        curve whatever the size's roofline bound: attention's memory-bound curve holds the decode steps', and
+        a training sequence near the ridge (GQA 4 at 512 tokens: as many bytes as FLOPs at peak) is still no
+        decode step; "train" reads the points timed as a training step's forward alone (the compute-bound
+        curve where a table has none)."""
         key = (op, dtype, flops, nbytes, floor_s, batch, kv_len, seq_len, curve)
         if key not in self._cache:
             mode, length = ("decode", kv_len) if kv_len is not None else ("prefill", seq_len)
@@ -206,8 +211,9 @@ class OpInterpolator:
     def _interpolate(self, op: str, dtype: str, flops: float, nbytes: float, floor_s: float,
                      curve: str | None = None) -> float | None:
         r, bound = self._roofline_s(op, dtype, flops, nbytes)
-        bound = curve or bound
-        points = self._curves.get((op, dtype, bound)) or self._curves.get(
+        points = self._curves.get((op, dtype, curve)) if curve == "train" else None
+        bound = "compute" if curve == "train" else curve or bound
+        points = points or self._curves.get((op, dtype, bound)) or self._curves.get(
             (op, dtype, "memory" if bound == "compute" else "compute")
         )
         if not points:

@@ -100,6 +100,7 @@ class OpMeasurement:
     batch: int | None = None  # decode attention: sequences and cached tokens (its batch x KV surface)
     kv_len: int | None = None
     seq_len: int | None = None  # prefill attention on a grid: with batch, its batch x prompt-length surface
+    mode: str | None = None  # "train": attention timed as a training step's forward (the steps' own curve)
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,7 @@ def save_table(table: EfficiencyTable, path: str | Path) -> None:
 
 def _op_measurement(entry: Mapping, origin: str) -> OpMeasurement:
     check_mapping(origin, entry)
-    no_unknown(origin, entry, sorted({"op", "dtype", "flops", "bytes", "time_us", "batch", "kv_len", "seq_len"}))
+    no_unknown(origin, entry, sorted({"op", "dtype", "flops", "bytes", "time_us", "batch", "kv_len", "seq_len", "mode"}))
     missing = [key for key in ("op", "dtype", "flops", "bytes", "time_us") if key not in entry]
     if missing:
         needed = "op, dtype, flops, bytes, time_us"
@@ -294,6 +295,9 @@ def _op_measurement(entry: Mapping, origin: str) -> OpMeasurement:
     for key, value in point.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{origin}: {key} is {value!r}; expected an integer >= 1")
+    if "mode" in entry:
+        check_member(f"{origin}: mode", entry["mode"], ("train",))
+        point["mode"] = entry["mode"]
     return OpMeasurement(str(entry["op"]), entry["dtype"], *numbers, **point)
 
 

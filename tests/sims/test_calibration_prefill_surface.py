@@ -161,3 +161,33 @@ def test_a_tensor_parallel_prefill_takes_the_nearest_measured_width():
     m = prefill_point(8, 512)  # at tp=2: half the bytes per token, log2 13.3, nearer the 20480-byte model
     got = interpolator.time_s("attention", "bf16", m.flops, m.bytes / 2, FLOOR, 8, seq_len=512)
     assert got == pytest.approx(true_time_s(8, 512))
+
+
+def test_a_training_steps_attention_reads_the_points_timed_as_a_training_forward(tmp_path):
+    # cuDNN's training forward (keeping the softmax statistics) ran 1.4x a prefill's of the same FLOPs on an H200
+    # (Qwen2.5-1.5B at 32 x 512: 95.8 us against 69.2; session 24): the training step reads its own points
+    cfg, h100 = model_config("qwen3_8b"), hardware("h100", efficiency_table=None)
+    records = []
+    for b in (4, 16, 64):
+        for mode, slow in (("prefill", 1.0), ("train", 1.4)):
+            work = predict_op(cfg, h100, {"mode": mode, "batch": b, "seq_len": 512}, "attention")
+            records.append({"op": "attention", "op_class": "attention", "dtype": "bf16", "mode": mode, "batch": b,
+                            "seq_len": 512, "kv_len": 512, "flops": work["flops"], "bytes": work["bytes"],
+                            "time_us": slow * true_time_s(b, 512) * 1e6})
+    table = fit_table(records, h100)
+    assert sorted(m.mode or "" for m in table.op_measurements) == ["", "", "", "train", "train", "train"]
+    assert EfficiencyTable.from_dict(json.loads(json.dumps(table.to_dict()))) == table
+    save_table(table, tmp_path / "t.json")
+    calibrated = hardware("h100", efficiency_table=str(tmp_path / "t.json"))
+    train = predict_op(cfg, calibrated, {"mode": "train", "batch": 16, "seq_len": 512}, "attention")
+    prefill = predict_op(cfg, calibrated, {"mode": "prefill", "batch": 16, "seq_len": 512}, "attention")
+    assert train["time_s"] == pytest.approx(1.4 * true_time_s(16, 512))  # its forward alone; the backward elsewhere
+    assert prefill["time_s"] == pytest.approx(true_time_s(16, 512))
+    without = fit_table([r for r in records if r["mode"] == "prefill"], h100)  # no training points: the curve
+    save_table(without, tmp_path / "p.json")
+    assert predict_op(cfg, hardware("h100", efficiency_table=str(tmp_path / "p.json")),
+                      {"mode": "train", "batch": 16, "seq_len": 512}, "attention")["time_s"] == pytest.approx(
+        true_time_s(16, 512))
+    entry = {"op": "attention", "dtype": "bf16", "flops": 1.0, "bytes": 1.0, "time_us": 1.0, "mode": "prefill"}
+    with pytest.raises(ConfigError, match="mode"):
+        EfficiencyTable.from_dict({**table.to_dict(), "op_measurements": [entry]})
