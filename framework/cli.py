@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from framework.core.failure import EXIT_BAD_INPUT, EXIT_RUN_FAILED, debug_requested, fail
-from framework.core.paths import CONF_DIR
+from framework.core.paths import CONF_DIR, REPO_ROOT
 from framework.core.validation import register_resolvers
 
 register_resolvers()  # at import: a submitit job process imports run.py (and this) before resolving the config
@@ -22,26 +22,49 @@ register_resolvers()  # at import: a submitit job process imports run.py (and th
 REQUIRED_GROUPS = ("backend", "task", "model", "hardware", "logger")  # data=none exists for tasks without data
 
 
-def _group_options(group: str, extra_dirs: tuple = ()) -> list[str] | None:
-    """The options of `group` in conf/ and in the config dirs the command line adds (extra_dirs)."""
-    folders = [d / group for d in (CONF_DIR, *extra_dirs) if (d / group).is_dir()]
-    if not (CONF_DIR / group).is_dir():
+def _group_options(group: str, dirs: tuple = (CONF_DIR,)) -> list[str] | None:
+    """The options of `group` in the config dirs Hydra reads (the primary first); None where no dir has the group."""
+    folders = [d / group for d in dirs if (d / group).is_dir()]
+    if not folders:
         return None
     options = sorted({p.stem for folder in folders for p in folder.glob("*.yaml")})
     return ["auto", *options] if group == "hardware" else options  # auto: registered at start (core.hardware)
 
 
-def _extra_config_dirs(argv: list[str], overrides: list) -> tuple | None:
-    """Folders of `--config-dir DIR` and `hydra.searchpath=[...]` (Hydra reads options from them too); None where an
-    entry is no folder we can list (pkg://...): the options are then not checked here."""
-    entries = [value for flag, value in zip(argv, argv[1:]) if flag in ("--config-dir", "-cd")]
-    entries += [a.split("=", 1)[1] for a in argv if a.startswith("--config-dir=")]
+def _hydra_flags(argv: list[str]):
+    """Hydra's own reading of its flags (-cp/--config-path, -cd/--config-dir, `=` forms, abbreviations); None where
+    its parser refuses the line or exits (--version): Hydra then says so itself, once."""
+    import argparse
+
+    from hydra._internal.utils import get_args_parser
+
+    def refuse(*_args, **_kwargs):
+        raise argparse.ArgumentError(None, "")
+
+    parser = get_args_parser()
+    parser.error = parser.exit = refuse
+    parser._print_message = lambda *_args, **_kwargs: None
+    try:
+        return parser.parse_known_args(argv)[0]
+    except argparse.ArgumentError:
+        return None
+
+
+def _config_dirs(argv: list[str], overrides: list) -> tuple | None:
+    """The folders Hydra reads options from, as it finds them: the primary (conf/, or --config-path: absolute or
+    relative to run.py's folder), --config-dir (relative to the current one) and `hydra.searchpath=[...]` entries;
+    None where one is no folder we can list (pkg://...) or Hydra's parser refuses the flags: no check here then."""
+    flags = _hydra_flags(argv)
+    if flags is None:
+        return None
+    entries = [flags.config_dir] if flags.config_dir else []
     for override in overrides:
         if override.key_or_group == "hydra.searchpath" and isinstance(override.value(), list):
             entries += [str(entry) for entry in override.value()]
-    if any(entry.startswith("pkg://") for entry in entries):
+    if any(entry.startswith("pkg://") for entry in [*entries, flags.config_path or ""]):
         return None
-    return tuple(Path(entry.removeprefix("file://")).expanduser() for entry in entries)
+    primary = CONF_DIR if flags.config_path is None else Path(os.path.normpath(REPO_ROOT / flags.config_path))
+    return (primary, *(Path(entry.removeprefix("file://")).expanduser() for entry in entries))
 
 
 def check_group_options(argv: list[str]) -> str | None:
@@ -61,12 +84,12 @@ def check_group_options(argv: list[str]) -> str | None:
         if override.key_or_group in ("hydra.run.dir", "hydra.sweep.dir") and override.value() == "":
             return (f"{override.key_or_group}: empty; valid: a folder path (`.` for the current folder, where an empty "
                     f"one put the records)")
-    extra_dirs = _extra_config_dirs(argv, overrides)
-    if extra_dirs is None:
+    dirs = _config_dirs(argv, overrides)
+    if dirs is None:
         return None
     for override in overrides:
         group = override.key_or_group
-        options = _group_options(group, extra_dirs) if not group.startswith("hydra/") else None
+        options = _group_options(group, dirs) if not group.startswith("hydra/") else None
         if options is None:
             continue
         if override.is_delete() or (not override.is_sweep_override() and override.value() is None):
