@@ -90,6 +90,20 @@ SESSION_23: list[tuple[list[str], str]] = [
      "cpus_per_task, mem_gb} sets it: add it there, or set hydra.launcher.cpus_per_task=..."),
 ]
 
+# found in session 24 (Hydra's `Cannot merge DictConfig with ListConfig` named the key, not what it takes; run on
+# every test run)
+PARALLEL_KEYS = "parallel.KEY=VALUE with KEY one of dp, fsdp, tp, pp, ep, cp, rollout"
+SESSION_24: list[tuple[list[str], str]] = [
+    ([*SIM, "parallel=[1,2]"], f"parallel=[1,2]: parallel is a mapping, not a list; valid: its keys one at a time, "
+     f"{PARALLEL_KEYS}"),
+    ([*SIM, "parallel.rollout=[1]"], "parallel.rollout=[1]: parallel.rollout is a mapping, not a list; valid: its keys "
+     "one at a time, parallel.rollout.KEY=VALUE with KEY one of dp, fsdp, tp, pp, ep, cp, placement, devices"),
+    ([*SIM, "patches.enable={a: 1}"],
+     "patches.enable={a: 1}: patches.enable is a list, not a mapping; valid: a list, patches.enable=[a,b]"),
+    ([*SIM, "parallel=5"], f"parallel: expected a mapping of ParallelConfig fields, got 5; valid: its keys one at a "
+     f"time, {PARALLEL_KEYS}"),
+]
+
 CASES: list[tuple[list[str], str]] = [
     # ---- groups: unknown, removed, null
     *[([f"{g}=nope"], f"unknown {g} option 'nope'; valid:") for g in ("backend", "task", "model", "hardware",
@@ -241,6 +255,7 @@ CASES: list[tuple[list[str], str]] = [
     *SESSION_21,
     *SESSION_22,
     *SESSION_23,
+    *SESSION_24,
 ]
 IDS = [" ".join(args[-1:]) + f" #{n}" for n, (args, _) in enumerate(CASES)]
 
@@ -280,6 +295,10 @@ def test_session_22s_refusals_are_one_line(tmp_path):
 
 def test_session_23s_refusals_are_one_line(tmp_path):
     assert not problems(SESSION_23, run_batch(SESSION_23, tmp_path))
+
+
+def test_session_24s_refusals_are_one_line(tmp_path):
+    assert not problems(SESSION_24, run_batch(SESSION_24, tmp_path))
 
 
 def test_an_adapters_own_check_is_its_line_not_hydras_wrapping(tmp_path):
