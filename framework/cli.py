@@ -31,30 +31,40 @@ def _group_options(group: str, dirs: tuple = (CONF_DIR,)) -> list[str] | None:
     return ["auto", *options] if group == "hardware" else options  # auto: registered at start (core.hardware)
 
 
-def _hydra_flags(argv: list[str]):
-    """Hydra's own reading of its flags (-cp/--config-path, -cd/--config-dir, `=` forms, abbreviations); None where
-    its parser refuses the line or exits (--version): Hydra then says so itself, once."""
-    import argparse
+class _FlagsRefused(Exception):
+    """Hydra's parser refused the flags (the message) or would exit (None: --version)."""
 
+
+def _hydra_flags(argv: list[str]):
+    """(flags, None) as Hydra's own parser reads them (-cp/--config-path, -cd/--config-dir, `=` forms,
+    abbreviations), or (None, why) where it refuses the line: its usage block and error, as one line; (None, None)
+    where it would exit (--version: Hydra then prints it)."""
     from hydra._internal.utils import get_args_parser
 
-    def refuse(*_args, **_kwargs):
-        raise argparse.ArgumentError(None, "")
+    def refuse(message=None, *_args):
+        raise _FlagsRefused(message)
 
     parser = get_args_parser()
-    parser.error = parser.exit = refuse
+    parser.error = refuse
+    parser.exit = lambda *_args, **_kwargs: refuse()
     parser._print_message = lambda *_args, **_kwargs: None
     try:
-        return parser.parse_known_args(argv)[0]
-    except argparse.ArgumentError:
-        return None
+        return parser.parse_args(argv), None
+    except _FlagsRefused as refused:
+        message = refused.args[0]
+    if message is None:
+        return None, None
+    if message.startswith("unrecognized arguments:"):  # Hydra's flags first: overrides after one are not read
+        return None, (f"{message}; put Hydra's flags (-m, --cfg job, -cp DIR, ...) before the key=value overrides; "
+                      f"python run.py --hydra-help lists the flags")
+    return None, f"{message}; python run.py --hydra-help lists the flags"
 
 
 def _config_dirs(argv: list[str], overrides: list) -> tuple | None:
     """The folders Hydra reads options from, as it finds them: the primary (conf/, or --config-path: absolute or
     relative to run.py's folder), --config-dir (relative to the current one) and `hydra.searchpath=[...]` entries;
     None where one is no folder we can list (pkg://...) or Hydra's parser refuses the flags: no check here then."""
-    flags = _hydra_flags(argv)
+    flags = _hydra_flags(argv)[0]
     if flags is None:
         return None
     entries = [flags.config_dir] if flags.config_dir else []
@@ -72,6 +82,9 @@ def check_group_options(argv: list[str]) -> str | None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
+    refused = _hydra_flags(argv)[1]
+    if refused:
+        return refused
     parser = OverridesParser.create()
     overrides = []
     for arg in (a for a in argv if ("=" in a or a.startswith("~")) and not a.startswith("-")):
@@ -100,8 +113,26 @@ def check_group_options(argv: list[str]) -> str | None:
             continue
         values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
         for value in values:
-            if isinstance(value, str) and value not in options:
-                return f"unknown {group} option '{value}'; valid: {', '.join(options)}"
+            problem = _option_problem(group, value, options)
+            if problem:
+                return problem
+    return None
+
+
+ONE_OPTION = (*REQUIRED_GROUPS, "data")  # a list of these merges each over the last: qwen3_8b with another's experts
+
+
+def _option_problem(group: str, value, options: list[str]) -> str | None:
+    """Why `group=value` names no option (a number, `true`, a list of a one-option group); None if it does."""
+    if isinstance(value, dict):  # Hydra merges it into the group's node: validation checks its keys
+        return None
+    if isinstance(value, list) and len(value) != 1 and group in ONE_OPTION:
+        return (f"{group}=[{','.join(map(str, value))}]: one {group} option per run (Hydra merges a list's options, each over the one "
+                f"before); valid: one of {', '.join(options)}; a sweep over several: -m {group}=a,b")
+    for item in value if isinstance(value, list) else [value]:
+        if not isinstance(item, str) or item not in options:
+            shown = str(item).lower() if isinstance(item, bool) else item
+            return f"unknown {group} option '{shown}'; valid: {', '.join(options)}"
     return None
 
 

@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.core import env_info
 from framework.core.adapter import BackendAdapter
+from framework.core.build import build
 from framework.core.context import RunContext
 from framework.core.distributed import detect
 from framework.core.errors import ConfigError, CrucibleError
@@ -41,7 +42,7 @@ from framework.core.result import TrainingResult
 from framework.core.resume import ResumePoint, check_resumable, check_same_kind, run_fingerprint
 from framework.core.rundir import RunLock
 from framework.core.stopping import RunInterrupted, StopSignals, disk_full, exit_code, signal_name
-from framework.core.schema import HardwareConfig, LoggerConfig, ModelConfig, check_model_architecture
+from framework.core.schema import HardwareConfig, LoggerConfig, ModelConfig, PatchesConfig, check_model_architecture
 from framework.core.validation import (check_backend_runs_task, check_model_dir, check_path_exists, check_schema,
                                        check_targets, resolve_all, type_error)
 
@@ -57,6 +58,7 @@ def validate(cfg: DictConfig) -> BackendAdapter:
     check_schema(cfg, "model", ModelConfig)
     check_schema(cfg, "hardware", HardwareConfig)
     check_schema(cfg, "logger", LoggerConfig)
+    build(PatchesConfig, cfg.get("patches"), "patches")  # lists of ids: patches=3 was an AttributeError
     check_model_architecture(cfg.model.hf_config)
     check_path_exists(cfg.model.path, "model.path", "model directory")
     check_model_dir(cfg.model.path)

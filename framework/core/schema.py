@@ -1,4 +1,4 @@
-"""Typed schemas of the plain-data config groups (model, hardware, logger).
+"""Typed schemas of the plain-data config groups (model, hardware, logger) and of `patches`.
 
 They carry types only, no defaults: the YAML files are the single source of every value, and
 these classes check that a file has exactly the keys, with the types, that the code reads.
@@ -64,6 +64,12 @@ class WandbConfig:
 class LoggerConfig:
     name: str
     wandb: WandbConfig
+
+
+@dataclass
+class PatchesConfig:
+    enable: list[str]  # patch ids (patches.json of a run lists them)
+    disable: list[str]
 
 
 # hf_config fields every code path divides by or sizes arrays with: each must be an integer >= 1 when present.

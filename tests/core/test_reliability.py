@@ -102,6 +102,21 @@ SESSION_24: list[tuple[list[str], str]] = [
      "patches.enable={a: 1}: patches.enable is a list, not a mapping; valid: a list, patches.enable=[a,b]"),
     ([*SIM, "parallel=5"], f"parallel: expected a mapping of ParallelConfig fields, got 5; valid: its keys one at a "
      f"time, {PARALLEL_KEYS}"),
+    # a number for a group was `ValueError: Config group override must be a string or a list. Got int`, exit 1
+    ([*SIM, "logger=3"], "unknown logger option '3'; valid: jsonl, wandb"),
+    ([*SIM, "backend=true"], "unknown backend option 'true'; valid: maxtext, megatron, mlx, sim, torch"),
+    # was: exit 0, qwen3_8b with qwen3_30b_a3b's num_experts: 128 (Hydra merged the second over the first)
+    ([*SIM, "model=[qwen3_30b_a3b,qwen3_8b]"], "model=[qwen3_30b_a3b,qwen3_8b]: one model option per run (Hydra "
+     "merges a list's options, each over the one before); valid: one of deepseek_v3, "),
+    # were AttributeError / TypeError, exit 1
+    ([*SIM, "patches=3"], "patches: expected a mapping of PatchesConfig fields, got 3; valid: its keys one at a time, "
+     "patches.KEY=VALUE with KEY one of enable, disable"),
+    ([*SIM, "patches.enable=3"], "patches.enable: expected a list, got 3"),
+    # Hydra's argparse: its 7-line usage block, then the error
+    (["--cfg", "nope", *SIM], "argument --cfg/-c: invalid choice: 'nope' (choose from 'job', 'hydra', 'all'); python "
+     "run.py --hydra-help lists the flags"),
+    (["backend=sim", "-m", "task=sim"], "put Hydra's flags (-m, --cfg job, -cp DIR, ...) before the key=value "
+     "overrides; python run.py --hydra-help lists the flags"),
 ]
 
 CASES: list[tuple[list[str], str]] = [
