@@ -117,6 +117,13 @@ SESSION_24: list[tuple[list[str], str]] = [
      "run.py --hydra-help lists the flags"),
     (["backend=sim", "-m", "task=sim"], "put Hydra's flags (-m, --cfg job, -cp DIR, ...) before the key=value "
      "overrides; python run.py --hydra-help lists the flags"),
+    # the task node's own keys: two lines and TypeError / AttributeError (objective=3 after the run), exit 1
+    ([*SIM, "task.key_metrics=3"], "task.key_metrics: expected a list, got 3 (or null)"),
+    ([*SIM, "task.objective=3"], "task.objective: expected a mapping for TaskObjective, got 3 (or null)"),
+    ([*SIM, "~task.objective.metric"], "task.objective.metric: missing key"),
+    # a sweep read them as it ended: a UserWarning, exit 0 (key_metrics) or a 3-line warning (sweep_plot)
+    ([*LOCAL_SWEEP, "task.key_metrics=3"], "task.key_metrics: expected a list, got 3 (or null)"),
+    ([*LOCAL_SWEEP, "task.sweep_plot=nope.fn"], "task.sweep_plot: cannot import 'nope.fn' (No module named 'nope')"),
 ]
 
 CASES: list[tuple[list[str], str]] = [
