@@ -124,6 +124,9 @@ SESSION_24: list[tuple[list[str], str]] = [
     # a sweep read them as it ended: a UserWarning, exit 0 (key_metrics) or a 3-line warning (sweep_plot)
     ([*LOCAL_SWEEP, "task.key_metrics=3"], "task.key_metrics: expected a list, got 3 (or null)"),
     ([*LOCAL_SWEEP, "task.sweep_plot=nope.fn"], "task.sweep_plot: cannot import 'nope.fn' (No module named 'nope')"),
+    # every reward 0 whatever the model writes: was exit 0 after training on nothing
+    ([*GRPO, "grpo.rewards.correctness=0"], "grpo.rewards: every weight is 0 (correctness=0, format=0.0, tag_count=0.0): "
+     "every reward would be 0 and the model learn nothing; valid: at least one weight other than 0"),
 ]
 
 CASES: list[tuple[list[str], str]] = [
