@@ -77,6 +77,21 @@ def _config_dirs(argv: list[str], overrides: list) -> tuple | None:
     return (primary, *(Path(entry.removeprefix("file://")).expanduser() for entry in entries))
 
 
+def _config_dir_problem(argv: list[str], overrides: list) -> str | None:
+    """A --config-path that is no folder (a file: Hydra's 3-line ValueError, exit 1), a `hydra.searchpath` file://
+    entry that is none (Hydra's 2-line warning, and the run went on without it)."""
+    flags = _hydra_flags(argv)[0]
+    path = flags.config_path if flags is not None else None
+    if path and not path.startswith("pkg://") and not (REPO_ROOT / path).is_dir():
+        return (f"--config-path: {path!r} is no folder (absolute, or relative to run.py's folder {REPO_ROOT}); valid: "
+                f"the folder holding config.yaml (--config-name picks another file in it)")
+    for override in (o for o in overrides if o.key_or_group == "hydra.searchpath" and isinstance(o.value(), list)):
+        for entry in (str(e) for e in override.value() if str(e).startswith("file://")):
+            if not Path(entry.removeprefix("file://")).expanduser().is_dir():
+                return f"hydra.searchpath: {entry!r} is no folder; valid: file://DIR of a folder, or pkg://PACKAGE"
+    return None
+
+
 def check_group_options(argv: list[str]) -> str | None:
     """The first `group=option` override naming an option that does not exist, as an error line."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -100,6 +115,8 @@ def check_group_options(argv: list[str]) -> str | None:
     dirs = _config_dirs(argv, overrides)
     if dirs is None:
         return None
+    if problem := _config_dir_problem(argv, overrides):
+        return problem
     for override in overrides:
         group = override.key_or_group
         options = _group_options(group, dirs) if not group.startswith("hydra/") else None
@@ -127,7 +144,8 @@ def _option_problem(group: str, value, options: list[str]) -> str | None:
     if isinstance(value, dict):  # Hydra merges it into the group's node: validation checks its keys
         return None
     if isinstance(value, list) and len(value) != 1 and group in ONE_OPTION:
-        return (f"{group}=[{','.join(map(str, value))}]: one {group} option per run (Hydra merges a list's options, each over the one "
+        given = ",".join(map(str, value))
+        return (f"{group}=[{given}]: one {group} option per run (Hydra merges a list's options, each over the one "
                 f"before); valid: one of {', '.join(options)}; a sweep over several: -m {group}=a,b")
     for item in value if isinstance(value, list) else [value]:
         if not isinstance(item, str) or item not in options:

@@ -127,6 +127,11 @@ SESSION_24: list[tuple[list[str], str]] = [
     # every reward 0 whatever the model writes: was exit 0 after training on nothing
     ([*GRPO, "grpo.rewards.correctness=0"], "grpo.rewards: every weight is 0 (correctness=0, format=0.0, tag_count=0.0): "
      "every reward would be 0 and the model learn nothing; valid: at least one weight other than 0"),
+    # config dirs: Hydra's 3-line ValueError (exit 1); a 2-line warning, then the run without the folder (exit 0)
+    (["--config-path", "conf/config.yaml", *SIM], "--config-path: 'conf/config.yaml' is no folder (absolute, or "
+     "relative to run.py's folder "),
+    ([*SIM, "hydra.searchpath=[file:///nope]"],
+     "hydra.searchpath: 'file:///nope' is no folder; valid: file://DIR of a folder, or pkg://PACKAGE"),
 ]
 
 CASES: list[tuple[list[str], str]] = [
