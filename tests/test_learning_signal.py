@@ -25,7 +25,7 @@ def test_every_step_at_grad_norm_0_is_one_warning_naming_why_and_what_to_check(c
     assert warnings == [
         "grpo: grad_norm 0 at every step of this run (steps 1-4), the model learned nothing: every group's rewards "
         "were equal (zero_std_group_fraction 1), no advantage; check the rewards (grpo.rewards), the data, the "
-        "sampling (grpo.temperature) and that the model can earn one (a random-init model earns none)"]
+        "sampling (grpo.temperature, top_p) and that the model can earn one (a random-init model earns none)"]
     assert [r.getMessage() for r in caplog.records] == warnings  # in the log once, at the end
     assert watch.metrics() == {"zero_grad_norm_steps": 4}
 

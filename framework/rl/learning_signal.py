@@ -52,8 +52,8 @@ class ZeroGradientWatch:
     def _why(self) -> str:
         if self.tied:
             return (f": every group's rewards were equal (zero_std_group_fraction 1), no advantage; check the "
-                    f"rewards ({self.task}.rewards), the data, the sampling ({self.task}.temperature) and that the "
-                    f"model can earn one (a random-init model earns none)")
+                    f"rewards ({self.task}.rewards), the data, the sampling ({self.task}.temperature, top_p) and "
+                    f"that the model can earn one (a random-init model earns none)")
         return (", though some groups' rewards differed (equal rewards are the usual cause); check the loss, "
                 "advantages and clip_fraction in metrics.jsonl")
 

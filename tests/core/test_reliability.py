@@ -132,6 +132,9 @@ SESSION_24: list[tuple[list[str], str]] = [
      "relative to run.py's folder "),
     ([*SIM, "hydra.searchpath=[file:///nope]"],
      "hydra.searchpath: 'file:///nope' is no folder; valid: file://DIR of a folder, or pkg://PACKAGE"),
+    # greedy sampling: every group's completions alike, grad_norm 0 at every step, exit 0
+    ([*GRPO, "grpo.top_k=1"], "grpo.top_k: 1 samples greedily: a group's completions are all the same, so are their "
+     "rewards, and advantage_estimator=grpo learns nothing; valid: 0 (off) or >= 2"),
 ]
 
 CASES: list[tuple[list[str], str]] = [

@@ -294,6 +294,6 @@ def test_a_run_whose_every_step_had_grad_norm_0_says_why_once_and_exits_0(tmp_pa
     summary = json.loads((tmp_path / "summary.json").read_text())
     said = ("grpo: grad_norm 0 at every step of this run (steps 1-2), the model learned nothing: every group's rewards "
             "were equal (zero_std_group_fraction 1), no advantage; check the rewards (grpo.rewards), the data, the "
-            "sampling (grpo.temperature) and that the model can earn one (a random-init model earns none)")
+            "sampling (grpo.temperature, top_p) and that the model can earn one (a random-init model earns none)")
     assert summary["warnings"] == [said] and summary["metrics"]["zero_grad_norm_steps"] == 2
     assert proc.stderr.count("grad_norm 0") == 1 and f"  warning: {said}" in proc.stdout.splitlines()
