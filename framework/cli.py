@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from framework.core.failure import EXIT_BAD_INPUT, EXIT_RUN_FAILED, debug_requested, fail
-from framework.core.paths import CONF_DIR
+from framework.core.paths import CONF_DIR, REPO_ROOT
 from framework.core.validation import register_resolvers
 
 register_resolvers()  # at import: a submitit job process imports run.py (and this) before resolving the config
@@ -22,26 +22,74 @@ register_resolvers()  # at import: a submitit job process imports run.py (and th
 REQUIRED_GROUPS = ("backend", "task", "model", "hardware", "logger")  # data=none exists for tasks without data
 
 
-def _group_options(group: str, extra_dirs: tuple = ()) -> list[str] | None:
-    """The options of `group` in conf/ and in the config dirs the command line adds (extra_dirs)."""
-    folders = [d / group for d in (CONF_DIR, *extra_dirs) if (d / group).is_dir()]
-    if not (CONF_DIR / group).is_dir():
+def _group_options(group: str, dirs: tuple = (CONF_DIR,)) -> list[str] | None:
+    """The options of `group` in the config dirs Hydra reads (the primary first); None where no dir has the group."""
+    folders = [d / group for d in dirs if (d / group).is_dir()]
+    if not folders:
         return None
     options = sorted({p.stem for folder in folders for p in folder.glob("*.yaml")})
     return ["auto", *options] if group == "hardware" else options  # auto: registered at start (core.hardware)
 
 
-def _extra_config_dirs(argv: list[str], overrides: list) -> tuple | None:
-    """Folders of `--config-dir DIR` and `hydra.searchpath=[...]` (Hydra reads options from them too); None where an
-    entry is no folder we can list (pkg://...): the options are then not checked here."""
-    entries = [value for flag, value in zip(argv, argv[1:]) if flag in ("--config-dir", "-cd")]
-    entries += [a.split("=", 1)[1] for a in argv if a.startswith("--config-dir=")]
+class _FlagsRefused(Exception):
+    """Hydra's parser refused the flags (the message) or would exit (None: --version)."""
+
+
+def _hydra_flags(argv: list[str]):
+    """(flags, None) as Hydra's own parser reads them (-cp/--config-path, -cd/--config-dir, `=` forms,
+    abbreviations), or (None, why) where it refuses the line: its usage block and error, as one line; (None, None)
+    where it would exit (--version: Hydra then prints it)."""
+    from hydra._internal.utils import get_args_parser
+
+    def refuse(message=None, *_args):
+        raise _FlagsRefused(message)
+
+    parser = get_args_parser()
+    parser.error = refuse
+    parser.exit = lambda *_args, **_kwargs: refuse()
+    parser._print_message = lambda *_args, **_kwargs: None
+    try:
+        return parser.parse_args(argv), None
+    except _FlagsRefused as refused:
+        message = refused.args[0]
+    if message is None:
+        return None, None
+    if message.startswith("unrecognized arguments:"):  # Hydra's flags first: overrides after one are not read
+        return None, (f"{message}; put Hydra's flags (-m, --cfg job, -cp DIR, ...) before the key=value overrides; "
+                      f"python run.py --hydra-help lists the flags")
+    return None, f"{message}; python run.py --hydra-help lists the flags"
+
+
+def _config_dirs(argv: list[str], overrides: list) -> tuple | None:
+    """The folders Hydra reads options from, as it finds them: the primary (conf/, or --config-path: absolute or
+    relative to run.py's folder), --config-dir (relative to the current one) and `hydra.searchpath=[...]` entries;
+    None where one is no folder we can list (pkg://...) or Hydra's parser refuses the flags: no check here then."""
+    flags = _hydra_flags(argv)[0]
+    if flags is None:
+        return None
+    entries = [flags.config_dir] if flags.config_dir else []
     for override in overrides:
         if override.key_or_group == "hydra.searchpath" and isinstance(override.value(), list):
             entries += [str(entry) for entry in override.value()]
-    if any(entry.startswith("pkg://") for entry in entries):
+    if any(entry.startswith("pkg://") for entry in [*entries, flags.config_path or ""]):
         return None
-    return tuple(Path(entry.removeprefix("file://")).expanduser() for entry in entries)
+    primary = CONF_DIR if flags.config_path is None else Path(os.path.normpath(REPO_ROOT / flags.config_path))
+    return (primary, *(Path(entry.removeprefix("file://")).expanduser() for entry in entries))
+
+
+def _config_dir_problem(argv: list[str], overrides: list) -> str | None:
+    """A --config-path that is no folder (a file: Hydra's 3-line ValueError, exit 1), a `hydra.searchpath` file://
+    entry that is none (Hydra's 2-line warning, and the run went on without it)."""
+    flags = _hydra_flags(argv)[0]
+    path = flags.config_path if flags is not None else None
+    if path and not path.startswith("pkg://") and not (REPO_ROOT / path).is_dir():
+        return (f"--config-path: {path!r} is no folder (absolute, or relative to run.py's folder {REPO_ROOT}); valid: "
+                f"the folder holding config.yaml (--config-name picks another file in it)")
+    for override in (o for o in overrides if o.key_or_group == "hydra.searchpath" and isinstance(o.value(), list)):
+        for entry in (str(e) for e in override.value() if str(e).startswith("file://")):
+            if not Path(entry.removeprefix("file://")).expanduser().is_dir():
+                return f"hydra.searchpath: {entry!r} is no folder; valid: file://DIR of a folder, or pkg://PACKAGE"
+    return None
 
 
 def check_group_options(argv: list[str]) -> str | None:
@@ -49,6 +97,9 @@ def check_group_options(argv: list[str]) -> str | None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
+    refused = _hydra_flags(argv)[1]
+    if refused:
+        return refused
     parser = OverridesParser.create()
     overrides = []
     for arg in (a for a in argv if ("=" in a or a.startswith("~")) and not a.startswith("-")):
@@ -61,12 +112,14 @@ def check_group_options(argv: list[str]) -> str | None:
         if override.key_or_group in ("hydra.run.dir", "hydra.sweep.dir") and override.value() == "":
             return (f"{override.key_or_group}: empty; valid: a folder path (`.` for the current folder, where an empty "
                     f"one put the records)")
-    extra_dirs = _extra_config_dirs(argv, overrides)
-    if extra_dirs is None:
+    dirs = _config_dirs(argv, overrides)
+    if dirs is None:
         return None
+    if problem := _config_dir_problem(argv, overrides):
+        return problem
     for override in overrides:
         group = override.key_or_group
-        options = _group_options(group, extra_dirs) if not group.startswith("hydra/") else None
+        options = _group_options(group, dirs) if not group.startswith("hydra/") else None
         if options is None:
             continue
         if override.is_delete() or (not override.is_sweep_override() and override.value() is None):
@@ -77,8 +130,27 @@ def check_group_options(argv: list[str]) -> str | None:
             continue
         values = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
         for value in values:
-            if isinstance(value, str) and value not in options:
-                return f"unknown {group} option '{value}'; valid: {', '.join(options)}"
+            problem = _option_problem(group, value, options)
+            if problem:
+                return problem
+    return None
+
+
+ONE_OPTION = (*REQUIRED_GROUPS, "data")  # a list of these merges each over the last: qwen3_8b with another's experts
+
+
+def _option_problem(group: str, value, options: list[str]) -> str | None:
+    """Why `group=value` names no option (a number, `true`, a list of a one-option group); None if it does."""
+    if isinstance(value, dict):  # Hydra merges it into the group's node: validation checks its keys
+        return None
+    if isinstance(value, list) and len(value) != 1 and group in ONE_OPTION:
+        given = ",".join(map(str, value))
+        return (f"{group}=[{given}]: one {group} option per run (Hydra merges a list's options, each over the one "
+                f"before); valid: one of {', '.join(options)}; a sweep over several: -m {group}=a,b")
+    for item in value if isinstance(value, list) else [value]:
+        if not isinstance(item, str) or item not in options:
+            shown = str(item).lower() if isinstance(item, bool) else item
+            return f"unknown {group} option '{shown}'; valid: {', '.join(options)}"
     return None
 
 

@@ -171,3 +171,12 @@ def test_compute_rewards_rejects_unknown_names_and_mismatched_lengths():
         compute_rewards(["x"], ["1"], {})
     with pytest.raises(DataError, match="2 completions but 1 references"):
         compute_rewards(["x", "y"], ["1"], {"format": 1.0})
+
+
+def test_weights_that_are_all_zero_are_refused():
+    """Every reward 0 whatever the completions: no group ever differs, the run learned nothing and said so only at
+    its end (framework/rl/learning_signal.py); one weight other than 0 is enough."""
+    with pytest.raises(ConfigError, match=r"^rewards: every weight is 0 \(correctness=0, format=0.0\): every reward "
+                                          r"would be 0 and the model learn nothing; valid: at least one weight other"):
+        compute_rewards(["x"], ["1"], {"correctness": 0, "format": 0.0})
+    assert compute_rewards(["x"], ["1"], {"correctness": 0, "format": -0.5})[0].shape == (1,)

@@ -23,10 +23,12 @@ def build(cls: type[T], values: Any, key: str) -> T:
     from framework.core.validation import type_error
 
     values = to_plain(values)
-    if not isinstance(values, Mapping):
-        raise ConfigError(f"{key}: expected a mapping of {cls.__name__} fields, got {type(values).__name__}")
-    hints = typing.get_type_hints(cls, include_extras=True)  # Annotated ranges (framework/core/ranges.py)
     fields = [f.name for f in dataclasses.fields(cls) if f.init]
+    if not isinstance(values, Mapping):
+        got = "null" if values is None else repr(values)
+        raise ConfigError(f"{key}: expected a mapping of {cls.__name__} fields, got {got}; valid: its keys one at a "
+                          f"time, {key}.KEY=VALUE with KEY one of {', '.join(fields)}")
+    hints = typing.get_type_hints(cls, include_extras=True)  # Annotated ranges (framework/core/ranges.py)
     unknown = sorted(set(values) - set(fields) - HYDRA_KEYS)
     if unknown:
         raise ConfigError(f"{key}.{unknown[0]}: unknown key; valid: {', '.join(sorted(fields))}")

@@ -33,9 +33,27 @@ def _unknown_key(exc: BaseException) -> str | None:
     return f"unknown key '{full_key}'{hint} (use +{full_key}=... to add a new key)"
 
 
+def _list_for_mapping(exc: BaseException) -> str | None:
+    """`parallel=[1,2]`: Hydra's 'Cannot merge DictConfig with ListConfig' says which key, not what it takes."""
+    from omegaconf import DictConfig, ListConfig
+    from omegaconf.errors import ConfigTypeError
+
+    cause = exc.__cause__
+    if not isinstance(cause, ConfigTypeError) or not str(cause).startswith("Cannot merge "):
+        return None
+    key, node = getattr(cause, "full_key", "") or "", getattr(cause, "parent_node", None)
+    given = str(exc).removeprefix("Error merging override ").strip()
+    if isinstance(node, DictConfig):
+        return (f"{given}: {key} is a mapping, not a list; valid: its keys one at a time, {key}.KEY=VALUE with KEY "
+                f"one of {', '.join(str(k) for k in node.keys() if not str(k).startswith('_'))}")
+    if isinstance(node, ListConfig):
+        return f"{given}: {key} is a list, not a mapping; valid: a list, {key}=[a,b]"
+    return None
+
+
 def one_line(exc: BaseException) -> str:
     """A Hydra/OmegaConf error message folded into one line, with its cause when that says more."""
-    special = _unknown_key(exc)
+    special = _unknown_key(exc) or _list_for_mapping(exc)
     if special:
         return special
     parts = [line.strip() for line in str(exc).splitlines() if line.strip()]

@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.core import env_info
 from framework.core.adapter import BackendAdapter
+from framework.core.build import build
 from framework.core.context import RunContext
 from framework.core.distributed import detect
 from framework.core.errors import ConfigError, CrucibleError
@@ -34,6 +35,7 @@ from framework.core.failure import fail
 from framework.core.loggers import MetricLogger
 from framework.core.outcome import print_outcome
 from framework.core.patches import PatchContext, PatchRunner, Phase
+from framework.core.plain import to_plain
 from framework.core.paths import REPO_ROOT
 from framework.core.ranges import Seed
 from framework.core.records import RunRecords
@@ -41,7 +43,8 @@ from framework.core.result import TrainingResult
 from framework.core.resume import ResumePoint, check_resumable, check_same_kind, run_fingerprint
 from framework.core.rundir import RunLock
 from framework.core.stopping import RunInterrupted, StopSignals, disk_full, exit_code, signal_name
-from framework.core.schema import HardwareConfig, LoggerConfig, ModelConfig, check_model_architecture
+from framework.core.schema import (HardwareConfig, LoggerConfig, ModelConfig, PatchesConfig, check_model_architecture,
+                                   check_task_node)
 from framework.core.validation import (check_backend_runs_task, check_model_dir, check_path_exists, check_schema,
                                        check_targets, resolve_all, type_error)
 
@@ -57,6 +60,8 @@ def validate(cfg: DictConfig) -> BackendAdapter:
     check_schema(cfg, "model", ModelConfig)
     check_schema(cfg, "hardware", HardwareConfig)
     check_schema(cfg, "logger", LoggerConfig)
+    build(PatchesConfig, cfg.get("patches"), "patches")  # lists of ids: patches=3 was an AttributeError
+    check_task_node(cfg.task)
     check_model_architecture(cfg.model.hf_config)
     check_path_exists(cfg.model.path, "model.path", "model directory")
     check_model_dir(cfg.model.path)
@@ -229,6 +234,7 @@ class Runtime:
 
     def summary(self, result: TrainingResult) -> dict:
         libraries = list(self.versions)
+        key_metrics = to_plain(self.cfg.task.get("key_metrics"))
         return {
             "status": result.status,
             "success": result.success,
@@ -244,7 +250,7 @@ class Runtime:
             "warnings": [*(self.resume.warnings() if self.resume else []), *result.warnings],
             "startup_s": self.startup_s,  # launch (imports, config), prepare, trainer setup, init: before step 1
             "metrics": result.metrics,
-            "key_metrics": list(self.cfg.task.get("key_metrics") or []),
+            "key_metrics": key_metrics if isinstance(key_metrics, list) else [],  # a bad one: validate() said so
             "run_dir": str(self.run_dir),
             "result": result.to_dict(),
         }

@@ -1,4 +1,4 @@
-"""Typed schemas of the plain-data config groups (model, hardware, logger).
+"""Typed schemas of the plain-data config groups (model, hardware, logger), of `patches` and of the `task` node.
 
 They carry types only, no defaults: the YAML files are the single source of every value, and
 these classes check that a file has exactly the keys, with the types, that the code reads.
@@ -64,6 +64,38 @@ class WandbConfig:
 class LoggerConfig:
     name: str
     wandb: WandbConfig
+
+
+@dataclass
+class PatchesConfig:
+    enable: list[str]  # patch ids (patches.json of a run lists them)
+    disable: list[str]
+
+
+@dataclass
+class TaskObjective:
+    """What a search optimises (recipe=sim_search): run.py returns this metric of the run."""
+
+    metric: str
+    direction: Literal["minimize", "maximize"]
+
+
+# The `task` node's own keys (conf/task/*.yaml; a task's settings live under its name, e.g. grpo:). Read after the
+# run (key_metrics, objective) or the sweep (sweep_plot), so a wrong type failed there, with a traceback.
+TASK_NODE = {"name": str, "key_metrics": Optional[list[str]], "resume_may_change": Optional[list[str]],
+             "sweep_plot": Optional[str], "objective": Optional[TaskObjective]}
+
+
+def check_task_node(task: Any) -> None:
+    from framework.core.build import build
+    from framework.core.plain import to_plain
+    from framework.core.validation import type_error
+
+    for key, tp in TASK_NODE.items():
+        if key in task and (reason := type_error(to_plain(task.get(key)), tp)) is not None:
+            raise ConfigError(f"task.{key}: {reason}")
+    if task.get("objective") is not None:
+        build(TaskObjective, task.objective, "task.objective")
 
 
 # hf_config fields every code path divides by or sizes arrays with: each must be an integer >= 1 when present.

@@ -111,10 +111,15 @@ class SweepSummaryCallback(Callback):
         from framework.core.errors import ConfigError
         from framework.core.failure import fail
         from framework.core.launcher import check_launcher, check_sweeper, settings
+        from framework.core.schema import check_task_node
+        from framework.core.validation import import_target
 
         try:
             check_launcher(settings(config.hydra.launcher, "hydra.launcher"))
             check_sweeper(settings(config.hydra.sweeper, "hydra.sweeper"))
+            check_task_node(config.task)  # key_metrics and sweep_plot are read as the sweep ends: a warning there
+            if config.task.get("sweep_plot"):
+                import_target(config.task.sweep_plot, "task", "sweep_plot")
         except ConfigError as exc:  # Hydra turns a callback's exception into a warning: exit here, before any job
             fail(exc)
         sweep_dir = Path(config.hydra.sweep.dir)

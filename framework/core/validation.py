@@ -25,13 +25,13 @@ from framework.core.ranges import range_of
 
 
 
-def import_target(path: str, key: str) -> Any:
+def import_target(path: str, key: str, field: str = "_target_") -> Any:
     module_name, _, attr = path.rpartition(".")
     try:
         module = importlib.import_module(module_name)
         return getattr(module, attr)
     except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigError(f"{key}._target_: cannot import {path!r} ({exc})") from None
+        raise ConfigError(f"{key}.{field}: cannot import {path!r} ({exc})") from None
 
 
 def _type_name(tp: Any) -> str:

@@ -55,6 +55,9 @@ def check_reward_weights(weights: Mapping[str, float], key: str) -> None:
     if unknown or not weights:
         raise ConfigError(f"{key}: {unknown[0] if unknown else 'empty'} is not a reward; give {{name: weight}} with "
                           f"names from {', '.join(sorted(REWARD_FUNCTIONS))}")
+    if not any(weights.values()):  # every reward 0 whatever the completions: no advantage, nothing learned
+        raise ConfigError(f"{key}: every weight is 0 ({', '.join(f'{k}={v}' for k, v in weights.items())}): every "
+                          f"reward would be 0 and the model learn nothing; valid: at least one weight other than 0")
 
 
 def extract_answer(completion: str) -> str | None:

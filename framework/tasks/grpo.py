@@ -74,6 +74,10 @@ def check_grpo_values(task: GRPOTask, key: str = "grpo") -> None:
     if task.num_generations < 2 and task.advantage_estimator in ("grpo", "rloo"):
         raise ConfigError(f"{key}.num_generations: {task.num_generations} must be >= 2 for advantage_estimator="
                           f"{task.advantage_estimator} (a group needs two completions to compare)")
+    if task.top_k == 1 and task.advantage_estimator in ("grpo", "rloo"):  # every step's grad_norm 0, exit 0
+        raise ConfigError(f"{key}.top_k: 1 samples greedily: a group's completions are all the same, so are their "
+                          f"rewards, and advantage_estimator={task.advantage_estimator} learns nothing; valid: 0 (off) "
+                          f"or >= 2")
     if task.micro_batch_size != "auto" and task.rows_per_step % task.micro_batch_size:
         raise ConfigError(f"{key}.micro_batch_size: {task.micro_batch_size} must divide prompts_per_step x "
                           f"num_generations = {task.rows_per_step}")

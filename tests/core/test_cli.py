@@ -3,9 +3,11 @@ composing (fast); --cfg job composes."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 
-from tests.conftest import CONF_DIR, run_cli
+from tests.conftest import CONF_DIR, REPO_ROOT, run_cli
 
 
 def options(group: str) -> list[str]:
@@ -90,6 +92,28 @@ def test_a_hardware_file_of_a_config_dir_the_command_line_adds_runs(tmp_path):
     proc = run_cli(["--config-dir", str(tmp_path / "conf"), *sim, "hardware=nope"])
     assert proc.returncode == 2 and proc.stderr.startswith("error: unknown hardware option 'nope'; valid: auto, a100")
     assert "mi300x, mine, tpu_v5e" in proc.stderr
+
+
+def test_a_config_path_the_command_line_gives_is_where_the_options_are_read(tmp_path):
+    """--config-path (-cp) replaces conf/ as Hydra's primary config dir (absolute, or relative to run.py's folder);
+    the fast option check read conf/ only: an option of that dir was `unknown hardware option 'mine'`, and one
+    only conf/ has passed the check to fail in Hydra. Run from another folder: relative is not to the current one."""
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    (conf / "hardware" / "mine.yaml").write_text(
+        (conf / "hardware" / "h100.yaml").read_text().replace("name: h100", "name: mine"))
+    (conf / "hardware" / "h100.yaml").unlink()
+    sim = ["backend=sim", "task=sim", "model=qwen3_8b", "progress=false"]
+    relative = os.path.relpath(conf, REPO_ROOT)
+    for n, flags in enumerate((["--config-path", str(conf)], [f"-cp={relative}"], ["--config-path", relative])):
+        proc = run_cli([*flags, *sim, "hardware=mine", f"hydra.run.dir={tmp_path / 'run'}{n}"], cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "hardware=mine" in proc.stdout
+    valid = ", ".join(["auto", *sorted(p.stem for p in (conf / "hardware").glob("*.yaml"))])
+    for flags in (["--config-path", str(conf)], [f"-cp={relative}"]):
+        proc = run_cli([*flags, *sim, "hardware=h100"], cwd=tmp_path)
+        assert proc.returncode == 2
+        assert proc.stderr.splitlines() == [f"error: unknown hardware option 'h100'; valid: {valid}"]
 
 
 def test_an_empty_run_or_sweep_dir_is_one_line_and_writes_nothing(tmp_path):

@@ -90,6 +90,53 @@ SESSION_23: list[tuple[list[str], str]] = [
      "cpus_per_task, mem_gb} sets it: add it there, or set hydra.launcher.cpus_per_task=..."),
 ]
 
+# found in session 24 (Hydra's `Cannot merge DictConfig with ListConfig` named the key, not what it takes; run on
+# every test run)
+PARALLEL_KEYS = "parallel.KEY=VALUE with KEY one of dp, fsdp, tp, pp, ep, cp, rollout"
+SESSION_24: list[tuple[list[str], str]] = [
+    ([*SIM, "parallel=[1,2]"], f"parallel=[1,2]: parallel is a mapping, not a list; valid: its keys one at a time, "
+     f"{PARALLEL_KEYS}"),
+    ([*SIM, "parallel.rollout=[1]"], "parallel.rollout=[1]: parallel.rollout is a mapping, not a list; valid: its keys "
+     "one at a time, parallel.rollout.KEY=VALUE with KEY one of dp, fsdp, tp, pp, ep, cp, placement, devices"),
+    ([*SIM, "patches.enable={a: 1}"],
+     "patches.enable={a: 1}: patches.enable is a list, not a mapping; valid: a list, patches.enable=[a,b]"),
+    ([*SIM, "parallel=5"], f"parallel: expected a mapping of ParallelConfig fields, got 5; valid: its keys one at a "
+     f"time, {PARALLEL_KEYS}"),
+    # a number for a group was `ValueError: Config group override must be a string or a list. Got int`, exit 1
+    ([*SIM, "logger=3"], "unknown logger option '3'; valid: jsonl, wandb"),
+    ([*SIM, "backend=true"], "unknown backend option 'true'; valid: maxtext, megatron, mlx, sim, torch"),
+    # was: exit 0, qwen3_8b with qwen3_30b_a3b's num_experts: 128 (Hydra merged the second over the first)
+    ([*SIM, "model=[qwen3_30b_a3b,qwen3_8b]"], "model=[qwen3_30b_a3b,qwen3_8b]: one model option per run (Hydra "
+     "merges a list's options, each over the one before); valid: one of deepseek_v3, "),
+    # were AttributeError / TypeError, exit 1
+    ([*SIM, "patches=3"], "patches: expected a mapping of PatchesConfig fields, got 3; valid: its keys one at a time, "
+     "patches.KEY=VALUE with KEY one of enable, disable"),
+    ([*SIM, "patches.enable=3"], "patches.enable: expected a list, got 3"),
+    # Hydra's argparse: its 7-line usage block, then the error
+    (["--cfg", "nope", *SIM], "argument --cfg/-c: invalid choice: 'nope' (choose from 'job', 'hydra', 'all'); python "
+     "run.py --hydra-help lists the flags"),
+    (["backend=sim", "-m", "task=sim"], "put Hydra's flags (-m, --cfg job, -cp DIR, ...) before the key=value "
+     "overrides; python run.py --hydra-help lists the flags"),
+    # the task node's own keys: two lines and TypeError / AttributeError (objective=3 after the run), exit 1
+    ([*SIM, "task.key_metrics=3"], "task.key_metrics: expected a list, got 3 (or null)"),
+    ([*SIM, "task.objective=3"], "task.objective: expected a mapping for TaskObjective, got 3 (or null)"),
+    ([*SIM, "~task.objective.metric"], "task.objective.metric: missing key"),
+    # a sweep read them as it ended: a UserWarning, exit 0 (key_metrics) or a 3-line warning (sweep_plot)
+    ([*LOCAL_SWEEP, "task.key_metrics=3"], "task.key_metrics: expected a list, got 3 (or null)"),
+    ([*LOCAL_SWEEP, "task.sweep_plot=nope.fn"], "task.sweep_plot: cannot import 'nope.fn' (No module named 'nope')"),
+    # every reward 0 whatever the model writes: was exit 0 after training on nothing
+    ([*GRPO, "grpo.rewards.correctness=0"], "grpo.rewards: every weight is 0 (correctness=0, format=0.0, tag_count=0.0): "
+     "every reward would be 0 and the model learn nothing; valid: at least one weight other than 0"),
+    # config dirs: Hydra's 3-line ValueError (exit 1); a 2-line warning, then the run without the folder (exit 0)
+    (["--config-path", "conf/config.yaml", *SIM], "--config-path: 'conf/config.yaml' is no folder (absolute, or "
+     "relative to run.py's folder "),
+    ([*SIM, "hydra.searchpath=[file:///nope]"],
+     "hydra.searchpath: 'file:///nope' is no folder; valid: file://DIR of a folder, or pkg://PACKAGE"),
+    # greedy sampling: every group's completions alike, grad_norm 0 at every step, exit 0
+    ([*GRPO, "grpo.top_k=1"], "grpo.top_k: 1 samples greedily: a group's completions are all the same, so are their "
+     "rewards, and advantage_estimator=grpo learns nothing; valid: 0 (off) or >= 2"),
+]
+
 CASES: list[tuple[list[str], str]] = [
     # ---- groups: unknown, removed, null
     *[([f"{g}=nope"], f"unknown {g} option 'nope'; valid:") for g in ("backend", "task", "model", "hardware",
@@ -241,6 +288,7 @@ CASES: list[tuple[list[str], str]] = [
     *SESSION_21,
     *SESSION_22,
     *SESSION_23,
+    *SESSION_24,
 ]
 IDS = [" ".join(args[-1:]) + f" #{n}" for n, (args, _) in enumerate(CASES)]
 
@@ -280,6 +328,10 @@ def test_session_22s_refusals_are_one_line(tmp_path):
 
 def test_session_23s_refusals_are_one_line(tmp_path):
     assert not problems(SESSION_23, run_batch(SESSION_23, tmp_path))
+
+
+def test_session_24s_refusals_are_one_line(tmp_path):
+    assert not problems(SESSION_24, run_batch(SESSION_24, tmp_path))
 
 
 def test_an_adapters_own_check_is_its_line_not_hydras_wrapping(tmp_path):

@@ -282,3 +282,18 @@ def test_evaluation_of_no_examples_trains_without_evaluating(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert len(rows) == 1 and "eval_accuracy" not in rows[0]
+
+
+def test_a_run_whose_every_step_had_grad_norm_0_says_why_once_and_exits_0(tmp_path):
+    """The random-init model earns 0 on every GSM8K problem: every advantage 0, beta 0, so every update had grad_norm
+    0 and the run learned nothing; it ended ok saying nothing (recipe_runs.py alone printed a NOTE)."""
+    proc = run_cli(["recipe=grpo_gsm8k_cpu", "grpo.steps=2", "grpo.eval.every=0", "grpo.checkpoint.every=0",
+                    "grpo.export_hf=false", "progress=false", f"hydra.run.dir={tmp_path}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [row["grad_norm"] for row in read_metrics(tmp_path / "metrics.jsonl")] == [0.0, 0.0]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    said = ("grpo: grad_norm 0 at every step of this run (steps 1-2), the model learned nothing: every group's rewards "
+            "were equal (zero_std_group_fraction 1), no advantage; check the rewards (grpo.rewards), the data, the "
+            "sampling (grpo.temperature, top_p) and that the model can earn one (a random-init model earns none)")
+    assert summary["warnings"] == [said] and summary["metrics"]["zero_grad_norm_steps"] == 2
+    assert proc.stderr.count("grad_norm 0") == 1 and f"  warning: {said}" in proc.stdout.splitlines()

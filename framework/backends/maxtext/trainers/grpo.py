@@ -31,6 +31,7 @@ from framework.backends.maxtext.compile_clock import CompileClock
 from framework.backends.maxtext.checkpoint_io import save_hf_checkpoint
 from framework.backends.maxtext.config import GRPOConfig
 from framework.rl.advantages import compute_advantages
+from framework.rl.learning_signal import ZeroGradientWatch
 from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params, kernel_platform
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
 from framework.backends.maxtext.sharding import (build_mesh, logical_axis_rules, param_shardings, rollout_meshes,
@@ -129,7 +130,7 @@ class GRPOTrainer(BaseTrainer):
         task = self.config.task
         start = time.perf_counter()
         summary = dict(self.prediction)
-        rows, step_times, done = {}, [], self.start_step
+        rows, step_times, done, watch = {}, [], self.start_step, ZeroGradientWatch()
         steps = range(self.start_step + 1, task.steps + 1)
         with self.run.progress(steps, total=len(steps), desc="grpo", unit="step") as bar:
             for step in bar:
@@ -137,6 +138,7 @@ class GRPOTrainer(BaseTrainer):
                     break
                 rows = self._train_step(step)
                 check_finite(rows, step)  # a NaN/inf loss is neither logged as a good row nor saved
+                watch.observe(step, rows, task.steps)  # all-equal rewards: grad_norm 0, nothing learned
                 step_times.append(rows["step_time_s"])
                 if self.eval_set and self._due(step, task.eval.every):  # eval.num_examples=0: no evaluation
                     rows |= self._evaluate()
@@ -155,10 +157,11 @@ class GRPOTrainer(BaseTrainer):
                     "remat": self.model_config.remat,
                     "init_compile_time_s": self.init_compile_s, "rollout_groups": len(self.placements),
                     **self.layout_search, **self.sharing}
-        summary |= (self.aot.metrics() if self.aot is not None else {}) | self.startup.metrics()
+        summary |= (self.aot.metrics() if self.aot is not None else {}) | self.startup.metrics() | watch.metrics()
         return TrainingResult(success=not interrupted, metrics=summary, wall_time_s=time.perf_counter() - start,
                               samples=(done - self.start_step) * task.rows_per_step, artifacts=artifacts,
-                              warnings=preflight_warnings(summary), status="interrupted" if interrupted else "ok",
+                              warnings=preflight_warnings(summary) + watch.warnings(),
+                              status="interrupted" if interrupted else "ok",
                               error=f"stopped after step {done} of {task.steps}" if interrupted else None)
 
     # ---- one step ------------------------------------------------------------------------------
