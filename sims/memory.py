@@ -37,10 +37,15 @@ def estimate_memory(
     graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload, ctx: Context | None = None
 ) -> MemoryEstimate:
     ctx = ctx or Context.for_step(graph, hw, layout, workload)
-    parts, stage = _stage_parts(graph, ctx), 0
-    if layout.pp > 1:  # the stage that needs the most
+    return memory_of(_stage_parts(graph, ctx), layout.pp)
+
+
+def memory_of(parts: dict[str, list[float]], pp: int) -> MemoryEstimate:
+    """The breakdown of the stage that needs the most, from the bytes per component and stage."""
+    stage = 0
+    if pp > 1:
         totals = [sum(values) for values in zip(*parts.values())]
-        stage = max(range(layout.pp), key=totals.__getitem__)
+        stage = max(range(pp), key=totals.__getitem__)
     return MemoryEstimate({k: v[stage] / GB for k, v in parts.items()}, stage)
 
 
@@ -55,10 +60,15 @@ def _stage_parts(graph: ComputationalGraph, ctx: Context) -> dict[str, list[floa
     weights, activations = _weight_bytes(graph, ctx), _activations(graph, ctx)
     if workload.mode != "train":
         return {"weights": weights, "kv_cache": _kv_cache_bytes(graph, ctx), "activations": activations}
+    gradients, optimizer = training_state(graph, layout, workload)
+    return {"weights": weights, "gradients": gradients, "optimizer": optimizer, "activations": activations}
+
+
+def training_state(graph: ComputationalGraph, layout: Layout, workload: Workload) -> tuple[list, list]:
+    """_training_state_bytes, kept per what it depends on."""
     replicas = layout.dp if workload.zero else None  # only zero shards the state over dp
     state_key = ("state", layout.tp, layout.ep, layout.pp, replicas, workload.dtype)
-    gradients, optimizer = _MEMO.get(graph, state_key, lambda: _training_state_bytes(graph, layout, workload))
-    return {"weights": weights, "gradients": gradients, "optimizer": optimizer, "activations": activations}
+    return _MEMO.get(graph, state_key, lambda: _training_state_bytes(graph, layout, workload))
 
 
 def _activations(graph: ComputationalGraph, ctx: Context) -> list[float]:

@@ -74,8 +74,14 @@ def estimate_step(
     graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload, ctx: Context | None = None
 ) -> StepEstimate:
     ctx = ctx or Context.for_step(graph, hw, layout, workload)
-    ops = _stage_ops(graph, ctx)
-    p2p_s = _pipeline_p2p_s(graph, ctx)
+    return step_of(graph, ctx, _stage_ops(graph, ctx), _pipeline_p2p_s(graph, ctx), model_flops(graph, workload))
+
+
+def step_of(graph: ComputationalGraph, ctx: Context, ops: "StageOps", p2p_s: float,
+            whole_flops: float) -> StepEstimate:
+    """The step from its stage ops, pipeline send/recv time and model FLOPs (estimate_step; api's sweep finish
+    looks those up once per key it shares with other configurations)."""
+    layout, workload = ctx.layout, ctx.workload
     stage_s = [s + p2p_s for s in ops.stage_s]
     m = workload.microbatches
     pipeline_s = pipeline_time_s(stage_s, m)
@@ -83,7 +89,7 @@ def estimate_step(
     if workload.mode == "train":
         key = ("update", layout.tp, layout.dp, layout.ep, layout.pp, ops.slowest, workload.zero,
                workload.shard_weights, workload.dtype)
-        update = _STEP_CACHES.of(hw).get(graph, key, lambda: _training_update_rows(graph, ctx, ops.slowest))
+        update = _STEP_CACHES.of(ctx.hw).get(graph, key, lambda: _training_update_rows(graph, ctx, ops.slowest))
         for row in update:
             latency += row["time_s"]
 
@@ -95,7 +101,7 @@ def estimate_step(
             scaled.append(_row("pipeline_bubble", "idle", 0, 0.0, 0.0, pipeline_s - m * stage_s[ops.slowest], "idle"))
         return scaled + [dict(row) for row in update]
 
-    return StepEstimate(latency, model_flops(graph, workload), rows, ops.slowest)
+    return StepEstimate(latency, whole_flops, rows, ops.slowest)
 
 
 @dataclass
