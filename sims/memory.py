@@ -105,9 +105,9 @@ def activations_together(graph: ComputationalGraph, contexts: list[Context]) -> 
             else:
                 groups.setdefault(ctx.layout.pp, {}).setdefault((id(ctx.costs), key), ctx)
     for pp, members in groups.items():
-        members = list(members.values())
-        for ctx, activations in zip(members, _activations_of_split(graph, pp, members)):
-            ctx.costs.derived[_activations_key(ctx)] = activations
+        keys, members = [key for _, key in members], list(members.values())
+        for ctx, key, activations in zip(members, keys, _activations_of_split(graph, pp, members)):
+            ctx.costs.derived[key] = activations
 
 
 def _activations_of_split(graph: ComputationalGraph, pp: int, contexts: list[Context]) -> list[list[float]]:
@@ -118,7 +118,7 @@ def _activations_of_split(graph: ComputationalGraph, pp: int, contexts: list[Con
     act_bytes = np.array([ctx.precision.act_bytes for ctx in contexts])[:, None]
     inputs = stack([c.inputs for c in costs])
     if contexts[0].workload.mode != "train":
-        io = inputs + stack([_inference_outputs(graph, ctx) for ctx in contexts])
+        io = inputs + stack([_outputs(c.outputs, head, _logits_share(ctx.workload)) for c, ctx in zip(costs, contexts)])
         largest = (split.runs * io[:, None, :]).max(axis=2) if pp > 1 else io.max(axis=1)[:, None]
         return (largest * act_bytes + logits * LOGITS_BYTES).tolist()
     per_micro_batch = (split.matrix @ inputs[:, :, None])[..., 0]
@@ -234,8 +234,10 @@ def _inference_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list
 def _inference_outputs(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
     """Output elements of every op; a log-prob pass's head outputs one chunk of its positions at a time (the
     backend maps its projection over chunks of logits_chunk positions), not all of them."""
-    outputs = costs_for(graph, ctx).outputs
-    head, share = columns(graph).index.get("lm_head"), _logits_share(ctx.workload)
+    return _outputs(costs_for(graph, ctx).outputs, columns(graph).index.get("lm_head"), _logits_share(ctx.workload))
+
+
+def _outputs(outputs: np.ndarray, head: int | None, share: float) -> np.ndarray:
     if head is None or share == 1.0:
         return outputs
     outputs = outputs.copy()
