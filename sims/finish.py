@@ -5,7 +5,8 @@ configurations (costed, stage-summed and with their activations derived: api.sim
 configurations share (stage ops per binding and stage key, the pipeline send/recv time, model FLOPs, weight,
 KV-cache and training-state bytes) is found once per key of the call; then, per pipeline split and mode, the
 arithmetic of step_of, memory_of and fill runs on (configuration x stage) arrays, the same operations in the same
-order on the same values as Python runs them for one configuration, or, for a split of fewer than ARRAYS_FROM
+order on the same values as Python runs them for one configuration (numpy's max and argmax agree with Python's
+max for numbers, not for a NaN), or, for a split of fewer than ARRAYS_FROM
 configurations (numpy's three dozen calls cost more than they save there), through step_of, memory_of and fill
 themselves. tests/sims/test_sims_finish.py pins both to simulate alone.
 """
@@ -42,7 +43,8 @@ from sims.step import (
 # whether sum() of floats adds them in order from 0 as the arrays do (a compensated sum, Python 3.12 on, gives 1.0)
 PLAIN_SUM = sum([1e16, 1.0, -1e16]) == 0.0
 ARRAYS_FROM = 24  # configurations of one split: below it one at a time (about 1 us of numpy a call, 1-2 saved each)
-TRAIN_PARTS, INFERENCE_PARTS = ("weights", "gradients", "optimizer", "activations"), ("weights", "kv_cache", "activations")
+TRAIN_PARTS = ("weights", "gradients", "optimizer", "activations")  # _stage_parts's, in its order
+INFERENCE_PARTS = ("weights", "kv_cache", "activations")
 
 
 def finish(call, result, graph: ComputationalGraph, ctx: Context):
@@ -92,8 +94,7 @@ def finish_together(call, prepared: list[tuple]) -> list:
             if cache is None:
                 cache = kv[key] = _kv_cache_bytes(graph, ctx)
             parts = (stage_weights, cache, activations)
-        splits.setdefault((pp, training), []).append(
-            (result, ctx, graph, ops, p2p_s, flops, parts))
+        splits.setdefault((pp, training), []).append((result, ctx, graph, ops, p2p_s, flops, parts))
     for (pp, training), members in splits.items():
         names = TRAIN_PARTS if training else INFERENCE_PARTS
         if PLAIN_SUM and len(members) >= ARRAYS_FROM:
