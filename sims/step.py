@@ -82,7 +82,8 @@ def step_of(graph: ComputationalGraph, ctx: Context, ops: "StageOps", p2p_s: flo
             whole_flops: float) -> StepEstimate:
     """The step from its stage ops, pipeline send/recv time and model FLOPs (estimate_step; sims/finish.py finds
     those once per key that configurations of a sweep share)."""
-    m, update = ctx.workload.microbatches, update_rows(graph, ctx, ops.slowest)
+    m = ctx.workload.microbatches
+    update = update_rows(graph, ctx, ops.slowest) if ctx.workload.mode == "train" else ()
     latency = pipeline_time_s([s + p2p_s for s in ops.stage_s], m)
     for row in update:
         latency += row["time_s"]
