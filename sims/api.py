@@ -162,7 +162,7 @@ class _Call:
     def __init__(self, hf_config: Mapping, hw: HardwareSpec, stack: str):
         self.hf_config, self.hw, self.stack, self.graphs, self.bound = hf_config, hw, stack, {}, {}
         self.interpolators = (gemm_interpolator(hw), op_interpolator(hw))
-        self.warning = ""
+        self.warning, self.available = "", f"{hw.memory_gb:g} GB available"  # available: a no-fit reason's tail
         if hw.efficiency.source.startswith("built-in defaults ("):
             self.warning = f"no {stack} efficiency table for {hw.name}: uncalibrated built-in factors"
 

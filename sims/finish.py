@@ -110,7 +110,9 @@ def _finish_split(call, pp: int, names: tuple[str, ...], members: list[tuple]) -
     """The configurations of one pipeline split and mode: step_of's latency, fill's throughput and MFU and memory_of's
     stage as (configuration x stage) arrays; each operation is the one Python does for a configuration, in its order."""
     _, contexts, graphs, ops, p2p_s, flops, parts = zip(*members)
-    updates = [update_rows(graph, ctx, one.slowest) for ctx, graph, one in zip(contexts, graphs, ops)]
+    updates = [()] * len(members)
+    if names is TRAIN_PARTS:
+        updates = [update_rows(graph, ctx, one.slowest) for ctx, graph, one in zip(contexts, graphs, ops)]
     stage_s = np.array([one.stage_s for one in ops], dtype=float) + np.array(p2p_s)[:, None]
     total = 0 + stage_s[:, 0]  # pipeline_time_s: sum(stage_s) from 0, then (m - 1) x the slowest stage
     for s in range(1, pp):
@@ -136,10 +138,10 @@ def _finish_split(call, pp: int, names: tuple[str, ...], members: list[tuple]) -
     used = 0 + breakdown[:, 0]  # SimResult.memory_per_device_gb: the parts' sum from 0
     for part in range(1, len(names)):
         used = used + breakdown[:, part]
-    fits = (used <= call.hw.memory_gb).tolist()
+    used = used.tolist()
     for b, (result, ctx, graph, one, p2p, _, _) in enumerate(members):
         rows = partial(step_rows, graph, pp, ctx.workload.microbatches, one, p2p, updates[b])
-        fill(call, result, seconds[b], throughput[b], mfu[b], rows, dict(zip(names, breakdown[b].tolist())), fits[b])
+        fill(call, result, seconds[b], throughput[b], mfu[b], rows, dict(zip(names, breakdown[b].tolist())), used[b])
 
 
 def _fill_step(call, result, ctx: Context, step, breakdown: dict[str, float]) -> None:
@@ -149,15 +151,18 @@ def _fill_step(call, result, ctx: Context, step, breakdown: dict[str, float]) ->
 
 
 def fill(call, result, latency: float, throughput: float, mfu: float, rows, breakdown: dict[str, float],
-         fits: bool | None = None) -> None:
-    """The step and memory into the result's fields, its fit (SimResult.fits unless given) and warnings."""
+         used: float | None = None) -> None:
+    """The step and memory into the result's fields, its fit and warnings; `used`: the breakdown's sum
+    (SimResult.memory_per_device_gb) where the caller has it."""
     hw = call.hw
     result.latency_s, result.tokens_per_s_per_device, result.mfu = latency, throughput, mfu
     result.memory_breakdown_gb = breakdown
     result.memory_capacity_gb = hw.memory_gb
     result.row_source = rows
-    if not (result.fits if fits is None else fits):  # one rule for fitting: SimResult.fits
-        result.reason = f"needs {result.memory_per_device_gb:.1f} GB per device, {hw.memory_gb:g} GB available"
-        result.warnings.append(f"does not fit: {result.reason}")
+    if used is None:
+        used = result.memory_per_device_gb
+    if not used <= hw.memory_gb:  # SimResult.fits's rule
+        result.reason = f"needs {used:.1f} GB per device, {call.available}"
+        result.warnings.append("does not fit: " + result.reason)
     if call.warning:
         result.warnings.append(call.warning)
