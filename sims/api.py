@@ -21,9 +21,10 @@ from sims.calculator import OP_CLASS, Context
 from sims.hardware import HardwareSpec, hardware_spec
 from sims.interpolators import gemm_interpolator, op_interpolator
 from sims.ir import ComputationalGraph
-from sims.memory import activations_together, estimate_memory
+from sims.finish import finish, finish_together
+from sims.memory import activations_together
 from sims.shared_prefix import attention_cost
-from sims.step import estimate_step, sum_stages_together
+from sims.step import sum_stages_together
 from sims.vector_cost import cost_together
 from sims.stacks import DEFAULT_STACK
 from framework.core.errors import ConfigError
@@ -117,7 +118,7 @@ def simulate(
     (decode: rows per prompt holding its first seq_len cached tokens once; sims/shared_prefix.py)."""
     call = _Call(hf_config, hardware_spec(hardware, stack), stack)
     result, graph, ctx = _prepare(call, layout, workload)
-    return result if ctx is None else _finish(call, result, graph, ctx)
+    return result if ctx is None else finish(call, result, graph, ctx)
 
 
 def simulate_many(
@@ -150,7 +151,7 @@ def simulate_many(
         cost_together(graph, contexts)
         sum_stages_together(graph, contexts)
         activations_together(graph, contexts)
-    return [result if ctx is None else _finish(call, result, graph, ctx) for result, graph, ctx in prepared]
+    return finish_together(call, prepared)
 
 
 class _Call:
@@ -161,7 +162,7 @@ class _Call:
     def __init__(self, hf_config: Mapping, hw: HardwareSpec, stack: str):
         self.hf_config, self.hw, self.stack, self.graphs, self.bound = hf_config, hw, stack, {}, {}
         self.interpolators = (gemm_interpolator(hw), op_interpolator(hw))
-        self.warning = ""
+        self.warning, self.available = "", f"{hw.memory_gb:g} GB available"  # available: a no-fit reason's tail
         if hw.efficiency.source.startswith("built-in defaults ("):
             self.warning = f"no {stack} efficiency table for {hw.name}: uncalibrated built-in factors"
 
@@ -204,26 +205,6 @@ def _prepare(call: _Call, layout: Mapping, workload: Mapping) -> tuple[SimResult
         result.status, result.reason = "invalid", problem
         return result, graph, None
     return result, graph, call.context(graph, parsed_layout, parsed_workload)
-
-
-def _finish(call: _Call, result: SimResult, graph: ComputationalGraph, ctx: Context) -> SimResult:
-    """The step time and memory of a valid call, into its result."""
-    layout, workload, hw = ctx.layout, ctx.workload, call.hw
-    step = estimate_step(graph, hw, layout, workload, ctx)
-    breakdown = estimate_memory(graph, hw, layout, workload, ctx).breakdown_gb
-    latency, devices = step.latency_s, layout.devices
-    result.latency_s = latency
-    result.tokens_per_s_per_device = workload.batch * workload.query_len / latency / devices
-    result.mfu = step.model_flops / (latency * devices * ctx.precision.gemm_peak)  # gemm_peak: the dtype's peak
-    result.memory_breakdown_gb = breakdown
-    result.memory_capacity_gb = hw.memory_gb
-    result.row_source = step.rows
-    if not result.fits:  # one rule for fitting: SimResult.fits
-        result.reason = f"needs {result.memory_per_device_gb:.1f} GB per device, {hw.memory_gb:g} GB available"
-        result.warnings.append(f"does not fit: {result.reason}")
-    if call.warning:
-        result.warnings.append(call.warning)
-    return result
 
 
 def predict_op(

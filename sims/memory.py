@@ -37,10 +37,15 @@ def estimate_memory(
     graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload, ctx: Context | None = None
 ) -> MemoryEstimate:
     ctx = ctx or Context.for_step(graph, hw, layout, workload)
-    parts, stage = _stage_parts(graph, ctx), 0
-    if layout.pp > 1:  # the stage that needs the most
+    return memory_of(_stage_parts(graph, ctx), layout.pp)
+
+
+def memory_of(parts: dict[str, list[float]], pp: int) -> MemoryEstimate:
+    """The breakdown of the stage that needs the most, from the bytes per component and stage."""
+    stage = 0
+    if pp > 1:
         totals = [sum(values) for values in zip(*parts.values())]
-        stage = max(range(layout.pp), key=totals.__getitem__)
+        stage = max(range(pp), key=totals.__getitem__)
     return MemoryEstimate({k: v[stage] / GB for k, v in parts.items()}, stage)
 
 
@@ -55,10 +60,15 @@ def _stage_parts(graph: ComputationalGraph, ctx: Context) -> dict[str, list[floa
     weights, activations = _weight_bytes(graph, ctx), _activations(graph, ctx)
     if workload.mode != "train":
         return {"weights": weights, "kv_cache": _kv_cache_bytes(graph, ctx), "activations": activations}
+    gradients, optimizer = training_state(graph, layout, workload)
+    return {"weights": weights, "gradients": gradients, "optimizer": optimizer, "activations": activations}
+
+
+def training_state(graph: ComputationalGraph, layout: Layout, workload: Workload) -> tuple[list, list]:
+    """_training_state_bytes, kept per what it depends on."""
     replicas = layout.dp if workload.zero else None  # only zero shards the state over dp
     state_key = ("state", layout.tp, layout.ep, layout.pp, replicas, workload.dtype)
-    gradients, optimizer = _MEMO.get(graph, state_key, lambda: _training_state_bytes(graph, layout, workload))
-    return {"weights": weights, "gradients": gradients, "optimizer": optimizer, "activations": activations}
+    return _MEMO.get(graph, state_key, lambda: _training_state_bytes(graph, layout, workload))
 
 
 def _activations(graph: ComputationalGraph, ctx: Context) -> list[float]:
@@ -95,9 +105,9 @@ def activations_together(graph: ComputationalGraph, contexts: list[Context]) -> 
             else:
                 groups.setdefault(ctx.layout.pp, {}).setdefault((id(ctx.costs), key), ctx)
     for pp, members in groups.items():
-        members = list(members.values())
-        for ctx, activations in zip(members, _activations_of_split(graph, pp, members)):
-            ctx.costs.derived[_activations_key(ctx)] = activations
+        keys, members = [key for _, key in members], list(members.values())
+        for ctx, key, activations in zip(members, keys, _activations_of_split(graph, pp, members)):
+            ctx.costs.derived[key] = activations
 
 
 def _activations_of_split(graph: ComputationalGraph, pp: int, contexts: list[Context]) -> list[list[float]]:
@@ -108,7 +118,7 @@ def _activations_of_split(graph: ComputationalGraph, pp: int, contexts: list[Con
     act_bytes = np.array([ctx.precision.act_bytes for ctx in contexts])[:, None]
     inputs = stack([c.inputs for c in costs])
     if contexts[0].workload.mode != "train":
-        io = inputs + stack([_inference_outputs(graph, ctx) for ctx in contexts])
+        io = inputs + stack([_outputs(c.outputs, head, _logits_share(ctx.workload)) for c, ctx in zip(costs, contexts)])
         largest = (split.runs * io[:, None, :]).max(axis=2) if pp > 1 else io.max(axis=1)[:, None]
         return (largest * act_bytes + logits * LOGITS_BYTES).tolist()
     per_micro_batch = (split.matrix @ inputs[:, :, None])[..., 0]
@@ -224,8 +234,10 @@ def _inference_activation_bytes(graph: ComputationalGraph, ctx: Context) -> list
 def _inference_outputs(graph: ComputationalGraph, ctx: Context) -> np.ndarray:
     """Output elements of every op; a log-prob pass's head outputs one chunk of its positions at a time (the
     backend maps its projection over chunks of logits_chunk positions), not all of them."""
-    outputs = costs_for(graph, ctx).outputs
-    head, share = columns(graph).index.get("lm_head"), _logits_share(ctx.workload)
+    return _outputs(costs_for(graph, ctx).outputs, columns(graph).index.get("lm_head"), _logits_share(ctx.workload))
+
+
+def _outputs(outputs: np.ndarray, head: int | None, share: float) -> np.ndarray:
     if head is None or share == 1.0:
         return outputs
     outputs = outputs.copy()

@@ -17,6 +17,7 @@ training micro-batch last at least as long as its host takes to launch it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -74,28 +75,42 @@ def estimate_step(
     graph: ComputationalGraph, hw: HardwareSpec, layout: Layout, workload: Workload, ctx: Context | None = None
 ) -> StepEstimate:
     ctx = ctx or Context.for_step(graph, hw, layout, workload)
-    ops = _stage_ops(graph, ctx)
-    p2p_s = _pipeline_p2p_s(graph, ctx)
+    return step_of(graph, ctx, _stage_ops(graph, ctx), _pipeline_p2p_s(graph, ctx), model_flops(graph, workload))
+
+
+def step_of(graph: ComputationalGraph, ctx: Context, ops: "StageOps", p2p_s: float,
+            whole_flops: float) -> StepEstimate:
+    """The step from its stage ops, pipeline send/recv time and model FLOPs (estimate_step; sims/finish.py finds
+    those once per key that configurations of a sweep share)."""
+    m = ctx.workload.microbatches
+    update = update_rows(graph, ctx, ops.slowest) if ctx.workload.mode == "train" else ()
+    latency = pipeline_time_s([s + p2p_s for s in ops.stage_s], m)
+    for row in update:
+        latency += row["time_s"]
+    return StepEstimate(latency, whole_flops, partial(step_rows, graph, ctx.layout.pp, m, ops, p2p_s, update),
+                        ops.slowest)
+
+
+def update_rows(graph: ComputationalGraph, ctx: Context, slowest: int) -> list[dict] | tuple:
+    """A training step's data-parallel gradient sync and optimizer rows (none outside training), kept per key."""
+    layout, workload = ctx.layout, ctx.workload
+    if workload.mode != "train":
+        return ()
+    key = ("update", layout.tp, layout.dp, layout.ep, layout.pp, slowest, workload.zero, workload.shard_weights,
+           workload.dtype)
+    return _STEP_CACHES.of(ctx.hw).get(graph, key, lambda: _training_update_rows(graph, ctx, slowest))
+
+
+def step_rows(graph: ComputationalGraph, pp: int, m: int, ops: "StageOps", p2p_s: float, update) -> list[dict]:
+    """The step's per-op rows, built when asked (a sweep mostly wants the latency alone)."""
     stage_s = [s + p2p_s for s in ops.stage_s]
-    m = workload.microbatches
     pipeline_s = pipeline_time_s(stage_s, m)
-    latency, update = pipeline_s, ()
-    if workload.mode == "train":
-        key = ("update", layout.tp, layout.dp, layout.ep, layout.pp, ops.slowest, workload.zero,
-               workload.shard_weights, workload.dtype)
-        update = _STEP_CACHES.of(hw).get(graph, key, lambda: _training_update_rows(graph, ctx, ops.slowest))
-        for row in update:
-            latency += row["time_s"]
-
-    def rows() -> list[dict]:  # built when asked: a sweep mostly wants the latency alone
-        scaled = [_row(name, op_type, n * m, flops * m, nbytes * m, time_s * m, bound)
-                  for name, op_type, n, flops, nbytes, time_s, bound in ops.slowest_rows(graph)]
-        if layout.pp > 1:
-            scaled.append(_row("pp_send_recv", "send_recv", m, 0.0, 0.0, p2p_s * m, "comm"))
-            scaled.append(_row("pipeline_bubble", "idle", 0, 0.0, 0.0, pipeline_s - m * stage_s[ops.slowest], "idle"))
-        return scaled + [dict(row) for row in update]
-
-    return StepEstimate(latency, model_flops(graph, workload), rows, ops.slowest)
+    scaled = [_row(name, op_type, n * m, flops * m, nbytes * m, time_s * m, bound)
+              for name, op_type, n, flops, nbytes, time_s, bound in ops.slowest_rows(graph)]
+    if pp > 1:
+        scaled.append(_row("pp_send_recv", "send_recv", m, 0.0, 0.0, p2p_s * m, "comm"))
+        scaled.append(_row("pipeline_bubble", "idle", 0, 0.0, 0.0, pipeline_s - m * stage_s[ops.slowest], "idle"))
+    return scaled + [dict(row) for row in update]
 
 
 @dataclass

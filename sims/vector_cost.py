@@ -90,7 +90,7 @@ def cost_bindings(plans: list[Plan], contexts: list[Context]) -> list[Costs]:
     arrays, each row equal to its binding costed alone: the product is one matmul of each binding's plan matrix
     with its feature vector, which numpy runs as the same matrix-vector product per binding (BLAS gemv), and the
     rest is elementwise over bindings, with each plan's per-node arrays as its bindings' rows."""
-    first, features = plans[0], plans[0].columns.values([ctx.dims for ctx in contexts])
+    first, features = plans[0], _features(plans[0].columns, contexts)
     position = {id(first): first} if len(plans) == 1 else {id(plan): plan for plan in plans}
     distinct = list(position.values())
     if len(distinct) == 1:
@@ -118,6 +118,16 @@ def cost_bindings(plans: list[Plan], contexts: list[Context]) -> list[Costs]:
         if shares_prefix(ctx):
             _cascade_attention(plan, ctx, binding)
     return costs
+
+
+def _features(cols: Columns, contexts: list[Context]) -> np.ndarray:
+    """(binding x feature) values of the contexts' dims, each dims object's computed once (a sweep's contexts of one
+    dp and workload share theirs: api._Call.context) and its row repeated: the same values as computed per binding."""
+    dims = {id(ctx.dims): ctx.dims for ctx in contexts}
+    if len(dims) == len(contexts):
+        return cols.values([ctx.dims for ctx in contexts])
+    row = {key: i for i, key in enumerate(dims)}
+    return cols.values(list(dims.values()))[[row[id(ctx.dims)] for ctx in contexts]]
 
 
 def _rows_of(plans: list[Plan], name: str, which: np.ndarray) -> np.ndarray:
