@@ -51,8 +51,8 @@ collective without a `collectives` fit). collectives: [{"collective": "all_reduc
 (sims/calibration/collectives.py; the model is in sims/comm.py). gemm_measurements: y = x @ W with x (m, k), W (k, n);
 GEMMs of other shapes are interpolated between them (sims.calibration.interpolate). op_measurements:
 an op's time at the FLOPs and bytes the simulator counts for it (decode attention also with its
-batch and kv_len, prefill attention measured on a grid with its batch and seq_len); other sizes of
-the same op are interpolated along its measured curve or surface.
+batch and kv_len, prefill attention measured on a grid with its batch and seq_len, attention timed as
+a training step's forward with "mode": "train"); other sizes are read off its measured curve or surface.
 backward_measurements: the backward pass of an op (GEMM dgrad + wgrad, attention backward, ...)
 measured next to its forward at the forward's FLOPs and bytes; the simulator takes backward/forward
 ratios from them (sims/calibration/backward.py). A table without them keeps backward = 2x forward.
