@@ -125,3 +125,19 @@ def test_a_vocabulary_head_that_fails_to_build_keeps_the_layers_records_and_each
     assert any(r["op"] == "attention" for r in records)
     assert [line for line in lines if "FAILED" in line] == [
         "lm_head/cross_entropy 1x8 FAILED: RuntimeError: RESOURCE_EXHAUSTED: out of memory"]
+
+
+@pytest.mark.parametrize("spec", ["llama3_2_1b", "llama3_2_1b:", "llama3_2_1b:64,x", "llama3_2_1b:0", "llama3_2_1:64"])
+def test_models_is_checked_before_any_timing(spec, capsys):
+    # a spec without ':' or with a non-number was a traceback after the session began; a misspelt model failed
+    # only once the models before it were timed
+    with pytest.raises(SystemExit) as refused:
+        xla_backward.main(["--out", "/nonexistent/never", "--models", "qwen3_8b:16", spec])
+    assert refused.value.code == 2
+    assert f"argument --models: {spec!r}: valid: CONF:B,B, a conf/model name and micro-batches >= 1" in (
+        capsys.readouterr().err)
+
+
+def test_models_names_the_plan():
+    parsed = xla_backward._model_batches("llama3_2_1b:64,16")
+    assert parsed == ("llama3_2_1b", "llama3_2_1b", (xla_backward.train(64, 512), xla_backward.train(16, 512)), False)
