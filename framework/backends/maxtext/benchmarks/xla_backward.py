@@ -279,8 +279,8 @@ def main(argv: list[str] | None = None) -> dict:
         log(f"training kernels: {name}")
         done += len(workloads)
         deadline = started + budget * done / total  # each model its workloads' share of the budget
-        records += measure(name, model_config(conf_name, None), hardware, plan, workloads, timer, env["platform"],
-                           log, deadline, update)
+        records += [{**r, "model": name} for r in measure(name, model_config(conf_name, None), hardware, plan,
+                                                           workloads, timer, env["platform"], log, deadline, update)]
         # with the derived backward measurements: a refit input as it is; written per model (a hang keeps the rest)
         (out / "train_microbench.json").write_text(json.dumps(records + derive_backward(records), indent=1))
     report = {"environment": env, "hardware": hardware["name"], "plan": "tiny" if args.tiny else "full",
