@@ -65,16 +65,31 @@ def _config_dirs(argv: list[str], overrides: list) -> tuple | None:
     relative to run.py's folder), --config-dir (relative to the current one) and `hydra.searchpath=[...]` entries;
     None where one is no folder we can list (pkg://...) or Hydra's parser refuses the flags: no check here then."""
     flags = _hydra_flags(argv)[0]
-    if flags is None:
-        return None
-    entries = [flags.config_dir] if flags.config_dir else []
-    for override in overrides:
-        if override.key_or_group == "hydra.searchpath" and isinstance(override.value(), list):
-            entries += [str(entry) for entry in override.value()]
-    if any(entry.startswith("pkg://") for entry in [*entries, flags.config_path or ""]):
+    if flags is None or (flags.config_path or "").startswith("pkg://"):
         return None
     primary = CONF_DIR if flags.config_path is None else Path(os.path.normpath(REPO_ROOT / flags.config_path))
+    searchpath = [o.value() for o in overrides if o.key_or_group == "hydra.searchpath" and isinstance(o.value(), list)]
+    # the command line's list replaces the primary config's own (Hydra's documented way to add option folders)
+    searchpath = searchpath[-1] if searchpath else _own_searchpath(primary, flags.config_name)
+    entries = [flags.config_dir] if flags.config_dir else []
+    entries += [str(entry) for entry in searchpath or []]
+    if searchpath is None or any(entry.startswith("pkg://") or "${" in entry for entry in entries):
+        return None
     return (primary, *(Path(entry.removeprefix("file://")).expanduser() for entry in entries))
+
+
+def _own_searchpath(primary: Path, config_name: str | None) -> list | None:
+    """The primary config file's `hydra.searchpath` ([] without one; None where it cannot be read as plain
+    YAML: Hydra reports that file itself)."""
+    import yaml
+
+    try:
+        node = yaml.safe_load((primary / f"{(config_name or 'config').removesuffix('.yaml')}.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    hydra = node.get("hydra") if isinstance(node, dict) else None
+    entries = hydra.get("searchpath") if isinstance(hydra, dict) else None
+    return [str(e) for e in entries] if isinstance(entries, list) else []
 
 
 def _config_dir_problem(argv: list[str], overrides: list) -> str | None:
@@ -112,11 +127,11 @@ def check_group_options(argv: list[str]) -> str | None:
         if override.key_or_group in ("hydra.run.dir", "hydra.sweep.dir") and override.value() == "":
             return (f"{override.key_or_group}: empty; valid: a folder path (`.` for the current folder, where an empty "
                     f"one put the records)")
+    if problem := _config_dir_problem(argv, overrides):
+        return problem
     dirs = _config_dirs(argv, overrides)
     if dirs is None:
         return None
-    if problem := _config_dir_problem(argv, overrides):
-        return problem
     for override in overrides:
         group = override.key_or_group
         options = _group_options(group, dirs) if not group.startswith("hydra/") else None

@@ -73,7 +73,8 @@ def fit_stack_table(stack: str, measurements: list[dict], hardware: dict, env: d
     source = (f"shipped {stack} measurements + sims.benchmarks.train_steps backward kernels on {env['device']}, "
               f"torch {env['torch']}, {env['date']}")
     path = out / f"{hardware['name']}_{stack}_train.json"
-    save_table(fit_table(shipped_measurements(hardware["name"], stack) + measurements, hardware, source=source, stack=stack), path)
+    measurements = shipped_measurements(hardware["name"], stack) + measurements
+    save_table(fit_table(measurements, hardware, source=source, stack=stack), path)
     return str(path)
 
 

@@ -88,9 +88,16 @@ def entry_path(entry: str | dict) -> str:
 
 def entry_measurements(entry: str | dict) -> list[dict]:
     """A refit.yaml file entry's measurements: a path, or {path, without_ops}: the file less the ops a later
-    file re-timed (their forward, forward + backward and derived backward records)."""
+    file re-timed (their forward, forward + backward and derived backward records). A misspelt key or an op the
+    file lacks is refused: either would keep the records meant to go, the table fitted as if they went."""
+    if isinstance(entry, dict) and (set(entry) - {"path", "without_ops"} or "path" not in entry):
+        raise RefitInputError(f"{SHIPPED.name}: file entry {entry}: valid: a path, or {{path, without_ops: [op, ...]}}")
     dropped = set() if isinstance(entry, str) else set(entry.get("without_ops", ()))
-    return [m for m in read_measurements([entry_path(entry)]) if m.get("op") not in dropped]
+    measurements = read_measurements([entry_path(entry)])
+    absent = sorted(dropped - {m.get("op") for m in measurements})
+    if absent:
+        raise RefitInputError(f"{SHIPPED.name}: {entry['path']}: without_ops {absent[0]!r} is no op of the file")
+    return [m for m in measurements if m.get("op") not in dropped]
 
 
 def main() -> None:
@@ -103,7 +110,11 @@ def main() -> None:
     parser.add_argument("--out", help="table to write (with --shipped: a folder; default: the tables' own)")
     args = parser.parse_args()
     if args.shipped:
-        for path in refit_shipped(Path(args.out) if args.out else SHIPPED.parent):
+        try:
+            written = refit_shipped(Path(args.out) if args.out else SHIPPED.parent)
+        except RefitInputError as error:
+            parser.error(str(error))
+        for path in written:
             print(f"wrote {path}")
         return
     if not (args.files and args.hardware and args.stack and args.source and args.out):

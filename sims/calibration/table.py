@@ -279,7 +279,8 @@ def save_table(table: EfficiencyTable, path: str | Path) -> None:
 
 def _op_measurement(entry: Mapping, origin: str) -> OpMeasurement:
     check_mapping(origin, entry)
-    no_unknown(origin, entry, sorted({"op", "dtype", "flops", "bytes", "time_us", "batch", "kv_len", "seq_len", "mode"}))
+    no_unknown(origin, entry, sorted({"op", "dtype", "flops", "bytes", "time_us", "batch", "kv_len", "seq_len",
+                                      "mode"}))
     missing = [key for key in ("op", "dtype", "flops", "bytes", "time_us") if key not in entry]
     if missing:
         needed = "op, dtype, flops, bytes, time_us"

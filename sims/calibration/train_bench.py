@@ -98,11 +98,13 @@ def _numel(shape: Sequence[int]) -> int:
 
 
 def derive_backward(measurements: Sequence[dict]) -> list[dict]:
-    forward = {(m["op"], m["flops"], m["bytes"]): m["time_us"] for m in measurements
+    # a pair takes its own model's forward: two models can run one op on the same work (the log-softmax of two
+    # models of one vocabulary at one batch), and the other's forward made the backward another's difference
+    forward = {(m.get("model"), m["op"], m["flops"], m["bytes"]): m["time_us"] for m in measurements
                if m.get("op_class") and m.get("mode") == "train"}
     derived = []
     for both in (m for m in measurements if m.get("backward_of")):
-        forward_us = forward.get((both["op"], both["flops"], both["bytes"]))
+        forward_us = forward.get((both.get("model"), both["op"], both["flops"], both["bytes"]))
         if forward_us is None:
             continue
         derived.append({

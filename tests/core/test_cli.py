@@ -127,3 +127,25 @@ def test_an_empty_run_or_sweep_dir_is_one_line_and_writes_nothing(tmp_path):
             f"error: {key}: empty; valid: a folder path (`.` for the current folder, where an empty one put the "
             f"records)"]
         assert not list(tmp_path.iterdir())
+
+
+def test_a_config_paths_own_searchpath_is_read_too(tmp_path):
+    """Hydra's documented way to add option folders: the primary config's own `hydra.searchpath`. A -cp DIR whose
+    config.yaml adds conf/ that way and holds only hardware/mine.yaml: since session 24 the fast check read DIR's
+    hardware/ alone and refused hardware=h100 (`unknown hardware option 'h100'; valid: auto, mine`), which Hydra
+    composes; a command-line hydra.searchpath replaces the file's list, as in Hydra."""
+    from framework.cli import check_group_options
+
+    (tmp_path / "hardware").mkdir()
+    (tmp_path / "hardware" / "mine.yaml").write_text(
+        (CONF_DIR / "hardware" / "h100.yaml").read_text().replace("name: h100", "name: mine"))
+    config = (CONF_DIR / "config.yaml").read_text()
+    assert config.count("\nhydra:\n") == 1
+    own = f"\nhydra:\n  searchpath: [file://{CONF_DIR}]\n"
+    (tmp_path / "config.yaml").write_text(config.replace("\nhydra:\n", own))
+    sim = ["backend=sim", "task=sim", "model=qwen3_8b", "progress=false"]
+    proc = run_cli(["-cp", str(tmp_path), *sim, "hardware=h100", f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert check_group_options(["-cp", str(tmp_path), "hardware=mine"]) is None
+    assert "valid: auto, a100, cpu, h100, h200" in check_group_options(["-cp", str(tmp_path), "hardware=nope"])
+    assert "valid: auto, mine" in check_group_options(["-cp", str(tmp_path), "hardware=h100", "hydra.searchpath=[]"])

@@ -20,6 +20,23 @@ SAMPLE_STD_OF_1001 = math.sqrt(1 / 3)  # mean 0.5, squared deviations 4 * 0.25, 
 # ---- advantages --------------------------------------------------------------------------------
 
 
+def test_the_trainer_takes_each_estimator_with_the_tasks_options():
+    # trainers/rollout.advantages: grpo.scale_rewards=false is Dr.GRPO's r - mean; rloo and reinforce take none
+    from types import SimpleNamespace
+
+    from framework.backends.maxtext.trainers.rollout import advantages
+
+    def task(estimator, scale=True):
+        return SimpleNamespace(advantage_estimator=estimator, scale_rewards=scale, num_generations=4)
+
+    rewards = np.array(REWARDS, dtype=np.float32)
+    np.testing.assert_allclose(advantages(rewards, task("grpo")), compute_advantages(REWARDS, 4, "grpo"))
+    np.testing.assert_allclose(advantages(rewards, task("grpo", False)), [0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0])
+    for estimator in ("rloo", "reinforce"):
+        expected = compute_advantages(REWARDS, 4, estimator)
+        np.testing.assert_allclose(advantages(rewards, task(estimator, False)), expected)
+
+
 def test_grpo_normalises_by_group_mean_and_sample_std():
     expected_first = 0.5 / (SAMPLE_STD_OF_1001 + 1e-4)
     np.testing.assert_allclose(

@@ -100,3 +100,44 @@ def test_refitted_table_backward_ratios_drive_the_simulated_training_step(tiny_r
         ratio = ratios.ratio(name, OP_CLASS[row["op_type"]], forward_s)
         assert ratio != TRAIN_BACKWARD_FACTOR
         assert math.isclose(row["time_s"], row["count"] * forward_s * (1 + ratio), rel_tol=1e-9)
+
+
+def test_a_vocabulary_head_that_fails_to_build_keeps_the_layers_records_and_each_batch_is_timed_once(monkeypatch):
+    # as a layer's kernel (time_pair): one failure logged, the run's other records kept; the head's chunk is
+    # [batch, chunk] whatever the sequence length, so two workloads of one batch time it once
+    from framework.backends.maxtext.benchmarks.xla_calibrate import timing_session
+
+    calls, lines = [], []
+
+    def chunk_records(kernels, hf_config, hardware, b, *args):
+        calls.append(b)
+        if len(calls) > 1:
+            raise RuntimeError("RESOURCE_EXHAUSTED: out of memory")
+        return [{"op": "lm_head", "batch": b}]
+
+    monkeypatch.setattr(xla_backward, "chunk_records", chunk_records)
+    _, hardware, timer = timing_session(None, xla_backward.TINY, lines.append)
+    workloads = (xla_backward.train(2, 16), xla_backward.train(2, 8), xla_backward.train(1, 16))
+    records = xla_backward.measure("tiny", model_config("tiny_qwen2", None), hardware, xla_backward.TINY, workloads,
+                                   timer, "cpu", lines.append, math.inf, update=False)
+    assert calls == [2, 1]
+    assert [r for r in records if r["op"] == "lm_head"] == [{"op": "lm_head", "batch": 2}]
+    assert any(r["op"] == "attention" for r in records)
+    assert [line for line in lines if "FAILED" in line] == [
+        "lm_head/cross_entropy 1x8 FAILED: RuntimeError: RESOURCE_EXHAUSTED: out of memory"]
+
+
+@pytest.mark.parametrize("spec", ["llama3_2_1b", "llama3_2_1b:", "llama3_2_1b:64,x", "llama3_2_1b:0", "llama3_2_1:64"])
+def test_models_is_checked_before_any_timing(spec, capsys):
+    # a spec without ':' or with a non-number was a traceback after the session began; a misspelt model failed
+    # only once the models before it were timed
+    with pytest.raises(SystemExit) as refused:
+        xla_backward.main(["--out", "/nonexistent/never", "--models", "qwen3_8b:16", spec])
+    assert refused.value.code == 2
+    assert f"argument --models: {spec!r}: valid: CONF:B,B, a conf/model name and micro-batches >= 1" in (
+        capsys.readouterr().err)
+
+
+def test_models_names_the_plan():
+    parsed = xla_backward._model_batches("llama3_2_1b:64,16")
+    assert parsed == ("llama3_2_1b", "llama3_2_1b", (xla_backward.train(64, 512), xla_backward.train(16, 512)), False)

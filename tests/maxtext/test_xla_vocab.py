@@ -51,3 +51,21 @@ def test_the_timed_head_is_the_updates_chunked_log_probs_with_its_gradient():
     kernel = params["embed_tokens"]["embedding"].T
     expected = jax.vjp(lambda h: reference_log_probs(h, kernel, targets, 1.0)[0], x)[1](cotangents[0])[0]
     assert jnp.allclose(d_x, expected, atol=1e-5)
+
+
+def test_the_head_bench_calls_the_updates_function_over_two_chunks(monkeypatch):
+    # equal values cannot tell the update's chunked head from the plain formula: the bench must go through
+    # update.chunked_log_probs, with `chunk` positions a chunk (one chunk let XLA share the logits GEMM)
+    from framework.backends.maxtext.trainers import update
+
+    calls, original = [], update.chunked_log_probs
+
+    def spy(hidden, kernel, targets, temperature, chunk_size, layout):
+        calls.append((hidden.shape[1], chunk_size))
+        return original(hidden, kernel, targets, temperature, chunk_size, layout)
+
+    monkeypatch.setattr(update, "chunked_log_probs", spy)
+    kernels = XlaKernels(model_config("tiny_qwen2", 1), "float32", "cpu")
+    bench = xla_vocab.head_benches(kernels, 2, 4)["head"]
+    bench.fn(*bench.make_args())
+    assert calls == [(xla_vocab.CHUNKS * 4, 4)]

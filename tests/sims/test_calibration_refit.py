@@ -11,7 +11,7 @@ from sims_helpers import REPO, hardware, model_config
 
 from sims import simulate
 from sims.benchmarks.repredict import repredict, table_measurements
-from sims.calibration.refit import entry_measurements, read_measurements
+from sims.calibration.refit import RefitInputError, entry_measurements, read_measurements
 from tests.conftest import run_cli
 
 RESULTS = REPO / "sims/benchmarks/results"
@@ -137,3 +137,17 @@ def test_a_refit_entry_without_ops_leaves_the_ops_a_later_file_re_timed():
     dropped = [m for m in whole if m not in kept]
     assert {m["op"] for m in dropped} == set(entry["without_ops"]) == {"lm_head", "cross_entropy"}
     assert not {m.get("op") for m in kept} & {"lm_head", "cross_entropy"} and len(kept) == len(whole) - len(dropped)
+
+
+@pytest.mark.parametrize(("entry", "says"), [
+    ({"path": "P", "without_op": ["lm_head"]}, "valid: a path, or {path, without_ops: [op, ...]}"),
+    ({"without_ops": ["lm_head"]}, "valid: a path, or {path, without_ops: [op, ...]}"),
+    ({"path": "P", "without_ops": ["lm_heads"]}, "P: without_ops 'lm_heads' is no op of the file"),
+])
+def test_a_refit_entry_that_would_drop_nothing_is_refused(entry, says):
+    # a misspelt key or op kept session 13's head records in the fit, silently
+    path = "sims/benchmarks/results/h200_2026-11-27_s13_xlabwd/train_microbench.json"
+    entry = {k: path if v == "P" else v for k, v in entry.items()}
+    with pytest.raises(RefitInputError) as refused:
+        entry_measurements(entry)
+    assert str(refused.value).endswith(says.replace("P:", f"{path}:"))

@@ -150,6 +150,19 @@ def test_backward_is_the_pair_minus_the_forward_and_fits_into_the_table():
     assert table.op_classes["elementwise"] == EfficiencyTable().op_classes["elementwise"]  # not a class member
 
 
+def test_a_pair_takes_its_own_models_forward():
+    # two models of one vocabulary run the log-softmax on the same work at one batch: each backward is its own pair
+    # less its own forward (session 24's vocab file paired Qwen2.5-0.5B's at 16 rows with Qwen3-8B's forward)
+    point = {"op": "cross_entropy", "dtype": "bf16", "mode": "train", "batch": 16, "seq_len": 128, "kv_len": 128,
+             "tokens": 2048, "flops": 1e6, "bytes": 1e9}
+    measurements = [{**point, "model": model, "benchmark": "cross_entropy", "op_class": "elementwise", "time_us": fwd}
+                    for model, fwd in (("a", 580.0), ("b", 390.0))]
+    measurements += [{**point, "model": model, "benchmark": "cross_entropy_forward_backward",
+                      "backward_of": "elementwise", "time_us": both} for model, both in (("a", 1130.0), ("b", 1600.0))]
+    derived = derive_backward(measurements)
+    assert [(d["forward_us"], d["time_us"]) for d in derived] == [(580.0, 550.0), (390.0, 1210.0)]
+
+
 def test_parameter_shapes_count_the_model_once():
     cfg = model_config("qwen2_5_0_5b_instruct")
     shapes = parameter_shapes(build_graph(cfg, "train", "torch_fused"))

@@ -30,7 +30,6 @@ from flax import linen as nn
 from framework.backends.maxtext.compile_clock import CompileClock
 from framework.backends.maxtext.checkpoint_io import save_hf_checkpoint
 from framework.backends.maxtext.config import GRPOConfig
-from framework.rl.advantages import compute_advantages
 from framework.rl.learning_signal import ZeroGradientWatch
 from framework.backends.maxtext.models import ModelConfig, Transformer, abstract_params, kernel_platform
 from framework.backends.maxtext.sampler import Sampler, SamplingParams
@@ -152,8 +151,10 @@ class GRPOTrainer(BaseTrainer):
         interrupted = done < task.steps
         artifacts = self._artifacts(export=not interrupted)
         summary |= {k: v for k, v in rows.items() if isinstance(v, (int, float))}
+        steady = step_times[1:] or step_times  # without this process's first step: it compiles
         summary |= {"steps_completed": done, "resumed_from_step": self.start_step,
-                    "measured_step_s": _steady_state(step_times), "micro_batch_size": task.micro_batch_size,
+                    "measured_step_s": statistics.median(steady) if steady else None,
+                    "micro_batch_size": task.micro_batch_size,
                     "remat": self.model_config.remat,
                     "init_compile_time_s": self.init_compile_s, "rollout_groups": len(self.placements),
                     **self.layout_search, **self.sharing}
@@ -227,17 +228,12 @@ class GRPOTrainer(BaseTrainer):
     def _score(self, rollouts: rollout.Rollouts) -> tuple[np.ndarray, dict[str, float], np.ndarray]:
         """Rewards [N], their metrics and the group advantages [N] of a batch."""
         rewards, metrics = rollout.score(rollouts, self.config.task.rewards)
-        return rewards, metrics, self._advantages(rewards)
+        return rewards, metrics, rollout.advantages(rewards, self.config.task)
 
     def cleanup(self) -> None:  # no thread or model build outlives a run, a failing one included
         for worker in (self.config.model_source, self.aot, getattr(self, "off_policy", None)):
             if worker is not None:
                 worker.close()
-
-    def _advantages(self, rewards: np.ndarray) -> np.ndarray:
-        task = self.config.task
-        options = {"scale_by_std": task.scale_rewards} if task.advantage_estimator == "grpo" else {}
-        return compute_advantages(rewards, task.num_generations, task.advantage_estimator, **options)
 
     def _evaluate(self) -> dict[str, float]:
         started = time.perf_counter()
@@ -351,9 +347,3 @@ class GRPOTrainer(BaseTrainer):
                 save_hf_checkpoint(params, self.model_config, self.model_dir, out)
             artifacts["hf_export"] = str(out)
         return artifacts
-
-
-def _steady_state(step_times: list[float]) -> float | None:
-    """Median step time without the first step of this process (it compiles)."""
-    times = step_times[1:] or step_times
-    return statistics.median(times) if times else None

@@ -29,6 +29,7 @@ from framework.core.errors import ConfigError
 from framework.core.parallel import ParallelConfig
 from framework.data.gsm8k import MathExample
 from framework.data.prompts import render_prompts
+from framework.rl.advantages import compute_advantages
 from framework.rl.rewards import compute_rewards, correctness
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,12 @@ def score(rollouts: Rollouts, weights: dict[str, float]) -> tuple[np.ndarray, di
         metrics[f"reward_{name}_mean"] = float(values.mean())
         metrics[f"reward_{name}_std"] = float(values.std())
     return total, metrics
+
+
+def advantages(rewards: np.ndarray, task: Any) -> np.ndarray:
+    """The advantages [N] of rewards [N] by the task's (a GRPOTask's) estimator; grpo's scaled as it says."""
+    options = {"scale_by_std": task.scale_rewards} if task.advantage_estimator == "grpo" else {}
+    return compute_advantages(rewards, task.num_generations, task.advantage_estimator, **options)
 
 
 def completion_metrics(rollouts: Rollouts) -> dict[str, float]:
