@@ -165,7 +165,7 @@ class OpInterpolator:
 
     Attention measured on a full grid (decode: measurements carrying `batch` and `kv_len`; prefill:
     `batch` and `seq_len`) is read from that surface instead: see AttentionSurface. Attention timed as a
-    training step's forward (`mode` "train") is a curve of its own, which only training steps read."""
+    training step's forward (`mode` "train") also makes a curve of its own, which training steps read."""
 
     def __init__(
         self,
@@ -173,15 +173,20 @@ class OpInterpolator:
         roofline_s: Callable[[str, str, float, float], tuple[float, str]],
     ):
         self._roofline_s = roofline_s
-        # points timed as a training step's forward (mode "train") make a curve of their own: cuDNN's training forward
-        # keeps the softmax statistics and runs slower than a prefill's of the same FLOPs (1.4x: Qwen2.5-1.5B, 32 x 512
-        # tokens, one H200, session 24), and a prefill or decode does not run it
-        curves = _medians(((m.op, m.dtype, m.flops, m.bytes, m.mode), m.time_us * 1e-6) for m in measurements)
+        curves = _medians(((m.op, m.dtype, m.flops, m.bytes), m.time_us * 1e-6) for m in measurements)
         self._curves: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
-        for (op, dtype, flops, nbytes, mode), t in curves.items():
+        for (op, dtype, flops, nbytes), t in curves.items():
             r, bound = roofline_s(op, dtype, flops, nbytes)
             if r > 0:
-                self._curves.setdefault((op, dtype, mode or bound), []).append((r, t))
+                self._curves.setdefault((op, dtype, bound), []).append((r, t))
+        # a training forward's points (mode "train": cuDNN keeps the softmax statistics, 1.4x a prefill at equal
+        # FLOPs on an H200, session 24) also make the curve training steps read; the curves above keep them for
+        # prefills of sizes no prefill was timed at (the xla tables' large ones, near an H100's ridge)
+        trained = _medians(((m.op, m.dtype, m.flops, m.bytes), m.time_us * 1e-6) for m in measurements if m.mode)
+        for (op, dtype, flops, nbytes), t in trained.items():
+            r, _ = roofline_s(op, dtype, flops, nbytes)
+            if r > 0:
+                self._curves.setdefault((op, dtype, "train"), []).append((r, t))
         for points in self._curves.values():
             points.sort()
         self._surfaces = AttentionSurface.build_all(measurements, roofline_s)
