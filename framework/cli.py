@@ -60,11 +60,11 @@ def _hydra_flags(argv: list[str]):
     return None, f"{message}; python run.py --hydra-help lists the flags"
 
 
-def _config_dirs(argv: list[str], overrides: list) -> tuple | None:
+def _config_dirs(flags, overrides: list) -> tuple | None:
     """The folders Hydra reads options from, as it finds them: the primary (conf/, or --config-path: absolute or
     relative to run.py's folder), --config-dir (relative to the current one) and `hydra.searchpath=[...]` entries;
-    None where one is no folder we can list (pkg://...) or Hydra's parser refuses the flags: no check here then."""
-    flags = _hydra_flags(argv)[0]
+    None where one is no folder we can list (pkg://...) or Hydra's parser refused the flags (`flags` None): no check
+    here then."""
     if flags is None or (flags.config_path or "").startswith("pkg://"):
         return None
     primary = CONF_DIR if flags.config_path is None else Path(os.path.normpath(REPO_ROOT / flags.config_path))
@@ -92,10 +92,9 @@ def _own_searchpath(primary: Path, config_name: str | None) -> list | None:
     return [str(e) for e in entries] if isinstance(entries, list) else []
 
 
-def _config_dir_problem(argv: list[str], overrides: list) -> str | None:
+def _config_dir_problem(flags, overrides: list) -> str | None:
     """A --config-path that is no folder (a file: Hydra's 3-line ValueError, exit 1), a `hydra.searchpath` file://
-    entry that is none (Hydra's 2-line warning, and the run went on without it)."""
-    flags = _hydra_flags(argv)[0]
+    entry that is none (Hydra's 2-line warning, and the run went on without it). `flags`: _hydra_flags' reading."""
     path = flags.config_path if flags is not None else None
     if path and not path.startswith("pkg://") and not (REPO_ROOT / path).is_dir():
         return (f"--config-path: {path!r} is no folder (absolute, or relative to run.py's folder {REPO_ROOT}); valid: "
@@ -112,7 +111,7 @@ def check_group_options(argv: list[str]) -> str | None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
-    refused = _hydra_flags(argv)[1]
+    flags, refused = _hydra_flags(argv)  # read once: the dirs' checks below take it
     if refused:
         return refused
     parser = OverridesParser.create()
@@ -127,9 +126,9 @@ def check_group_options(argv: list[str]) -> str | None:
         if override.key_or_group in ("hydra.run.dir", "hydra.sweep.dir") and override.value() == "":
             return (f"{override.key_or_group}: empty; valid: a folder path (`.` for the current folder, where an empty "
                     f"one put the records)")
-    if problem := _config_dir_problem(argv, overrides):
+    if problem := _config_dir_problem(flags, overrides):
         return problem
-    dirs = _config_dirs(argv, overrides)
+    dirs = _config_dirs(flags, overrides)
     if dirs is None:
         return None
     for override in overrides:
