@@ -185,7 +185,8 @@ class Runtime:
         self.env["backend"] = {"name": adapter.name, "libraries": self.versions}
         self.records.write_env(self.env)
         adapter.load_patches()
-        self.patches = PatchRunner(adapter.name, self.cfg.patches.enable, self.cfg.patches.disable)
+        patches = build(PatchesConfig, self.cfg.get("patches"), "patches")  # checked in validate() already
+        self.patches = PatchRunner(adapter.name, patches.enable, patches.disable)
         self._apply(Phase.PREPARE, adapter)
         adapter.prepare_backend(self.cfg)
         self.backend_config = backend_config = adapter.convert_config(self.cfg)
