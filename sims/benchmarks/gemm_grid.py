@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 from pathlib import Path
 
 SIZES = (1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576)
@@ -66,9 +67,13 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="tiny shapes on the CPU: checks the script in seconds")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda, cpu with --tiny)")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--shuffle", type=int, default=None, metavar="SEED",
+                        help="time the shapes in a random order (seeded), not smallest first")
     args = parser.parse_args()
     device = args.device or ("cpu" if args.tiny else "cuda")
     grid = shapes(TINY_SIZES, TINY_ROWS) if args.tiny else shapes(SIZES, ROWS)
+    if args.shuffle is not None:  # big GEMMs one after another may time the card's clock under its power cap
+        random.Random(args.shuffle).shuffle(grid)
     records = measure(device, grid, args.repeats)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
