@@ -38,3 +38,13 @@ def test_a_record_counts_bf16_bytes_and_flops():
     r = record(8, 4096, 1024, 10.0, 0.01, "cuda_graph")
     assert r["flops"] == 2 * 8 * 4096 * 1024
     assert r["bytes"] == 2 * (8 * 1024 + 4096 * 1024 + 8 * 4096)
+
+
+def test_a_models_node_record_wins_over_a_plain_gemm_of_its_shape():
+    """transformers times its k/v node as two GEMMs of half the width, recorded at the node's shape: a plain GEMM of
+    that shape is another kernel, so it must not enter the shape's median; elsewhere the plain GEMMs count."""
+    node = {**record(8, 1024, 2048, 11.6, 0.01, "cuda_graph"), "benchmark": "kv_proj", "op": "kv_proj"}
+    plain_same, plain_other = record(8, 1024, 2048, 6.0, 0.01, "cuda_graph"), record(8, 2048, 2048, 7.0, 0.01, "x")
+    table = fit_table([node, plain_same, plain_other], hardware("h200"), stack="transformers")
+    assert sorted((g.m, g.n, g.k, g.time_us) for g in table.gemm_measurements) == [(8, 1024, 2048, 11.6),
+                                                                                (8, 2048, 2048, 7.0)]
