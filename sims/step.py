@@ -39,7 +39,7 @@ from sims.ir import ComputationalGraph, OpNode
 from sims.memory import local_params
 from sims.op_columns import columns, per_nodes, work_coefficients
 from sims.partition import expert_data_parallel, per_stage, stage_split
-from sims.scan_forward import scanned_forward_rows
+from sims.scan_forward import head_cast_rows, scanned_forward_rows
 from sims.sharded_forward import sharded_forward_rows
 from sims.train_rows import extra_op_s, log_prob_rows, train_stage_rows
 from sims.vector_cost import Costs, costs_for
@@ -150,7 +150,8 @@ def _stage_ops(graph: ComputationalGraph, ctx: Context) -> StageOps:
 def _stages_key(ctx: Context) -> tuple:
     w = ctx.workload
     shards = ctx.layout.dp if w.shard_weights else 0  # fsdp's rows vary with dp
-    return ("stages", ctx.layout.pp, w.recompute, w.recompute_keeps, shards, w.scanned, w.loss_len)
+    return ("stages", ctx.layout.pp, w.recompute, w.recompute_keeps, shards, w.scanned, w.loss_len, w.param_dtype,
+            w.logits_chunk if w.param_dtype else None)  # the head's casts are per chunk
 
 
 def sum_stages_together(graph: ComputationalGraph, contexts: list[Context]) -> None:
@@ -188,10 +189,10 @@ def _cost_stages(graph: ComputationalGraph, contexts: list[Context], costs: list
     if w.mode == "train":
         rows, stage_s = train_stage_rows(graph, contexts, costs, ratios, heads, stage_s, split_weights)
     elif w.shard_weights or w.scanned or w.loss_len:  # an FSDP forward gathers the weights first, a scanned one
-        # slices them, a log-prob pass takes log-probs of its positions' logits
-        rows = [[gathers + slices + probs for gathers, slices, probs in zip(
-            sharded_forward_rows(graph, one), scanned_forward_rows(graph, one), log_prob_rows(graph, one))]
-            for one in contexts]
+        # slices them, a log-prob pass takes log-probs of its positions' logits (converting a wider stored head)
+        rows = [[gathers + slices + probs + casts for gathers, slices, probs, casts in zip(
+            sharded_forward_rows(graph, one), scanned_forward_rows(graph, one), log_prob_rows(graph, one),
+            head_cast_rows(graph, one))] for one in contexts]
         stage_s = [[t + sum(row[5] for row in in_stage) for t, in_stage in zip(times, stage_rows)]
                    for times, stage_rows in zip(stage_s, rows)]
     ops = []

@@ -35,6 +35,7 @@ WORKLOAD_DEFAULTS = {
     "shard_weights": False,
     "shared_prefix": 1,
     "scanned": False,
+    "param_dtype": None,
 }
 
 
@@ -70,7 +71,11 @@ class Workload:
     shared_prefix: decode rows per prompt whose first seq_len cached tokens (the prompt) are held once per group of
     that many rows and attended in a kernel call of their own (sims/shared_prefix.py); 1 = every row its own copy.
     scanned: a prefill-mode pass without a KV cache that scans its layers over stacked weights, slicing each layer's
-    weights out every pass (sims/scan_forward.py; the stack's scanned_forward)."""
+    weights out every pass (sims/scan_forward.py; the stack's scanned_forward).
+    param_dtype: the dtype a prefill-mode pass's weights are stored in when the pass casts them to dtype as it uses
+    them (the maxtext backend's log-prob passes over float32 master weights): its scan's slices read them at these
+    bytes and its log-prob head casts them every chunk (sims/scan_forward.py); None = stored in dtype. The memory
+    model does not read it."""
 
     mode: str
     batch: int
@@ -86,6 +91,7 @@ class Workload:
     shard_weights: bool
     shared_prefix: int
     scanned: bool
+    param_dtype: str | None
 
     @property
     def query_len(self) -> int:
@@ -167,6 +173,9 @@ def _parse_workload(workload: Mapping, node: str) -> Workload:
         raise ConfigError(f"{node}.mode is {w['mode']!r}; valid: {', '.join(MODES)}")
     if w["dtype"] not in DTYPES:
         raise ConfigError(f"{node}.dtype is {w['dtype']!r}; valid: {', '.join(DTYPES)}")
+    if w["param_dtype"] is not None and w["param_dtype"] not in DTYPES:
+        raise ConfigError(f"{node}.param_dtype is {w['param_dtype']!r}; valid: {', '.join(DTYPES)} (or null: the "
+                          f"weights stored in {node}.dtype)")
     needed = "context_len" if w["mode"] == "decode" else "seq_len"
     if w[needed] is None:
         raise ConfigError(f"{node}.{needed} is required for mode {w['mode']}")
@@ -184,6 +193,9 @@ def _parse_workload(workload: Mapping, node: str) -> Workload:
     if w["scanned"] and w["mode"] != "prefill":
         raise ConfigError(f"{node}.scanned is for mode prefill (a forward pass over stacked layers), not {w['mode']}; "
                           f"a training step's scan is the stack's scanned_update")
+    if w["param_dtype"] is not None and w["mode"] != "prefill":
+        raise ConfigError(f"{node}.param_dtype is for mode prefill (a pass that casts stored weights as it uses them), "
+                          f"not {w['mode']}; leave it null")
     if w["shard_weights"] and not w["zero"] and w["mode"] == "train":
         raise ConfigError(f"{node}.shard_weights needs zero: true (sharded weights shard their optimizer states too)")
     return Workload(**w)

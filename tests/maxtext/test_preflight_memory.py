@@ -199,6 +199,19 @@ def test_the_log_prob_passes_are_scanned_and_the_rollouts_prefill_is_not():
     assert [row["count"] for row in rows if row["name"] == "scan_weight_slices"] == [24]
 
 
+def test_the_log_prob_passes_cast_the_master_weights_and_the_rollout_does_not():
+    """The log-prob passes run on the update's grpo.param_dtype weights and cast them to the compute dtype as they use
+    them (the scan's slices, the head per chunk: sims/scan_forward.py); the sampler casts its copy once before its
+    prefill and decode, which run on compute-dtype weights."""
+    from framework.backends.maxtext.trainers.preflight import grpo_phases
+
+    task, _, _ = _qwen_05b_task(micro_batch_size=16, beta=0.04)
+    phases = {name: workload for name, workload, _ in grpo_phases(task, zero=False)}
+    assert task.param_dtype == "float32" and phases["forward"]["param_dtype"] == "fp32"
+    assert phases["forward"]["dtype"] == "bf16" and "param_dtype" not in phases["prefill"]
+    assert "param_dtype" not in phases["decode"] and "param_dtype" not in phases["train"]
+
+
 def test_off_policy_the_old_log_probs_are_the_samplers_not_a_pass():
     """With grpo.rollout_lag >= 1 the sampler returns the behaviour log-probs and the update takes them as the old
     ones (trainers/update.py): ppo_epochs > 1 runs no old-log-prob pass; the reference's (beta > 0) still runs."""

@@ -13,12 +13,14 @@ from sims import simulate_many
 LAYOUTS = [{"tp": tp, "dp": dp, "ep": ep, "pp": pp}
            for tp, dp, ep, pp in itertools.product((1, 4), (1, 2), (1, 2), (1, 2, 4))]
 # every branch of the finish: update rows (zero, fsdp), recompute, a chunked and a partial loss, a shared-prefix
-# decode, a scanned pass and log-prob passes (one whose chunked lm_head output is its largest activation), fp8 and
-# fp32, and batches whose memory does and does not fit
+# decode, a scanned pass and log-prob passes (one over float32 master weights, one whose chunked lm_head output is its
+# largest activation), fp8 and fp32, and batches whose memory does and does not fit
 WORKLOADS = [
     {"mode": "prefill", "seq_len": 2048, "batch": 8},
     {"mode": "prefill", "seq_len": 1024, "batch": 512, "dtype": "fp32"},
     {"mode": "prefill", "seq_len": 1024, "batch": 16, "scanned": True},
+    {"mode": "prefill", "seq_len": 1024, "batch": 16, "scanned": True, "loss_len": 200, "logits_chunk": 64,
+     "param_dtype": "fp32"},  # a log-prob pass over float32 master weights
     {"mode": "prefill", "seq_len": 1024, "batch": 16, "loss_len": 200, "logits_chunk": 64},
     {"mode": "prefill", "seq_len": 1024, "batch": 16, "loss_len": 1024, "logits_chunk": 32},  # lm_head the largest op
     {"mode": "decode", "context_len": 4096, "batch": 64, "dtype": "fp8"},

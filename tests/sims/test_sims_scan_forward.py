@@ -117,3 +117,90 @@ def test_the_fit_tool_names_a_folder_without_a_calibration_record(tmp_path, caps
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1
     assert err.startswith(f"error: {tmp_path}/accuracy.json: not a readable xla calibration record")
+
+
+# --- weights stored wider than the pass computes (workload.param_dtype: float32 master weights) ---
+
+HEAD = 896 * 151936  # Qwen2.5-0.5B's vocabulary projection (tied to the embedding)
+MASTER = {"param_dtype": "fp32"}
+
+
+def log_prob_pass(loss_len=256, chunk=128, **extra):
+    return prefill(16, scanned=True, loss_len=loss_len, logits_chunk=chunk, **extra)
+
+
+def named(result, name):
+    rows = [row for row in result.breakdown_rows() if row["name"] == name]
+    return rows[0] if rows else None
+
+
+def test_a_float32_stack_is_sliced_reading_four_bytes_and_writing_two(tmp_path, with_scan):
+    """XLA fuses each slice with its convert to the pass's dtype (the update's compiled program, the pass's profile):
+    a float32 element read and a bfloat16 one written, against two and two from a bfloat16 stack."""
+    with_scan(SPEC)
+    bf16, spec = run(tmp_path, {}, prefill(scanned=True), "bf16")
+    master, _ = run(tmp_path, {}, prefill(scanned=True, **MASTER), "master")
+    nbytes = 24 * qwen_0_5b_layer() * (4 + 2) / 2 * SPEC["copy_passes"]
+    assert slice_row(master)["bytes"] == pytest.approx(nbytes, rel=1e-9)
+    extra = nbytes - slice_row(bf16)["bytes"]
+    assert master.latency_s == pytest.approx(bf16.latency_s + extra / spec.memory_bytes_per_s)
+    assert named(master, "head_weight_cast") is None  # no log-prob head: nothing else converts
+
+
+def test_the_log_prob_head_is_cast_every_chunk_and_a_tied_one_transposed_once(tmp_path, with_scan):
+    with_scan(SPEC)
+    bf16, spec = run(tmp_path, {}, log_prob_pass(), "bf16")
+    master, _ = run(tmp_path, {}, log_prob_pass(**MASTER), "master")
+    cast, transpose = named(master, "head_weight_cast"), named(master, "head_weight_transpose")
+    assert cast["count"] == 2 and cast["bytes"] == pytest.approx(2 * HEAD * (4 + 2) / 2 * SPEC["copy_passes"])
+    assert transpose["count"] == 1 and transpose["bytes"] == pytest.approx(HEAD * 4 * SPEC["copy_passes"])
+    for row in (cast, transpose):
+        assert row["time_s"] == pytest.approx(row["bytes"] / spec.memory_bytes_per_s) and row["bound"] == "memory"
+    extra = slice_row(master)["bytes"] - slice_row(bf16)["bytes"] + cast["bytes"] + transpose["bytes"]
+    assert master.latency_s == pytest.approx(bf16.latency_s + extra / spec.memory_bytes_per_s)
+    assert named(bf16, "head_weight_cast") is None and named(bf16, "head_weight_transpose") is None
+
+
+def test_the_casts_follow_the_chunks_the_tp_shard_and_an_untied_head(tmp_path, with_scan):
+    with_scan(SPEC)
+    per_chunk = HEAD * 3 * SPEC["copy_passes"]
+    four = named(run(tmp_path, {}, log_prob_pass(200, 64, **MASTER), "four")[0], "head_weight_cast")
+    assert four["count"] == 4 and four["bytes"] == pytest.approx(4 * per_chunk)  # ceil(200 / 64)
+    whole = named(run(tmp_path, {}, log_prob_pass(chunk=None, **MASTER), "whole")[0], "head_weight_cast")
+    assert whole["count"] == 1 and whole["bytes"] == pytest.approx(per_chunk)
+    half = named(run(tmp_path, {"tp": 2}, log_prob_pass(**MASTER), "tp2", devices=2)[0], "head_weight_cast")
+    assert half["bytes"] == pytest.approx(per_chunk)  # two chunks of half the head
+    untied, _ = run(tmp_path, {}, log_prob_pass(**MASTER), "untied", model="qwen3_8b")
+    assert named(untied, "head_weight_cast")["bytes"] == pytest.approx(2 * 4096 * 151936 * 3 * SPEC["copy_passes"])
+    assert named(untied, "head_weight_transpose") is None
+
+
+def test_weights_stored_as_the_pass_computes_cost_as_without_param_dtype(tmp_path, with_scan):
+    with_scan(SPEC)
+    plain, _ = run(tmp_path, {}, log_prob_pass(), "plain")
+    same, _ = run(tmp_path, {}, log_prob_pass(param_dtype="bf16"), "same")
+    assert same.breakdown_rows() == plain.breakdown_rows() and same.latency_s == plain.latency_s
+
+
+def test_param_dtype_is_checked(tmp_path, with_scan):
+    with_scan(SPEC)
+    with pytest.raises(ConfigError, match="workload.param_dtype is 'float32'; valid: bf16, fp8, fp32"):
+        run(tmp_path, {}, log_prob_pass(param_dtype="float32"), "long")
+    with pytest.raises(ConfigError, match="workload.param_dtype is for mode prefill"):
+        run(tmp_path, {}, {"mode": "train", "batch": 8, "seq_len": 512, **MASTER}, "train")
+    with_scan(None)
+    with pytest.raises(ConfigError, match="stack 'xla' has no scanned_forward"):
+        run(tmp_path, {}, {**log_prob_pass(**MASTER), "scanned": False}, "none")
+
+
+def test_passes_on_master_and_on_bf16_weights_in_one_sweep_equal_each_alone():
+    """The same layout and shapes with and without param_dtype share their op costs, not their rows."""
+    cfg, hw = model_config("qwen2_5_0_5b_instruct"), hardware("h200")
+    layouts = [{"tp": 1}, {"tp": 1}, {"tp": 1}, {"tp": 2}]
+    workloads = [log_prob_pass(), log_prob_pass(**MASTER), log_prob_pass(chunk=64, **MASTER), log_prob_pass(**MASTER)]
+    alone = simulated_alone(cfg, hw, layouts, workloads, stack="xla")
+    together = simulate_many(cfg, hw, layouts, workloads, stack="xla")
+    for (summary, rows), result in zip(alone, together):
+        assert result.summary() == summary and result.breakdown_rows() == rows
+    assert [named(result, "head_weight_cast")["count"] if named(result, "head_weight_cast") else 0
+            for result in together] == [0, 2, 4, 2]

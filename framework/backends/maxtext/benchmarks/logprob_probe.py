@@ -66,19 +66,21 @@ def programs(model, args):
 
 
 def predictions(args) -> dict:
-    """The simulator's ms for each variant: the preflight's forward phase (scanned, log-prob head) and the layers'."""
+    """The simulator's ms for each variant: the preflight's forward phase (scanned, log-prob head, float32 master
+    weights; full_bf16 on bfloat16 weights) and the layers'."""
     from sims import simulate
 
     hf_config = load_conf("model", args.model)["hf_config"]
     hardware = load_conf("hardware", args.hardware)["hardware"]
     base = {"mode": "prefill", "batch": args.micro_batch, "seq_len": args.prompt_tokens + args.new_tokens,
             "dtype": "bf16", "scanned": True}
-    full = simulate(hf_config, hardware, {"tp": 1}, {**base, "loss_len": args.new_tokens, "logits_chunk": args.chunk},
-                    stack="xla")
-    layers = simulate(hf_config, hardware, {"tp": 1}, base, stack="xla")
+    head = {"loss_len": args.new_tokens, "logits_chunk": args.chunk}
+    full = simulate(hf_config, hardware, {"tp": 1}, {**base, **head, "param_dtype": "fp32"}, stack="xla")
+    full_bf16 = simulate(hf_config, hardware, {"tp": 1}, {**base, **head}, stack="xla")
+    layers = simulate(hf_config, hardware, {"tp": 1}, {**base, "param_dtype": "fp32"}, stack="xla")
     rows = {row["name"]: round(1e3 * row["time_s"], 3) for row in full.rows}
-    return {"full": 1e3 * full.latency_s, "hidden": 1e3 * (layers.latency_s - _row_s(layers, "lm_head")),
-            "rows_ms": rows}
+    return {"full": 1e3 * full.latency_s, "full_bf16": 1e3 * full_bf16.latency_s,
+            "hidden": 1e3 * (layers.latency_s - _row_s(layers, "lm_head")), "rows_ms": rows}
 
 
 def _row_s(result, name: str) -> float:

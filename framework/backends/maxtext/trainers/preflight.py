@@ -3,7 +3,8 @@
 A GRPO step is simulated as its phases: the prompts' prefill, max_new_tokens decode steps of the
 whole group batch (at the average context; on an fsdp rollout mesh each one all-gathers the weights,
 sims/sharded_forward.py), the extra forward passes (old log-probs when ppo_epochs > 1 on-policy, reference
-log-probs when beta > 0; their layers scanned over the stacked weights, sims/scan_forward.py) and ppo_epochs x
+log-probs when beta > 0; their layers scanned over the stacked weights, which they cast from grpo.param_dtype as
+they use them, sims/scan_forward.py) and ppo_epochs x
 (batch / micro-batch) training micro-steps. The simulator reads the run's own `parallel` node (sims.workload.layout_from_parallel:
 dp x fsdp replicas, fsdp shards the optimizer state), so the prediction is of the very layout that runs:
 prefill and decode in the rollout layout (`parallel.rollout`), the rest in the update layout, plus the
@@ -71,7 +72,8 @@ def grpo_phases(task: GRPOTask, zero: bool, remat: str = "none", rollout_sharded
         # the completion's log-probs: its positions projected onto the vocabulary, logprob_chunk_size at a time
         phases.append(("forward", {"mode": "prefill", "batch": task.micro_batch_size, "seq_len": sequence,
                                    "dtype": dtype, "zero": zero, "shard_weights": zero, "scanned": True,
-                                   "loss_len": new, "logits_chunk": task.logprob_chunk_size},
+                                   "loss_len": new, "logits_chunk": task.logprob_chunk_size,
+                                   "param_dtype": SHORT[task.param_dtype]},  # cast as used (the update's master)
                        extra_forwards * micro_steps))
     return phases
 
