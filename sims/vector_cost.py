@@ -291,7 +291,8 @@ def _rates(graph: ComputationalGraph, ctx: Context, sizes: tuple[int, ...]) -> t
     compute, memory, _, _ = _efficiency_of(graph, ctx)
     weight_bytes = np.where(cols.mask("gemm"), p.gemm_weight_bytes, p.other_weight_bytes)
     split = 1 / cols.splits(sizes)
-    const_bytes = a["linear"] * a["weights"] * split * weight_bytes + (a["norm"] > 0) * a["weights"] * p.other_weight_bytes
+    const_bytes = (a["linear"] * a["weights"] * split * weight_bytes
+                   + (a["norm"] > 0) * a["weights"] * p.other_weight_bytes)
     peak = np.where(a["gemm_weights"] > 0, p.gemm_peak, p.other_peak) * compute
     return const_bytes, peak, ctx.hw.memory_bytes_per_s * memory
 

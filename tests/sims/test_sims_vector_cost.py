@@ -15,9 +15,9 @@ from sims.memory import (_MEMO, _count_stage_params, _kv_cache_bytes, _kv_elemen
                          _stage_params)
 from sims.op_columns import _build_columns, _work_coefficients, columns, work_coefficients
 from sims.partition import stage_split, tp_split
-from sims.step import model_flops
-from sims.vector_cost import (_collectives, _collectives_of, _efficiency, _efficiency_of, _every_tp_arrays, _every_tp_of,
-                               _rates, plan_for)
+from sims.step import _STEP_CACHES, _stage_weights, model_flops, stage_weights_of
+from sims.vector_cost import (_collectives, _collectives_of, _efficiency, _efficiency_of, _every_tp_arrays,
+                               _every_tp_of, _rates, plan_for)
 from sims.workload import layout_problem, parse_layout, parse_workload
 
 MODELS = ("qwen3_8b", "qwen3_30b_a3b", "deepseek_v3")
@@ -170,6 +170,30 @@ def test_collectives_shared_by_graphs_of_the_same_nodes_equal_each_computed_alon
             assert np.array_equal(got, want), (graph_mode, mode, tp, ep)
         compared += 1
     assert compared == 30
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_stage_weights_shared_by_graphs_of_the_same_nodes_equal_each_computed_alone(model):
+    """A pipeline split's pass multipliers and stage weights are kept per the graph's columns (a model's prefill and
+    decode graphs share them: one pass for either), whether training, recompute and pp: each equals the graph's
+    computed alone, a training step's (the prefill graph's nodes, with backward and recompute) apart from
+    inference's."""
+    clear_caches()
+    cache = _STEP_CACHES.of(hardware_spec(hardware("h100", nodes=4)))
+    graphs = {mode: build_graph(model_config(model), mode) for mode in ("prefill", "decode", "train")}
+    cases = [("prefill", mode) for mode in ("prefill", "decode", "train")] + [("decode", "decode"), ("train", "train")]
+    compared = 0
+    for (graph_mode, mode), pp, recompute in itertools.product(cases, (1, 2, 3), (False, True)):
+        if recompute and mode != "train":
+            continue
+        graph = graphs[graph_mode]
+        record = {**next(w for w in WORKLOADS if w["mode"] == mode), "batch": 8, "recompute": recompute}
+        workload = parse_workload(record)
+        got, want = stage_weights_of(graph, workload, pp, cache), _stage_weights(graph, workload, pp)
+        assert len(got) == len(want) == 4
+        assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(got, want)), (graph_mode, mode, pp)
+        compared += 1
+    assert compared == 21
 
 
 def _node_values(graph, mode: str) -> list:
