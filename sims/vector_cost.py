@@ -4,10 +4,11 @@ predict_op uses) as numpy vectors over the graph's nodes, instead of one Python 
 A `Plan` holds, for one (tp, ep, dtype, mode) on one hardware spec, every op's FLOPs and bytes per
 unit of each feature of the bound dims (sims/op_columns.py), the roofline rates, and the collectives'
 link model; its arrays but the collectives and the expert bytes are built for every tp size at once, shared by
-every ep > 1, and sliced (_every_tp_arrays). Costing bindings is then one matrix-vector product per binding (one
-matmul for all of them, whatever their plans: cost_bindings; cost_together hands it a sweep's uncosted bindings
-for api.simulate_many) and the roofline on (binding x node) arrays; ops the efficiency table has measured curves
-for are looked up one by one as in op_cost.
+every ep > 1, and sliced (_every_tp_arrays); the weight bytes, rates and collectives, which do not depend on the
+mode's work, are kept per the graph's columns, so a model's decode graph takes its prefill graph's. Costing bindings
+is then one matrix-vector product per binding (one matmul for all of them, whatever their plans: cost_bindings;
+cost_together hands it a sweep's uncosted bindings for api.simulate_many) and the roofline on (binding x node)
+arrays; ops the efficiency table has measured curves for are looked up one by one as in op_cost.
 tests/sims/test_sims_vector_cost.py pins plans and op_cost equal, tests/sims/test_sims_many.py bindings costed
 together and alone.
 """
