@@ -136,8 +136,10 @@ def per_nodes(cache: GraphCache, graph: ComputationalGraph, key: Hashable, compu
     num_layers and attention heads, which a model's graphs with the same nodes (prefill, decode) share. With
     `take_rows` (values elementwise over nodes), a graph whose columns are rows of another's takes rows of its value."""
     cols = columns(graph)
+    if take_rows is None or cols.parent is None:  # nothing to take rows of: one lookup
+        return cache.get(cols, key, compute)
     found = cache.peek(cols, key)
-    if found is None and take_rows is not None and cols.parent is not None:
+    if found is None:
         parent, take = cols.parent
         kept = cache.peek(parent, key)
         found = None if kept is None else take_rows(kept, take)

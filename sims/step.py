@@ -173,8 +173,7 @@ def _cost_stages(graph: ComputationalGraph, contexts: list[Context], costs: list
     in one matmul (partition.per_stage), the rest per binding."""
     ctx = contexts[0]
     w, pp, cache = ctx.workload, ctx.layout.pp, _STEP_CACHES.of(ctx.hw)
-    passes, weights, counts, heads = cache.get(graph, ("passes", w.mode, w.recompute, w.recompute_keeps, pp),
-                                               lambda: _stage_weights(graph, w, pp))
+    passes, weights, counts, heads = stage_weights_of(graph, w, pp, cache)
     ratios = backward_ratios(graph, ctx.hw) if w.mode == "train" else None
     if ratios is None:
         multipliers, split_weights = [passes] * len(costs), [weights] * len(costs)
@@ -208,6 +207,13 @@ def backward_ratios(graph: ComputationalGraph, hw: HardwareSpec) -> BackwardRati
     if not measurements:
         return None
     return _STEP_CACHES.of(hw).get(graph, "backward_ratios", lambda: BackwardRatios(measurements, TRAIN_BACKWARD_FACTOR))
+
+
+def stage_weights_of(graph: ComputationalGraph, workload: Workload, pp: int, cache: GraphCache) -> tuple:
+    """_stage_weights kept in `cache` per the graph's columns (its nodes: a model's prefill and decode graphs share
+    them, every inference mode the same passes), whether training, recompute and pp."""
+    key = ("passes", workload.mode == "train", workload.recompute, workload.recompute_keeps, pp)
+    return per_nodes(cache, graph, key, lambda: _stage_weights(graph, workload, pp))
 
 
 def _stage_weights(graph: ComputationalGraph, workload: Workload, pp: int) -> tuple:

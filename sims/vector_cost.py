@@ -4,10 +4,11 @@ predict_op uses) as numpy vectors over the graph's nodes, instead of one Python 
 A `Plan` holds, for one (tp, ep, dtype, mode) on one hardware spec, every op's FLOPs and bytes per
 unit of each feature of the bound dims (sims/op_columns.py), the roofline rates, and the collectives'
 link model; its arrays but the collectives and the expert bytes are built for every tp size at once, shared by
-every ep > 1, and sliced (_every_tp_arrays). Costing bindings is then one matrix-vector product per binding (one
-matmul for all of them, whatever their plans: cost_bindings; cost_together hands it a sweep's uncosted bindings
-for api.simulate_many) and the roofline on (binding x node) arrays; ops the efficiency table has measured curves
-for are looked up one by one as in op_cost.
+every ep > 1, and sliced (_every_tp_arrays); the weight bytes, rates and collectives, which do not depend on the
+mode's work, are kept per the graph's columns, so a model's decode graph takes its prefill graph's. Costing bindings
+is then one matrix-vector product per binding (one matmul for all of them, whatever their plans: cost_bindings;
+cost_together hands it a sweep's uncosted bindings for api.simulate_many) and the roofline on (binding x node)
+arrays; ops the efficiency table has measured curves for are looked up one by one as in op_cost.
 tests/sims/test_sims_vector_cost.py pins plans and op_cost equal, tests/sims/test_sims_many.py bindings costed
 together and alone.
 """
@@ -240,7 +241,7 @@ def _build_plan(graph: ComputationalGraph, ctx: Context) -> Plan:
     sizes = cols.sizes_with(tp)
     work, const_bytes, peak, bandwidth = _every_tp_of(graph, ctx, sizes)
     _, _, floor_s, measurable = _efficiency_of(graph, ctx)
-    latency, factor, bus, runs = _collectives(graph, ctx)
+    latency, factor, bus, runs = _collectives_of(graph, ctx)
     # experts split tp ways with ep = 1, else ep ways: each expert's weight bytes if every expert were hit
     expert_bytes = cols.attrs["expert_weights"] / (tp if ep == 1 else ep) * ctx.precision.gemm_weight_bytes
     row = sizes.index(tp)
@@ -276,17 +277,25 @@ def _efficiency_rows(efficiency: tuple, take: np.ndarray) -> tuple:
 
 def _every_tp_arrays(graph: ComputationalGraph, ctx: Context, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
     """A plan's arrays for every tp in `sizes` at once (elementwise in tp: each row equals its tp alone), shared
-    by every ep > 1: (tp x 4 node x feature) work, (tp x node) weight bytes, and the (node) rates."""
+    by every ep > 1: (tp x 4 node x feature) work, (tp x node) weight bytes, and the (node) rates; the weight bytes
+    and rates do not depend on the mode, and a model's prefill and decode graphs (the same columns) share them."""
+    flops, moved, io_in, io_out = every_tp_work(graph, sizes, ctx.ep > 1, ctx.workload.mode)
+    key = ("rates", sizes, ctx.precision)
+    rates = per_nodes(_CACHES.of(ctx.hw), graph, key, lambda: _rates(graph, ctx, sizes))
+    return np.concatenate([flops, moved * ctx.precision.act_bytes, io_in, io_out], axis=1), *rates
+
+
+def _rates(graph: ComputationalGraph, ctx: Context, sizes: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """(tp x node) weight bytes read per execution, and each node's achieved FLOP/s and bytes/s."""
     cols, p = columns(graph), ctx.precision
     a = cols.attrs
     compute, memory, _, _ = _efficiency_of(graph, ctx)
-    flops, moved, io_in, io_out = every_tp_work(graph, sizes, ctx.ep > 1, ctx.workload.mode)
     weight_bytes = np.where(cols.mask("gemm"), p.gemm_weight_bytes, p.other_weight_bytes)
     split = 1 / cols.splits(sizes)
-    const_bytes = a["linear"] * a["weights"] * split * weight_bytes + (a["norm"] > 0) * a["weights"] * p.other_weight_bytes
+    const_bytes = (a["linear"] * a["weights"] * split * weight_bytes
+                   + (a["norm"] > 0) * a["weights"] * p.other_weight_bytes)
     peak = np.where(a["gemm_weights"] > 0, p.gemm_peak, p.other_peak) * compute
-    work = np.concatenate([flops, moved * p.act_bytes, io_in, io_out], axis=1)
-    return work, const_bytes, peak, ctx.hw.memory_bytes_per_s * memory
+    return const_bytes, peak, ctx.hw.memory_bytes_per_s * memory
 
 
 def _efficiency(graph: ComputationalGraph, ctx: Context) -> tuple:
@@ -302,6 +311,13 @@ def _efficiency(graph: ComputationalGraph, ctx: Context) -> tuple:
         or (ctx.op_interpolator is not None and node.op_type != "gemm" and not node.is_comm)
     )
     return compute, memory, floor_s, measurable
+
+
+def _collectives_of(graph: ComputationalGraph, ctx: Context) -> tuple[np.ndarray, ...]:
+    """_collectives per the graph's columns (its nodes; a model's prefill and decode graphs share them), tp, ep and
+    whether training (which leaves out the inference-only collectives)."""
+    key = ("collectives of", ctx.tp, ctx.ep, ctx.workload.mode == "train")
+    return per_nodes(_CACHES.of(ctx.hw), graph, key, lambda: _collectives(graph, ctx))
 
 
 def _collectives(graph: ComputationalGraph, ctx: Context) -> tuple[np.ndarray, ...]:

@@ -15,8 +15,9 @@ from sims.memory import (_MEMO, _count_stage_params, _kv_cache_bytes, _kv_elemen
                          _stage_params)
 from sims.op_columns import _build_columns, _work_coefficients, columns, work_coefficients
 from sims.partition import stage_split, tp_split
-from sims.step import model_flops
-from sims.vector_cost import _efficiency, _efficiency_of, _every_tp_arrays, _every_tp_of, plan_for
+from sims.step import _STEP_CACHES, _stage_weights, model_flops, stage_weights_of
+from sims.vector_cost import (_collectives, _collectives_of, _efficiency, _efficiency_of, _every_tp_arrays,
+                               _every_tp_of, _rates, plan_for)
 from sims.workload import layout_problem, parse_layout, parse_workload
 
 MODELS = ("qwen3_8b", "qwen3_30b_a3b", "deepseek_v3")
@@ -116,7 +117,8 @@ def test_columns_shared_with_another_mode_equal_those_built_alone(model):
     """A graph whose nodes are nodes of a graph built before (decode: prefill's; train: prefill's less the KV cache
     write) takes that graph's columns or rows of them and of its work matrices and plan arrays: each array equals the
     graph's own columns built from scratch and, for every tp size and ep variant, its work matrices computed alone
-    (decode's saved inputs without attention's keys), its plan arrays and efficiencies computed from its own."""
+    (decode's saved inputs without attention's keys), its plan arrays and efficiencies computed from its own (the weight
+    bytes and rates, which decode shares with prefill, computed afresh)."""
     clear_caches()
     prefill = build_graph(model_config(model), "prefill")
     hw, cols = hardware_spec(hardware("h100", nodes=4)), columns(prefill)
@@ -144,10 +146,54 @@ def test_columns_shared_with_another_mode_equal_those_built_alone(model):
             assert np.array_equal(got, want), mode
         for ep, dtype in itertools.product((1, 2), ("bf16", "fp8")):
             ctx = Context.for_step(graph, hw, parse_layout({"ep": ep}), contexts[mode, ep, dtype].workload)
-            for got, want in zip(_every_tp_of(graph, ctx, cols.tp_sizes), _every_tp_arrays(graph, ctx, cols.tp_sizes),
-                                 strict=True):
+            want = (_every_tp_arrays(graph, ctx, cols.tp_sizes)[0], *_rates(graph, ctx, cols.tp_sizes))
+            for got, want in zip(_every_tp_of(graph, ctx, cols.tp_sizes), want, strict=True):
                 assert got.shape == want.shape and np.array_equal(got, want), (mode, ep, dtype)
     assert derived == 2 if model != "deepseek_v3" else derived == 1  # DeepSeek-V3's decode graph has its own nodes
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_collectives_shared_by_graphs_of_the_same_nodes_equal_each_computed_alone(model):
+    """A plan's collectives are kept per the graph's columns (a model's prefill and decode graphs share them), tp, ep
+    and whether training: each equals the graph's computed alone, a training step's (the prefill graph's nodes timed
+    as training, the inference-only gather left out) apart from inference's."""
+    clear_caches()
+    hw = hardware_spec(hardware("h100", nodes=4))
+    graphs = {mode: build_graph(model_config(model), mode) for mode in ("prefill", "decode", "train")}
+    cases = [("prefill", mode) for mode in ("prefill", "decode", "train")] + [("decode", "decode"), ("train", "train")]
+    compared = 0
+    for (graph_mode, mode), tp, ep in itertools.product(cases, (1, 2, 4), (1, 2)):
+        graph = graphs[graph_mode]
+        workload = parse_workload({**next(w for w in WORKLOADS if w["mode"] == mode), "batch": 8})
+        ctx = Context.for_step(graph, hw, parse_layout({"tp": tp, "ep": ep}), workload)
+        for got, want in zip(_collectives_of(graph, ctx), _collectives(graph, ctx), strict=True):
+            assert np.array_equal(got, want), (graph_mode, mode, tp, ep)
+        compared += 1
+    assert compared == 30
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_stage_weights_shared_by_graphs_of_the_same_nodes_equal_each_computed_alone(model):
+    """A pipeline split's pass multipliers and stage weights are kept per the graph's columns (a model's prefill and
+    decode graphs share them: one pass for either), whether training, recompute and pp: each equals the graph's
+    computed alone, a training step's (the prefill graph's nodes, with backward and recompute) apart from
+    inference's."""
+    clear_caches()
+    cache = _STEP_CACHES.of(hardware_spec(hardware("h100", nodes=4)))
+    graphs = {mode: build_graph(model_config(model), mode) for mode in ("prefill", "decode", "train")}
+    cases = [("prefill", mode) for mode in ("prefill", "decode", "train")] + [("decode", "decode"), ("train", "train")]
+    compared = 0
+    for (graph_mode, mode), pp, recompute in itertools.product(cases, (1, 2, 3), (False, True)):
+        if recompute and mode != "train":
+            continue
+        graph = graphs[graph_mode]
+        record = {**next(w for w in WORKLOADS if w["mode"] == mode), "batch": 8, "recompute": recompute}
+        workload = parse_workload(record)
+        got, want = stage_weights_of(graph, workload, pp, cache), _stage_weights(graph, workload, pp)
+        assert len(got) == len(want) == 4
+        assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(got, want)), (graph_mode, mode, pp)
+        compared += 1
+    assert compared == 21
 
 
 def _node_values(graph, mode: str) -> list:

@@ -1,0 +1,25 @@
+import time, numpy as np
+a = np.arange(1.0, 7.0)[:, None]; b = np.arange(1.0, 19.0); i = np.arange(1, 19)
+def t(name, f):
+    s = time.perf_counter_ns(); f(); d1 = time.perf_counter_ns() - s
+    s = time.perf_counter_ns(); f(); d2 = time.perf_counter_ns() - s
+    print(f"{name:30} first {d1/1e3:6.1f} us  second {d2/1e3:5.1f}")
+t("a*b float", lambda: a * b)
+t("a/b", lambda: a / b)
+t("1/a", lambda: 1 / a)
+t("b/2.0", lambda: b / 2.0)
+t("a-b", lambda: a - b)
+t("a+1", lambda: a + 1)
+t("minimum ff", lambda: np.minimum(a, b))
+t("where(b>0, 1.0, b)", lambda: np.where(b > 0, 1.0, b))
+t("where(b>0, a, b)", lambda: np.where(b > 0, a, b))
+t("b > 0", lambda: b > 0)
+t("b.T", lambda: b[None].T)
+t("empty", lambda: np.empty((5, 18, 1, 6)))
+t("fancy", lambda: a[i % 6])
+t("transpose", lambda: np.empty((7,1,6,18)).transpose(0,2,3,1)[..., None])
+t("concatenate axis1", lambda: np.concatenate([a, a], axis=1))
+t("np.array float list", lambda: np.array([1.0, 2.0]))
+t("np.array nested", lambda: np.array([[[0.0]*3]*4]*3))
+t("bool*float", lambda: (b > 3) * b)
+t("b.any()", lambda: b.any())
