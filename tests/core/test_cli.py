@@ -149,3 +149,36 @@ def test_a_config_paths_own_searchpath_is_read_too(tmp_path):
     assert check_group_options(["-cp", str(tmp_path), "hardware=mine"]) is None
     assert "valid: auto, a100, cpu, h100, h200" in check_group_options(["-cp", str(tmp_path), "hardware=nope"])
     assert "valid: auto, mine" in check_group_options(["-cp", str(tmp_path), "hardware=h100", "hydra.searchpath=[]"])
+
+
+def test_a_name_holding_a_slash_makes_one_flat_run_or_sweep_dir(tmp_path):
+    """Users type Hugging Face ids: `model.name=Qwen/Qwen3-8B` made `..._sim_sim_Qwen/Qwen3-8B/` (Hydra makes the dir
+    from conf/config.yaml's interpolation before any check runs), `../../x` a dir outside outputs/, 300 characters
+    `OSError: File name too long`."""
+    sim = ["backend=sim", "task=sim", "model=qwen3_8b", "hardware=h100"]
+    for n, (args, rc, kind, name) in enumerate((
+            ([*sim, "model.name=Qwen/Qwen3-8B"], 0, "runs", "sim_sim_Qwen--Qwen3-8B"),
+            ([*sim, f"model.name={'x' * 300}"], 0, "runs", "sim_sim_" + "x" * 100),
+            (["-m", *sim, "model.name=../../x", "task.name=s\\im"], 1, "sweeps", "sim_s--im_..--..--x"))):
+        work = tmp_path / str(n) / "a" / "b"
+        work.mkdir(parents=True)
+        proc = run_cli(args, cwd=work)
+        assert proc.returncode == rc, proc.stderr
+        (day,) = (work / "outputs" / kind).iterdir()
+        (made,) = day.iterdir()
+        assert made.name.endswith(f"_{name}") and (made / ("0" if kind == "sweeps" else "") / "summary.json").is_file()
+        assert [p.name for p in work.iterdir()] == ["outputs"] and [p.name for p in work.parent.parent.iterdir()] == ["a"]
+
+
+def test_a_name_the_run_dir_reads_removed_is_one_line(tmp_path):
+    """`~model.name` was `error: Interpolation key 'model.name' not found full_key: hydra.run.dir object_type=dict`;
+    a sweep printed Hydra's 4-line callback warning first."""
+    sim = ["backend=sim", "task=sim", "model=qwen3_8b", "hardware=h100"]
+    for args, key in (([*sim, "~model.name"], "hydra.run.dir"), (["-m", *sim, "~task.name"], "hydra.sweep.dir"),
+                      (["-m", *sim, "hydra/launcher=local", "~model.name"], "hydra.sweep.dir")):
+        proc = run_cli(args, cwd=tmp_path)
+        name = args[-1][1:]
+        assert proc.returncode == 2 and proc.stderr.splitlines() == [
+            f"error: {name}: missing key; {key} names its folder after it (conf/config.yaml); valid: keep {name}, or "
+            f"give {key}=DIR"], proc.stderr
+    assert not list(tmp_path.iterdir())
