@@ -125,6 +125,10 @@ def test_check_finite_names_every_bad_key():
     check_finite({"loss": 1.0, "grad_norm": 0.0, "reward": float("nan")}, 1)  # only loss and grad norm count
     with pytest.raises(RunFailure, match=r"step 4: loss=inf, grad_norm=nan \(non-finite\)"):
         check_finite({"loss": float("inf"), "grad_norm": float("nan")}, 4)
+    import numpy as np
+
+    with pytest.raises(RunFailure, match=r"step 5: grad_norm=nan"):  # a float32 NaN was no float: it passed
+        check_finite({"loss": 1.0, "grad_norm": np.float32("nan")}, 5)
 
 
 # ---- full disk ----------------------------------------------------------------------------------
