@@ -164,7 +164,10 @@ def objective_value(objective: Any, result: Any) -> Any:
         return float("-inf") if direction == "maximize" else float("inf")
     if not result.success:
         return None
-    if not isinstance(result.metrics.get(metric), (int, float)):
-        numbers = sorted(k for k, v in result.metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+    def number(value) -> bool:  # `fits` (true/false) is no number to optimise: the valid list never named it
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    if not number(result.metrics.get(metric)):
+        numbers = sorted(k for k, v in result.metrics.items() if number(v))
         raise ConfigError(f"task.objective.metric: {metric!r} is not a number the task reports; valid: {', '.join(numbers)}")
     return float(result.metrics[metric])
