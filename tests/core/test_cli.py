@@ -210,3 +210,16 @@ def test_hydras_private_flag_parser_reads_the_flags_as_hydra_main_does(capsys):
     assert "invalid choice: 'nope'" in _hydra_flags(["--cfg", "nope"])[1]
     assert _hydra_flags(["--version"]) == (None, None)  # Hydra's exit: it prints the version itself later
     assert capsys.readouterr() == ("", "")  # the parser printed nothing: the one line is ours
+
+
+def test_a_sweep_over_the_model_keeps_its_jobs_in_one_sweep_dir(tmp_path):
+    """Each job resolved hydra.sweep.dir with its own model.name: `-m model=a,b` put job 0 under `..._qwen3_8b/0`
+    and job 1 under `..._qwen3_30b_a3b/1`, and the summary (the sweep's own dir) listed job 1 alone, exit 0.
+    ${path_parts:...} is cached as ${run_stamp:...} is, and Hydra copies that cache into each job's config."""
+    proc = run_cli(["-m", "backend=sim", "task=sim", "hardware=h100", "model=qwen3_8b,qwen3_30b_a3b"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (day,) = (tmp_path / "outputs" / "sweeps").iterdir()
+    (sweep,) = day.iterdir()
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1"]
+    rows = (sweep / "sweep_summary.md").read_text().splitlines()[2:]
+    assert [row.split(" | ")[4] for row in rows] == ["qwen3_8b", "qwen3_30b_a3b"]  # job, backend, task, hardware, model
