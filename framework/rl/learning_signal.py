@@ -66,11 +66,9 @@ class ZeroGradientWatch:
     def restore(self, state, step: int) -> None:
         """Take a checkpoint's state back; one without it (saved before it was kept, or not of this shape): the
         steps up to `step` are unknown, and the claims say so."""
-        kinds = {"first": int, "last": int, "observed": int, "zero": int, "streak_from": int, "streak": int,
-                 "said": bool, "tied": bool}
         if not isinstance(state, dict) or set(state) != set(STATE) or not all(
-                isinstance(state[k], kind) or (state[k] is None and k in ("first", "last", "streak_from"))
-                for k, kind in kinds.items()):
+                isinstance(state[key], kind) or (state[key] is None and key in NULLABLE)
+                for key, kind in STATE.items()):
             self.resumed_blind = step
             return
         for key in STATE:
@@ -85,7 +83,10 @@ class ZeroGradientWatch:
                 "advantages and clip_fraction in metrics.jsonl")
 
 
-STATE = ("first", "last", "observed", "zero", "streak_from", "streak", "said", "tied")
+# the watch's state in a checkpoint, and each value's type (the first three null before any step)
+STATE = {"first": int, "last": int, "streak_from": int, "observed": int, "zero": int, "streak": int, "said": bool,
+         "tied": bool}
+NULLABLE = ("first", "last", "streak_from")
 
 
 def _span(first: int, last: int) -> str:
