@@ -147,3 +147,10 @@ def test_closing_a_running_build_stops_its_children_and_leaves_no_staging_direct
     assert build.process.poll() is not None and build.fast.poll() is not None
     assert not tiny_model_dir(model_cfg(), tmp_path).exists()
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # the staging directories removed
+
+
+def test_a_typed_hub_id_as_model_name_keeps_the_random_init_build_in_the_cache(tmp_path):
+    """model.name=Qwen/Qwen3-8B nested the build under cache/Qwen/; `../x` put it beside the cache."""
+    for name, flat in (("Qwen/Qwen3-8B", "Qwen--Qwen3-8B-"), ("../x", "..--x-"), ("tiny_qwen2", "tiny_qwen2-")):
+        built = tiny_model_dir(model_cfg() | {"name": name}, tmp_path / "cache")
+        assert built.parent == tmp_path / "cache" and built.name.startswith(flat)

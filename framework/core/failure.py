@@ -51,9 +51,23 @@ def _list_for_mapping(exc: BaseException) -> str | None:
     return None
 
 
+def _missing_in_dir_name(exc: BaseException) -> str | None:
+    """`~model.name`: the run or sweep dir's name reads it, and Hydra resolves that before any check runs."""
+    import re
+
+    from omegaconf.errors import InterpolationKeyError
+
+    key = getattr(exc, "full_key", "")
+    missing = re.match(r"Interpolation key '([^']+)' not found", str(exc))
+    if not isinstance(exc, InterpolationKeyError) or key not in ("hydra.run.dir", "hydra.sweep.dir") or not missing:
+        return None
+    return (f"{missing[1]}: missing key; {key} names its folder after it (conf/config.yaml); valid: keep "
+            f"{missing[1]}, or give {key}=DIR")
+
+
 def one_line(exc: BaseException) -> str:
     """A Hydra/OmegaConf error message folded into one line, with its cause when that says more."""
-    special = _unknown_key(exc) or _list_for_mapping(exc)
+    special = _unknown_key(exc) or _list_for_mapping(exc) or _missing_in_dir_name(exc)
     if special:
         return special
     parts = [line.strip() for line in str(exc).splitlines() if line.strip()]

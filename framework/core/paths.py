@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO_ROOT / "conf"
+PART_BYTES = 100  # a name part of a folder: well under the 255 bytes a file name may take, stamp and all
+
+
+def path_part(value) -> str:
+    """`value` as one flat, safe part of a folder name: a typed name may be a Hugging Face id (`Qwen/Qwen3-8B`
+    becomes `Qwen--Qwen3-8B`, as HF's own cache writes it), so `/` and `\\` never nest or leave the folder; any
+    other character but letters, digits and `._+=@,-` becomes `-`; cut to PART_BYTES bytes of UTF-8."""
+    text = re.sub(r"[/\\]", "--", str(value))
+    text = re.sub(r"[^\w.+=@,-]", "-", text)
+    return text.encode("utf-8")[:PART_BYTES].decode("utf-8", errors="ignore")
 
 
 def load_conf(group: str, name: str) -> dict:

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from framework.core.errors import ConfigError
+from framework.core.paths import path_part
 from framework.core.stopping import disk_full
 
 LOCK = "run.lock"
@@ -41,7 +42,7 @@ def run_stamp(kind: str = "run") -> str:
 
     A sweep's dir is named by the one process that launches it: always time and pid."""
     shared = launch_id() if kind == "run" else None
-    return shared or f"{time.strftime('%H-%M-%S')}_p{os.getpid()}"
+    return path_part(shared) if shared else f"{time.strftime('%H-%M-%S')}_p{os.getpid()}"
 
 
 def _alive(pid: int) -> bool:

@@ -94,6 +94,10 @@ def check_task_node(task: Any) -> None:
     for key, tp in TASK_NODE.items():
         if key in task and (reason := type_error(to_plain(task.get(key)), tp)) is not None:
             raise ConfigError(f"task.{key}: {reason}")
+    unknown = sorted(str(key) for key in task if key not in TASK_NODE)  # `+task.steps=10` was read by nothing
+    if unknown:
+        raise ConfigError(f"task.{unknown[0]}: unknown key of the task node; valid: {', '.join(TASK_NODE)} (a task's "
+                          f"settings live under its name: {task.get('name')}.KEY=VALUE)")
     if task.get("objective") is not None:
         build(TaskObjective, task.objective, "task.objective")
 

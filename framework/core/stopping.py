@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import logging
 import math
+import numbers
 import signal
 import threading
 
@@ -110,7 +111,8 @@ class StopSignals:
 
 def check_finite(metrics: dict, step: int, keys: tuple[str, ...] = ("loss", "grad_norm")) -> None:
     """RunFailure when one of `keys` in `metrics` is NaN or infinite (call it before logging and saving)."""
-    bad = {k: metrics[k] for k in keys if isinstance(metrics.get(k), (int, float)) and not math.isfinite(metrics[k])}
+    bad = {k: metrics[k] for k in keys  # numbers.Real: a numpy float32 NaN is no `float`, and passed
+           if isinstance(metrics.get(k), numbers.Real) and not math.isfinite(metrics[k])}
     if bad:
         shown = ", ".join(f"{k}={v}" for k, v in bad.items())
         raise RunFailure(f"step {step}: {shown} (non-finite); stopped before saving it, the last checkpoint is the "

@@ -108,6 +108,8 @@ class SweepSummaryCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """A sweep into a dir that holds an earlier sweep's jobs: only this sweep's jobs make rows. The launcher's
         settings are checked first: submitit's failures on them are no one-line errors."""
+        from omegaconf.errors import InterpolationKeyError
+
         from framework.core.errors import ConfigError
         from framework.core.failure import fail
         from framework.core.launcher import check_launcher, check_sweeper, settings
@@ -115,14 +117,14 @@ class SweepSummaryCallback(Callback):
         from framework.core.validation import import_target
 
         try:
+            sweep_dir = Path(config.hydra.sweep.dir)  # first: `~model.name` leaves it and what it names unresolved
             check_launcher(settings(config.hydra.launcher, "hydra.launcher"))
             check_sweeper(settings(config.hydra.sweeper, "hydra.sweeper"))
             check_task_node(config.task)  # key_metrics and sweep_plot are read as the sweep ends: a warning there
             if config.task.get("sweep_plot"):
                 import_target(config.task.sweep_plot, "task", "sweep_plot")
-        except ConfigError as exc:  # Hydra turns a callback's exception into a warning: exit here, before any job
-            fail(exc)
-        sweep_dir = Path(config.hydra.sweep.dir)
+        except (ConfigError, InterpolationKeyError) as exc:  # Hydra turns a callback's exception into a warning: exit
+            fail(exc)  # here, before any job
         self.before = snapshot(sweep_dir) if sweep_dir.is_dir() else {}
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
@@ -162,7 +164,10 @@ def objective_value(objective: Any, result: Any) -> Any:
         return float("-inf") if direction == "maximize" else float("inf")
     if not result.success:
         return None
-    if not isinstance(result.metrics.get(metric), (int, float)):
-        numbers = sorted(k for k, v in result.metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+    def number(value) -> bool:  # `fits` (true/false) is no number to optimise: the valid list never named it
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    if not number(result.metrics.get(metric)):
+        numbers = sorted(k for k, v in result.metrics.items() if number(v))
         raise ConfigError(f"task.objective.metric: {metric!r} is not a number the task reports; valid: {', '.join(numbers)}")
     return float(result.metrics[metric])

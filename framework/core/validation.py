@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.core.build import HYDRA_KEYS
 from framework.core.errors import ConfigError
-from framework.core.paths import CONF_DIR
+from framework.core.paths import CONF_DIR, path_part
 from framework.core.ranges import range_of
 
 
@@ -210,7 +210,11 @@ def adapter_tasks(target: str) -> list[str]:
 
 def register_resolvers() -> None:
     """`${backend_name:<adapter _target_>}`: conf/backend/*.yaml derive `backend.name` from the adapter class;
-    `${run_stamp:run}` / `${run_stamp:sweep}`: the unique part of a run or sweep dir's name."""
+    `${run_stamp:run}` / `${run_stamp:sweep}`: the unique part of a run or sweep dir's name; `${path_parts:a,b}`:
+    names as flat parts of it, joined by `_` (Hydra makes the dir before any check runs: `model.name=Qwen/Qwen3-8B`
+    nested it)."""
+    if not OmegaConf.has_resolver("path_parts"):  # cached, as run_stamp: a sweep's jobs take the sweep's names
+        OmegaConf.register_new_resolver("path_parts", lambda *names: "_".join(map(path_part, names)), use_cache=True)
     if not OmegaConf.has_resolver("backend_name"):
         OmegaConf.register_new_resolver("backend_name", lambda target: adapter_attribute(target, "name"))
     if not OmegaConf.has_resolver("run_stamp"):  # unique run and sweep dir names (framework/core/rundir.py)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from framework.core.errors import ConfigError, DataError
+from framework.core.paths import path_part
 from framework.core.plain import to_plain
 
 ENDOFTEXT = "<|endoftext|>"
@@ -127,7 +128,7 @@ def build_tiny_model(model_cfg: Mapping[str, Any], out_dir: Path, corpus_texts: 
 def tiny_model_dir(model_cfg: Mapping[str, Any], cache_root: Path) -> Path:
     """Where a random-init build of `model_cfg` lives: one directory per architecture and dtype, so editing
     a config never reuses a stale build."""
-    name = model_cfg.get("name") or "model"
+    name = path_part(model_cfg.get("name") or "model")  # a typed HF id would nest the cache, `..` leave it
     blob = json.dumps([_hf_config_of(model_cfg), _torch_dtype_name(model_cfg)], sort_keys=True)
     return Path(cache_root) / f"{name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
 

@@ -72,13 +72,41 @@ def refit_shipped(out_dir: Path) -> list[Path]:
     """Every shipped table as refit.yaml describes it, written into out_dir."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, spec in yaml.safe_load(SHIPPED.read_text()).items():
+    specs = yaml.safe_load(SHIPPED.read_text())
+    if not isinstance(specs, dict):
+        raise RefitInputError(f"{SHIPPED.name}: valid: a mapping of table file names to {{{', '.join(SPEC_KEYS)}}}")
+    for name, spec in specs.items():
+        check_spec(name, spec)
         hardware_file = str(REPO_ROOT / spec["hardware"])
         measurements = [m for entry in spec["files"] for m in entry_measurements(entry)]
-        table = fit_table(measurements, read_hardware_file(hardware_file), source=spec["source"], stack=spec["stack"])
+        try:
+            table = fit_table(measurements, read_hardware_file(hardware_file), source=spec["source"],
+                              stack=spec["stack"])
+        except KeyError as error:  # as refit() says them: the table named, not a traceback
+            raise RefitInputError(f"{SHIPPED.name}: {name}: a measurement has no {error}") from error
+        except ConfigError as error:
+            raise RefitInputError(f"{SHIPPED.name}: {name}: {error}") from error
         save_table(table, out_dir / name)
         written.append(out_dir / name)
     return written
+
+
+SPEC_KEYS = ("hardware", "stack", "source", "files")
+
+
+def check_spec(name, spec) -> None:
+    """A refit.yaml table entry: its four keys, hardware a file, stack a known one, files a non-empty list (a string
+    there was read a character at a time)."""
+    valid = f"valid: {{{', '.join(SPEC_KEYS)}: [path or {{path, without_ops}}, ...]}}"
+    if not isinstance(spec, dict) or set(spec) != set(SPEC_KEYS):
+        raise RefitInputError(f"{SHIPPED.name}: {name}: {spec!r:.80}; {valid}")
+    if not isinstance(spec["files"], list) or not spec["files"]:
+        raise RefitInputError(f"{SHIPPED.name}: {name}: files: {spec['files']!r:.80}; {valid}")
+    if not isinstance(spec["hardware"], str) or not (REPO_ROOT / spec["hardware"]).is_file():
+        raise RefitInputError(f"{SHIPPED.name}: {name}: hardware: {spec['hardware']!r} is no file; valid: a "
+                              f"conf/hardware/*.yaml path")
+    if spec["stack"] not in stacks():
+        raise RefitInputError(f"{SHIPPED.name}: {name}: stack: {spec['stack']!r}; valid: one of {sorted(stacks())}")
 
 
 def entry_path(entry: str | dict) -> str:
@@ -90,9 +118,15 @@ def entry_measurements(entry: str | dict) -> list[dict]:
     """A refit.yaml file entry's measurements: a path, or {path, without_ops}: the file less the ops a later
     file re-timed (their forward, forward + backward and derived backward records). A misspelt key or an op the
     file lacks is refused: either would keep the records meant to go, the table fitted as if they went."""
-    if isinstance(entry, dict) and (set(entry) - {"path", "without_ops"} or "path" not in entry):
-        raise RefitInputError(f"{SHIPPED.name}: file entry {entry}: valid: a path, or {{path, without_ops: [op, ...]}}")
-    dropped = set() if isinstance(entry, str) else set(entry.get("without_ops", ()))
+    path = entry if isinstance(entry, str) else entry.get("path") if isinstance(entry, dict) else None
+    if not isinstance(path, str) or not path or (isinstance(entry, dict) and set(entry) - {"path", "without_ops"}):
+        raise RefitInputError(f"{SHIPPED.name}: file entry {entry!r}: valid: a path, or "
+                              f"{{path, without_ops: [op, ...]}}")
+    ops = [] if isinstance(entry, str) else entry.get("without_ops")
+    if not isinstance(ops, list) or not all(isinstance(op, str) for op in ops) or (isinstance(entry, dict) and not ops):
+        raise RefitInputError(f"{SHIPPED.name}: {path}: without_ops: {ops!r}; valid: a non-empty list of op names "
+                              f"(or the path alone)")  # a string was read a letter at a time, null a TypeError
+    dropped = set(ops)
     measurements = read_measurements([entry_path(entry)])
     absent = sorted(dropped - {m.get("op") for m in measurements})
     if absent:

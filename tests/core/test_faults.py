@@ -125,6 +125,10 @@ def test_check_finite_names_every_bad_key():
     check_finite({"loss": 1.0, "grad_norm": 0.0, "reward": float("nan")}, 1)  # only loss and grad norm count
     with pytest.raises(RunFailure, match=r"step 4: loss=inf, grad_norm=nan \(non-finite\)"):
         check_finite({"loss": float("inf"), "grad_norm": float("nan")}, 4)
+    import numpy as np
+
+    with pytest.raises(RunFailure, match=r"step 5: grad_norm=nan"):  # a float32 NaN was no float: it passed
+        check_finite({"loss": 1.0, "grad_norm": np.float32("nan")}, 5)
 
 
 # ---- full disk ----------------------------------------------------------------------------------
@@ -276,3 +280,15 @@ def test_a_second_sweep_into_the_same_dir_ignores_stale_jobs_and_failures(tmp_pa
     assert second.returncode == 0, second.stderr
     rows = (sweep / "sweep_summary.csv").read_text().splitlines()
     assert len(rows) == 2 and rows[1].startswith("0,") and ",3," in rows[1]
+
+
+def test_a_name_becomes_one_flat_part_of_a_folder_name(monkeypatch):
+    """conf/config.yaml's `${path_parts:...}` and a torchrun id (its --rdzv-id is typed freely) in the run dir."""
+    from framework.core.paths import PART_BYTES, path_part
+
+    assert path_part("Qwen/Qwen3-8B") == "Qwen--Qwen3-8B" and path_part("a\\b c:d") == "a--b-c-d"
+    assert path_part("qwen3_8b") == "qwen3_8b" and path_part("v1.5+x=y@z,w-q") == "v1.5+x=y@z,w-q"
+    cut = path_part("é" * 200)  # 2 bytes each: cut on a character, within PART_BYTES bytes
+    assert cut == "é" * (PART_BYTES // 2) and len(cut.encode()) <= PART_BYTES
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "team/job 7")
+    assert run_stamp() == "torchrunteam--job-7"

@@ -137,6 +137,18 @@ SESSION_24: list[tuple[list[str], str]] = [
      "rewards, and advantage_estimator=grpo learns nothing; valid: 0 (off) or >= 2"),
 ]
 
+# found in session 25 (exit 0, the key read by nothing or the contradiction settled silently; run on every test run)
+TASK_NODE_KEYS = ("valid: name, key_metrics, resume_may_change, sweep_plot, objective (a task's settings live under "
+                  "its name")
+SESSION_25: list[tuple[list[str], str]] = [
+    ([*SIM, "+task.extra=1"], f"task.extra: unknown key of the task node; {TASK_NODE_KEYS}: sim.KEY=VALUE)"),
+    ([*GRPO, "+task.steps=10"], f"task.steps: unknown key of the task node; {TASK_NODE_KEYS}: grpo.KEY=VALUE)"),
+    ([*SIM, "task.objective.metric=fits"], "task.objective.metric: 'fits' is not a number the task reports; valid: "
+     "devices, latency_s, "),
+    ([*GRPO, "patches.enable=[maxtext.compilation_cache]", "patches.disable=[maxtext.compilation_cache]"],
+     "patches: 'maxtext.compilation_cache' is in both patches.enable and patches.disable; valid: one of them"),
+]
+
 CASES: list[tuple[list[str], str]] = [
     # ---- groups: unknown, removed, null
     *[([f"{g}=nope"], f"unknown {g} option 'nope'; valid:") for g in ("backend", "task", "model", "hardware",
@@ -289,6 +301,7 @@ CASES: list[tuple[list[str], str]] = [
     *SESSION_22,
     *SESSION_23,
     *SESSION_24,
+    *SESSION_25,
 ]
 IDS = [" ".join(args[-1:]) + f" #{n}" for n, (args, _) in enumerate(CASES)]
 
@@ -332,6 +345,10 @@ def test_session_23s_refusals_are_one_line(tmp_path):
 
 def test_session_24s_refusals_are_one_line(tmp_path):
     assert not problems(SESSION_24, run_batch(SESSION_24, tmp_path))
+
+
+def test_session_25s_refusals_are_one_line(tmp_path):
+    assert not problems(SESSION_25, run_batch(SESSION_25, tmp_path))
 
 
 def test_an_adapters_own_check_is_its_line_not_hydras_wrapping(tmp_path):

@@ -297,3 +297,17 @@ def test_a_run_whose_every_step_had_grad_norm_0_says_why_once_and_exits_0(tmp_pa
             "sampling (grpo.temperature, top_p) and that the model can earn one (a random-init model earns none)")
     assert summary["warnings"] == [said] and summary["metrics"]["zero_grad_norm_steps"] == 2
     assert proc.stderr.count("grad_norm 0") == 1 and f"  warning: {said}" in proc.stdout.splitlines()
+
+
+def test_a_resumed_run_counts_its_grad_norm_0_steps_from_the_first(tmp_path):
+    """The count and the claim were of the steps since the resume: 2 steps, resumed for 2 more, all at grad_norm 0,
+    said `(steps 3-4)` and zero_grad_norm_steps 2 beside steps_completed 4 (a run whose first steps learned would
+    have been told it learned nothing). The watch's state rides in each checkpoint."""
+    args = ["recipe=grpo_gsm8k_cpu", "grpo.eval.every=0", "grpo.checkpoint.every=1", "grpo.export_hf=false",
+            "progress=false", f"hydra.run.dir={tmp_path}"]
+    for steps in (1, 2):
+        proc = run_cli([*args, f"grpo.steps={steps}"])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["metrics"]["resumed_from_step"] == 1 and summary["metrics"]["zero_grad_norm_steps"] == 2
+    assert summary["warnings"][0].startswith("grpo: grad_norm 0 at every step of this run (steps 1-2), the model ")

@@ -11,6 +11,7 @@ from sims_helpers import REPO, hardware, model_config
 
 from sims import simulate
 from sims.benchmarks.repredict import repredict, table_measurements
+from sims.calibration import refit as refit_module
 from sims.calibration.refit import RefitInputError, entry_measurements, read_measurements
 from tests.conftest import run_cli
 
@@ -143,11 +144,47 @@ def test_a_refit_entry_without_ops_leaves_the_ops_a_later_file_re_timed():
     ({"path": "P", "without_op": ["lm_head"]}, "valid: a path, or {path, without_ops: [op, ...]}"),
     ({"without_ops": ["lm_head"]}, "valid: a path, or {path, without_ops: [op, ...]}"),
     ({"path": "P", "without_ops": ["lm_heads"]}, "P: without_ops 'lm_heads' is no op of the file"),
+    # were: a string read a letter at a time ('l' is no op), TypeErrors for null, a nested list, a path of null / 3
+    ({"path": "P", "without_ops": "lm_head"}, "P: without_ops: 'lm_head'; valid: a non-empty list of op names (or "
+     "the path alone)"),
+    ({"path": "P", "without_ops": None}, "P: without_ops: None; valid: a non-empty list of op names"),
+    ({"path": "P", "without_ops": [["lm_head"]]}, "P: without_ops: [['lm_head']]; valid: a non-empty list"),
+    ({"path": "P", "without_ops": []}, "P: without_ops: []; valid: a non-empty list"),  # drops nothing
+    ({"path": None, "without_ops": ["lm_head"]}, "valid: a path, or {path, without_ops: [op, ...]}"),
+    ({"path": 3, "without_ops": ["lm_head"]}, "valid: a path, or {path, without_ops: [op, ...]}"),
+    (["P"], "file entry ['P']: valid: a path, or {path, without_ops: [op, ...]}"),
+    ("", "file entry '': valid: a path"),
 ])
 def test_a_refit_entry_that_would_drop_nothing_is_refused(entry, says):
     # a misspelt key or op kept session 13's head records in the fit, silently
     path = "sims/benchmarks/results/h200_2026-11-27_s13_xlabwd/train_microbench.json"
-    entry = {k: path if v == "P" else v for k, v in entry.items()}
+    if isinstance(entry, dict):
+        entry = {k: path if v == "P" else v for k, v in entry.items()}
     with pytest.raises(RefitInputError) as refused:
         entry_measurements(entry)
-    assert str(refused.value).endswith(says.replace("P:", f"{path}:"))
+    assert says.replace("P:", f"{path}:") in str(refused.value)
+
+
+DROP = object()
+
+
+@pytest.mark.parametrize(("h100", "says"), [
+    (None, "refit.yaml: valid: a mapping of table file names to {hardware, stack, source, files}"),  # a list of them
+    ({"stack": DROP}, "refit.yaml: h100.json: {"),  # was KeyError: 'stack'
+    ({"files": "a.json"}, "h100.json: files: 'a.json'; valid: {hardware, stack, source, files: [path or "),
+    ({"files": []}, "h100.json: files: []; valid: "),  # an empty table
+    ({"hardware": "conf/hardware/nope.yaml"},
+     "h100.json: hardware: 'conf/hardware/nope.yaml' is no file; valid: a conf/hardware/*.yaml path"),
+    ({"stack": "jax"}, "h100.json: stack: 'jax'; valid: one of ['megatron_local', 'torch_fused', "),
+])
+def test_a_refit_yaml_of_another_shape_is_one_line_naming_the_table(h100, says, tmp_path, monkeypatch):
+    specs = yaml.safe_load((REPO / "sims/calibration/tables/refit.yaml").read_text())
+    if h100 is None:
+        specs = list(specs)
+    else:
+        specs["h100.json"] = {k: v for k, v in (specs["h100.json"] | h100).items() if v is not DROP}
+    (tmp_path / "refit.yaml").write_text(yaml.safe_dump(specs))
+    monkeypatch.setattr(refit_module, "SHIPPED", tmp_path / "refit.yaml")
+    with pytest.raises(RefitInputError) as refused:
+        refit_module.refit_shipped(tmp_path / "out")
+    assert says in str(refused.value) and not list((tmp_path / "out").iterdir())

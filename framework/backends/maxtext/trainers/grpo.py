@@ -119,7 +119,7 @@ class GRPOTrainer(BaseTrainer):
         self.ref_params = jax.tree.map(jnp.copy, self.params) if task.beta > 0 else None
         self.opt_state = self.update.init_opt_state(self.params)
         self.batches = ShuffledBatches(self.train_set, task.prompts_per_step, seed=self.config.seed)
-        self.start_step = 0
+        self.start_step, self.watch = 0, ZeroGradientWatch()  # the watch: steps at grad_norm 0, kept in checkpoints
         self.policy = dataclasses.replace(task.checkpoint)  # a CheckpointPolicy of its own
         self.store = self.run.checkpoints(self.policy)  # the runtime refused a run dir this run may not resume
         self._restore_latest()
@@ -129,7 +129,7 @@ class GRPOTrainer(BaseTrainer):
         task = self.config.task
         start = time.perf_counter()
         summary = dict(self.prediction)
-        rows, step_times, done, watch = {}, [], self.start_step, ZeroGradientWatch()
+        rows, step_times, done = {}, [], self.start_step
         steps = range(self.start_step + 1, task.steps + 1)
         with self.run.progress(steps, total=len(steps), desc="grpo", unit="step") as bar:
             for step in bar:
@@ -137,7 +137,7 @@ class GRPOTrainer(BaseTrainer):
                     break
                 rows = self._train_step(step)
                 check_finite(rows, step)  # a NaN/inf loss is neither logged as a good row nor saved
-                watch.observe(step, rows, task.steps)  # all-equal rewards: grad_norm 0, nothing learned
+                self.watch.observe(step, rows, task.steps)  # all-equal rewards: grad_norm 0, nothing learned
                 step_times.append(rows["step_time_s"])
                 if self.eval_set and self._due(step, task.eval.every):  # eval.num_examples=0: no evaluation
                     rows |= self._evaluate()
@@ -158,10 +158,10 @@ class GRPOTrainer(BaseTrainer):
                     "remat": self.model_config.remat,
                     "init_compile_time_s": self.init_compile_s, "rollout_groups": len(self.placements),
                     **self.layout_search, **self.sharing}
-        summary |= (self.aot.metrics() if self.aot is not None else {}) | self.startup.metrics() | watch.metrics()
+        summary |= (self.aot.metrics() if self.aot is not None else {}) | self.startup.metrics() | self.watch.metrics()
         return TrainingResult(success=not interrupted, metrics=summary, wall_time_s=time.perf_counter() - start,
                               samples=(done - self.start_step) * task.rows_per_step, artifacts=artifacts,
-                              warnings=preflight_warnings(summary) + watch.warnings(),
+                              warnings=preflight_warnings(summary) + self.watch.warnings(),
                               status="interrupted" if interrupted else "ok",
                               error=f"stopped after step {done} of {task.steps}" if interrupted else None)
 
@@ -252,7 +252,7 @@ class GRPOTrainer(BaseTrainer):
         in_flight, in_flight_state = self.off_policy.checkpoint_part() if self.off_policy else ({}, {})
         arrays, raw_dtypes = host_arrays({"params": self.params, "opt_state": self.opt_state, **in_flight})
         state = {"data_iterator": self.batches.state_dict(), "rng": key_to_json(self.rng), "dtypes": raw_dtypes,
-                 **in_flight_state}
+                 "zero_gradient_watch": self.watch.state_dict(), **in_flight_state}
         self.store.save(step, lambda folder: write_arrays(folder, arrays), state)
 
     def _restore_latest(self) -> None:
@@ -270,6 +270,7 @@ class GRPOTrainer(BaseTrainer):
             refuse_lag_change(checkpoint)
             in_flight_slots(checkpoint, 0)
         self.start_step = checkpoint.step
+        self.watch.restore(checkpoint.state.get("zero_gradient_watch"), checkpoint.step)
         self.run.logger.rewind(checkpoint.step)
         log.info("grpo: resumed from %s", checkpoint.path)
 
