@@ -188,9 +188,13 @@ def test_param_dtype_is_checked(tmp_path, with_scan):
         run(tmp_path, {}, log_prob_pass(param_dtype="float32"), "long")
     with pytest.raises(ConfigError, match="workload.param_dtype is for mode prefill"):
         run(tmp_path, {}, {"mode": "train", "batch": 8, "seq_len": 512, **MASTER}, "train")
+    with pytest.raises(ConfigError, match="workload.param_dtype needs workload.scanned: true"):  # casts not modelled
+        run(tmp_path, {}, {**log_prob_pass(**MASTER), "scanned": False}, "unrolled")
+    with pytest.raises(ConfigError, match="workload.param_dtype needs workload.scanned: true"):
+        run(tmp_path, {}, prefill(**MASTER), "plain")
     with_scan(None)
     with pytest.raises(ConfigError, match="stack 'xla' has no scanned_forward"):
-        run(tmp_path, {}, {**log_prob_pass(**MASTER), "scanned": False}, "none")
+        run(tmp_path, {}, log_prob_pass(**MASTER), "none")
 
 
 def test_passes_on_master_and_on_bf16_weights_in_one_sweep_equal_each_alone():
