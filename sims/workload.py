@@ -72,10 +72,10 @@ class Workload:
     that many rows and attended in a kernel call of their own (sims/shared_prefix.py); 1 = every row its own copy.
     scanned: a prefill-mode pass without a KV cache that scans its layers over stacked weights, slicing each layer's
     weights out every pass (sims/scan_forward.py; the stack's scanned_forward).
-    param_dtype: the dtype a prefill-mode pass's weights are stored in when the pass casts them to dtype as it uses
-    them (the maxtext backend's log-prob passes over float32 master weights): its scan's slices read them at these
-    bytes and its log-prob head casts them every chunk (sims/scan_forward.py); None = stored in dtype. The memory
-    model does not read it."""
+    param_dtype: the dtype a scanned pass's weights (needs `scanned`) are stored in when the pass casts them to dtype
+    as it uses them (the maxtext backend's log-prob passes over float32 master weights): its scan's slices read them
+    at these bytes and its log-prob head casts them every chunk (sims/scan_forward.py); None = stored in dtype. The
+    memory model does not read it."""
 
     mode: str
     batch: int
@@ -196,6 +196,9 @@ def _parse_workload(workload: Mapping, node: str) -> Workload:
     if w["param_dtype"] is not None and w["mode"] != "prefill":
         raise ConfigError(f"{node}.param_dtype is for mode prefill (a pass that casts stored weights as it uses them), "
                           f"not {w['mode']}; leave it null")
+    if w["param_dtype"] is not None and not w["scanned"]:  # an unrolled pass's casts are not modelled
+        raise ConfigError(f"{node}.param_dtype needs {node}.scanned: true (the casts modelled are a scanned pass's, "
+                          f"sims/scan_forward.py); leave it null")
     if w["shard_weights"] and not w["zero"] and w["mode"] == "train":
         raise ConfigError(f"{node}.shard_weights needs zero: true (sharded weights shard their optimizer states too)")
     return Workload(**w)

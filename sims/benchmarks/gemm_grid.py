@@ -11,7 +11,8 @@ nn.Linear run), for n and k on a grid of powers of two and 1.5 x powers of two a
 workloads' row counts, as CUDA-graph replays like every calibration kernel. The sizes leave out the
 accuracy runs' held-out shapes (3,584, 14,336, 18,944; their m values 16, 32, 256, 512, 2,048), so those
 stay held out. The records are GEMM kernels without an `op` (sims/calibration/fit.py): they join the
-table's `gemm_measurements` and the GEMM class fit, and name no IR node.
+table's `gemm_measurements` (but at a shape a model's node was timed at, `_gemm_shapes`) and the GEMM class
+fit, and name no IR node. No shipped table takes them (docs/simulator.md, "A fifth held-out H200 run").
 """
 
 from __future__ import annotations

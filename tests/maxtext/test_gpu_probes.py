@@ -28,3 +28,15 @@ def test_a_kernel_name_two_programs_source_differently_is_marked_not_taken_from_
     log_probs = {"loop_multiply_fusion": "bf16[64,512,8960]  jit(_log_probs)/mlp/mul", "gemm_fusion_dot_15": "up_proj"}
     merged = update_probe.merged_sources([update, log_probs])
     assert merged == {"loop_multiply_fusion": update_probe.AMBIGUOUS, "gemm_fusion_dot_15": "up_proj"}
+
+
+def test_logprob_probe_predicts_the_float32_pass_with_its_casts_and_the_bfloat16_one_without():
+    """`full` is the pass on float32 master weights (workload param_dtype fp32: the scan's float32 slices, the head
+    cast per chunk, the tied head's transpose), `full_bf16` the same on bfloat16 weights, as the variants time them."""
+    from framework.backends.maxtext.benchmarks.shapes import parse_args
+
+    args = parse_args("logprob", ["--model", "qwen2_5_0_5b_instruct", "--hardware", "h200", "--micro-batch", "16"],
+                      logprob_probe.EXTRA)
+    predicted = logprob_probe.predictions(args)
+    assert predicted["full"] > predicted["full_bf16"] > predicted["hidden"] > 0
+    assert predicted["rows_ms"]["head_weight_cast"] > 0 and predicted["rows_ms"]["head_weight_transpose"] > 0

@@ -210,6 +210,8 @@ def test_the_log_prob_passes_cast_the_master_weights_and_the_rollout_does_not():
     assert task.param_dtype == "float32" and phases["forward"]["param_dtype"] == "fp32"
     assert phases["forward"]["dtype"] == "bf16" and "param_dtype" not in phases["prefill"]
     assert "param_dtype" not in phases["decode"] and "param_dtype" not in phases["train"]
+    bf16_master, _, _ = _qwen_05b_task(micro_batch_size=16, beta=0.04, param_dtype="bfloat16")
+    assert dict(grpo_phases(bf16_master, zero=False)[-1][1])["param_dtype"] == "bf16"  # read from grpo.param_dtype
 
 
 def test_off_policy_the_old_log_probs_are_the_samplers_not_a_pass():

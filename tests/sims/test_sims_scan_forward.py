@@ -170,9 +170,23 @@ def test_the_casts_follow_the_chunks_the_tp_shard_and_an_untied_head(tmp_path, w
     assert whole["count"] == 1 and whole["bytes"] == pytest.approx(per_chunk)
     half = named(run(tmp_path, {"tp": 2}, log_prob_pass(**MASTER), "tp2", devices=2)[0], "head_weight_cast")
     assert half["bytes"] == pytest.approx(per_chunk)  # two chunks of half the head
+    longer, _ = run(tmp_path, {}, log_prob_pass(4096, **MASTER), "longer")  # loss_len past seq_len: its 512 positions
+    assert named(longer, "head_weight_cast")["count"] == 4
     untied, _ = run(tmp_path, {}, log_prob_pass(**MASTER), "untied", model="qwen3_8b")
     assert named(untied, "head_weight_cast")["bytes"] == pytest.approx(2 * 4096 * 151936 * 3 * SPEC["copy_passes"])
     assert named(untied, "head_weight_transpose") is None
+
+
+def test_the_casts_follow_the_fsdp_shard_and_sit_on_the_stage_with_the_head(tmp_path, with_scan):
+    """On fsdp (shard_weights) each device casts its shard of the head, as it slices its shard of the layers; with
+    pp the casts are the last stage's (the one with lm_head), whose rows the breakdown shows."""
+    with_scan(SPEC)
+    sharded = {"zero": True, "shard_weights": True, **MASTER}
+    fsdp, _ = run(tmp_path, {"dp": 2}, log_prob_pass(**sharded), "fsdp", devices=2)
+    assert named(fsdp, "head_weight_cast")["bytes"] == pytest.approx(2 * HEAD / 2 * 3 * SPEC["copy_passes"])
+    assert named(fsdp, "head_weight_transpose")["bytes"] == pytest.approx(HEAD / 2 * 4 * SPEC["copy_passes"])
+    staged, _ = run(tmp_path, {"pp": 2}, log_prob_pass(**MASTER), "pp2", devices=2)
+    assert named(staged, "lm_head") and named(staged, "head_weight_cast")["count"] == 2
 
 
 def test_weights_stored_as_the_pass_computes_cost_as_without_param_dtype(tmp_path, with_scan):
@@ -188,19 +202,24 @@ def test_param_dtype_is_checked(tmp_path, with_scan):
         run(tmp_path, {}, log_prob_pass(param_dtype="float32"), "long")
     with pytest.raises(ConfigError, match="workload.param_dtype is for mode prefill"):
         run(tmp_path, {}, {"mode": "train", "batch": 8, "seq_len": 512, **MASTER}, "train")
+    with pytest.raises(ConfigError, match="workload.param_dtype needs workload.scanned: true"):  # casts not modelled
+        run(tmp_path, {}, {**log_prob_pass(**MASTER), "scanned": False}, "unrolled")
+    with pytest.raises(ConfigError, match="workload.param_dtype needs workload.scanned: true"):
+        run(tmp_path, {}, prefill(**MASTER), "plain")
     with_scan(None)
     with pytest.raises(ConfigError, match="stack 'xla' has no scanned_forward"):
-        run(tmp_path, {}, {**log_prob_pass(**MASTER), "scanned": False}, "none")
+        run(tmp_path, {}, log_prob_pass(**MASTER), "none")
 
 
 def test_passes_on_master_and_on_bf16_weights_in_one_sweep_equal_each_alone():
     """The same layout and shapes with and without param_dtype share their op costs, not their rows."""
     cfg, hw = model_config("qwen2_5_0_5b_instruct"), hardware("h200")
-    layouts = [{"tp": 1}, {"tp": 1}, {"tp": 1}, {"tp": 2}]
-    workloads = [log_prob_pass(), log_prob_pass(**MASTER), log_prob_pass(chunk=64, **MASTER), log_prob_pass(**MASTER)]
+    layouts = [{"tp": 1}, {"tp": 1}, {"tp": 1}, {"tp": 2}, {"tp": 1}, {"tp": 1}]
+    workloads = [log_prob_pass(), log_prob_pass(**MASTER), log_prob_pass(chunk=64, **MASTER), log_prob_pass(**MASTER),
+                 log_prob_pass(chunk=None), log_prob_pass(chunk=None, **MASTER)]  # the last two: param_dtype alone
     alone = simulated_alone(cfg, hw, layouts, workloads, stack="xla")
     together = simulate_many(cfg, hw, layouts, workloads, stack="xla")
     for (summary, rows), result in zip(alone, together):
         assert result.summary() == summary and result.breakdown_rows() == rows
     assert [named(result, "head_weight_cast")["count"] if named(result, "head_weight_cast") else 0
-            for result in together] == [0, 2, 4, 2]
+            for result in together] == [0, 2, 4, 2, 0, 1]

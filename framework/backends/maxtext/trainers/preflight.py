@@ -4,9 +4,9 @@ A GRPO step is simulated as its phases: the prompts' prefill, max_new_tokens dec
 whole group batch (at the average context; on an fsdp rollout mesh each one all-gathers the weights,
 sims/sharded_forward.py), the extra forward passes (old log-probs when ppo_epochs > 1 on-policy, reference
 log-probs when beta > 0; their layers scanned over the stacked weights, which they cast from grpo.param_dtype as
-they use them, sims/scan_forward.py) and ppo_epochs x
-(batch / micro-batch) training micro-steps. The simulator reads the run's own `parallel` node (sims.workload.layout_from_parallel:
-dp x fsdp replicas, fsdp shards the optimizer state), so the prediction is of the very layout that runs:
+they use them, sims/scan_forward.py) and ppo_epochs x (batch / micro-batch) training micro-steps. The simulator reads
+the run's own `parallel` node (sims.workload.layout_from_parallel: dp x fsdp replicas, fsdp shards the optimizer
+state), so the prediction is of the very layout that runs:
 prefill and decode in the rollout layout (`parallel.rollout`), the rest in the update layout, plus the
 resharding of the weights between them, costed as bytes / link bandwidth of the hardware file (not by
 the simulator's collective model).
