@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.core.build import HYDRA_KEYS
 from framework.core.errors import ConfigError
-from framework.core.paths import CONF_DIR, path_part
+from framework.core.paths import CONF_DIR, path_parts
 from framework.core.ranges import range_of
 
 
@@ -214,7 +214,7 @@ def register_resolvers() -> None:
     names as flat parts of it, joined by `_` (Hydra makes the dir before any check runs: `model.name=Qwen/Qwen3-8B`
     nested it)."""
     if not OmegaConf.has_resolver("path_parts"):  # cached, as run_stamp: a sweep's jobs take the sweep's names
-        OmegaConf.register_new_resolver("path_parts", lambda *names: "_".join(map(path_part, names)), use_cache=True)
+        OmegaConf.register_new_resolver("path_parts", path_parts, use_cache=True)
     if not OmegaConf.has_resolver("backend_name"):
         OmegaConf.register_new_resolver("backend_name", lambda target: adapter_attribute(target, "name"))
     if not OmegaConf.has_resolver("run_stamp"):  # unique run and sweep dir names (framework/core/rundir.py)
