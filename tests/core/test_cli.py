@@ -184,6 +184,20 @@ def test_a_name_the_run_dir_reads_removed_is_one_line(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_a_name_the_run_dir_reads_left_missing_is_one_line(tmp_path):
+    """`model.name=???` was `error: MissingMandatoryValue while resolving interpolation: ... object_type=dict`, a sweep
+    after Hydra's 4-line callback warning."""
+    sim = ["backend=sim", "task=sim", "model=qwen3_8b", "hardware=h100"]
+    for args, key in (([*sim, "model.name=???"], "hydra.run.dir"), (["-m", *sim, "task.name=???"], "hydra.sweep.dir"),
+                      (["-m", *sim, "hydra/launcher=local", "model.name=???"], "hydra.sweep.dir")):
+        proc = run_cli(args, cwd=tmp_path)
+        name = args[-1].split("=")[0]
+        assert proc.returncode == 2 and proc.stderr.splitlines() == [
+            f"error: {name}: missing value (???); {key} names its folder after it (conf/config.yaml); valid: give "
+            f"{name}=NAME, or {key}=DIR"], proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
 def test_hydras_private_flag_parser_reads_the_flags_as_hydra_main_does(capsys):
     """framework/cli.py:_hydra_flags reads -cp/-cd/-cn with Hydra's private `hydra._internal.utils.get_args_parser`
     (Hydra 1.3.8 is pinned; no public API parses its flags before composing). If an upgrade renames, re-signs or
