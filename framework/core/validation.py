@@ -212,7 +212,7 @@ def register_resolvers() -> None:
     """`${backend_name:<adapter _target_>}`: conf/backend/*.yaml derive `backend.name` from the adapter class;
     `${run_stamp:run}` / `${run_stamp:sweep}`: the unique part of a run or sweep dir's name; `${path_parts:a,b}`:
     names as flat parts of it, joined by `_` (Hydra makes the dir before any check runs: `model.name=Qwen/Qwen3-8B`
-    nested it)."""
+    nested it); `${sweep_parts:overrides,a,b}`: a sweep dir's, a swept name as the sweep's values."""
     if not OmegaConf.has_resolver("path_parts"):  # cached, as run_stamp: a sweep's jobs take the sweep's names
         OmegaConf.register_new_resolver("path_parts", path_parts, use_cache=True)
     if not OmegaConf.has_resolver("backend_name"):
@@ -221,6 +221,10 @@ def register_resolvers() -> None:
         from framework.core.rundir import run_stamp
 
         OmegaConf.register_new_resolver("run_stamp", run_stamp, use_cache=True)
+    if not OmegaConf.has_resolver("sweep_parts"):  # a sweep dir's names, a swept one as its values; cached likewise
+        from framework.core.rundir import sweep_parts
+
+        OmegaConf.register_new_resolver("sweep_parts", sweep_parts, use_cache=True)
 
 
 def backend_tasks(conf_dir: Path = CONF_DIR) -> dict[str, list[str]]:
