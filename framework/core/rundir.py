@@ -52,7 +52,7 @@ NAME_KEYS = (("backend", "backend.name"), ("task", "task.name"), ("model", "mode
 def sweep_parts(overrides, *names) -> str:
     """`${sweep_parts:${hydra.overrides.task},<backend, task and model names>}`: a sweep dir's name parts. The sweep's
     own config holds a swept group's default (`-m model=qwen3_8b,llama3_1_8b` named it after qwen3_30b_a3b, which
-    no job runs), so a swept name is the sweep's values as typed, and a swept recipe stands for all three."""
+    no job runs), so a swept name is the sweep's values as typed (`,` as `+`), a swept recipe for all three."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
@@ -61,7 +61,8 @@ def sweep_parts(overrides, *names) -> str:
     for override in OverridesParser.create().parse_overrides([str(line) for line in lines or ()]):
         if not override.is_sweep_override():
             continue
-        swept = override.input_line.split("=", 1)[1]
+        swept = override.input_line.split("=", 1)[1].replace(",", "+")  # a dir given back as hydra.sweep.dir=DIR:
+        # a `,` there would be a sweep
         if override.key_or_group == "recipe":
             return path_parts(swept)
         parts = [swept if override.key_or_group in keys else part for keys, part in zip(NAME_KEYS, parts)]

@@ -239,7 +239,7 @@ def test_a_sweep_over_the_model_keeps_its_jobs_in_one_sweep_dir(tmp_path):
     rows = (sweep / "sweep_summary.md").read_text().splitlines()[2:]
     assert [row.split(" | ")[4] for row in rows] == ["qwen3_8b", "llama3_1_8b"]  # job, backend, task, hardware, model
     # named after the sweep's models, not the default model (qwen3_30b_a3b) that the sweep's own config holds
-    assert sweep.name.endswith("_sim_sim_qwen3_8b,llama3_1_8b"), sweep.name
+    assert sweep.name.endswith("_sim_sim_qwen3_8b+llama3_1_8b"), sweep.name
 
 
 def test_a_sweep_dirs_name_parts_show_what_the_sweep_sweeps():
@@ -249,7 +249,7 @@ def test_a_sweep_dirs_name_parts_show_what_the_sweep_sweeps():
 
     names = ("sim", "sim", "qwen3_30b_a3b")
     assert sweep_parts(["backend=sim", "hardware=h100", "parallel.tp=1,2"], *names) == "sim_sim_qwen3_30b_a3b"
-    assert sweep_parts(["model=qwen3_8b,llama3_1_8b"], *names) == "sim_sim_qwen3_8b,llama3_1_8b"
-    assert sweep_parts(["+model.name=Qwen/A,Qwen/B", "task=glob(s*)"], *names) == "sim_glob-s--_Qwen--A,Qwen--B"
-    assert sweep_parts(["recipe=sim_sweep,sim_search", "model=a,b"], *names) == "sim_sweep,sim_search"
+    assert sweep_parts(["model=qwen3_8b,llama3_1_8b"], *names) == "sim_sim_qwen3_8b+llama3_1_8b"
+    assert sweep_parts(["+model.name=Qwen/A,Qwen/B", "task=glob(s*)"], *names) == "sim_glob-s--_Qwen--A+Qwen--B"
+    assert sweep_parts(["recipe=sim_sweep,sim_search", "model=a,b"], *names) == "sim_sweep+sim_search"
     assert sweep_parts([], "a/b", "", "c d") == "a--b__c-d"
