@@ -52,17 +52,24 @@ def _list_for_mapping(exc: BaseException) -> str | None:
 
 
 def _missing_in_dir_name(exc: BaseException) -> str | None:
-    """`~model.name`: the run or sweep dir's name reads it, and Hydra resolves that before any check runs."""
+    """`~model.name` or `model.name=???`: the run or sweep dir's name reads it, and Hydra resolves that before any
+    check runs."""
     import re
 
-    from omegaconf.errors import InterpolationKeyError
+    from omegaconf.errors import InterpolationKeyError, InterpolationToMissingValueError
 
     key = getattr(exc, "full_key", "")
-    missing = re.match(r"Interpolation key '([^']+)' not found", str(exc))
-    if not isinstance(exc, InterpolationKeyError) or key not in ("hydra.run.dir", "hydra.sweep.dir") or not missing:
+    if key not in ("hydra.run.dir", "hydra.sweep.dir"):
         return None
-    return (f"{missing[1]}: missing key; {key} names its folder after it (conf/config.yaml); valid: keep "
-            f"{missing[1]}, or give {key}=DIR")
+    if isinstance(exc, InterpolationKeyError) and (missing := re.match(r"Interpolation key '([^']+)' not found",
+                                                                       str(exc))):
+        return (f"{missing[1]}: missing key; {key} names its folder after it (conf/config.yaml); valid: keep "
+                f"{missing[1]}, or give {key}=DIR")
+    if isinstance(exc, InterpolationToMissingValueError) and (missing := re.search(r"Missing mandatory value: (\S+)",
+                                                                                   str(exc))):
+        return (f"{missing[1]}: missing value (???); {key} names its folder after it (conf/config.yaml); valid: give "
+                f"{missing[1]}=NAME, or {key}=DIR")
+    return None
 
 
 def one_line(exc: BaseException) -> str:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = REPO_ROOT / "conf"
-PART_BYTES = 100  # a name part of a folder: well under the 255 bytes a file name may take, stamp and all
+PART_BYTES = 100  # a name part of a folder (a torchrun id in the run stamp too)
+NAME_BYTES = 150  # the parts together: with a stamp of PART_BYTES and its `_`, within the 255 bytes a file name takes
 
 
 def path_part(value) -> str:
@@ -15,8 +16,18 @@ def path_part(value) -> str:
     becomes `Qwen--Qwen3-8B`, as HF's own cache writes it), so `/` and `\\` never nest or leave the folder; any
     other character but letters, digits and `._+=@,-` becomes `-`; cut to PART_BYTES bytes of UTF-8."""
     text = re.sub(r"[/\\]", "--", str(value))
-    text = re.sub(r"[^\w.+=@,-]", "-", text)
-    return text.encode("utf-8")[:PART_BYTES].decode("utf-8", errors="ignore")
+    return _cut(re.sub(r"[^\w.+=@,-]", "-", text), PART_BYTES)
+
+
+def path_parts(*names) -> str:
+    """conf/config.yaml's `${path_parts:...}`: the names as path_part's joined by `_`, cut to NAME_BYTES bytes (three
+    long names, `backend.name` too, were 300 bytes: `OSError: File name too long`, exit 1)."""
+    return _cut("_".join(map(path_part, names)), NAME_BYTES)
+
+
+def _cut(text: str, limit: int) -> str:
+    """`text` cut to `limit` bytes of UTF-8, on a character."""
+    return text.encode("utf-8")[:limit].decode("utf-8", errors="ignore")
 
 
 def load_conf(group: str, name: str) -> dict:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from framework.core.errors import ConfigError
-from framework.core.paths import path_part
+from framework.core.paths import path_part, path_parts
 from framework.core.stopping import disk_full
 
 LOCK = "run.lock"
@@ -43,6 +43,30 @@ def run_stamp(kind: str = "run") -> str:
     A sweep's dir is named by the one process that launches it: always time and pid."""
     shared = launch_id() if kind == "run" else None
     return path_part(shared) if shared else f"{time.strftime('%H-%M-%S')}_p{os.getpid()}"
+
+
+# the override keys each name part of a sweep dir comes from (a recipe sets all three)
+NAME_KEYS = (("backend", "backend.name"), ("task", "task.name"), ("model", "model.name"))
+
+
+def sweep_parts(overrides, *names) -> str:
+    """`${sweep_parts:${hydra.overrides.task},<backend, task and model names>}`: a sweep dir's name parts. The sweep's
+    own config holds a swept group's default (`-m model=qwen3_8b,llama3_1_8b` named it after qwen3_30b_a3b, which
+    no job runs), so a swept name is the sweep's values as typed (`,` as `+`), a swept recipe for all three."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    lines = OmegaConf.to_container(overrides, resolve=False) if OmegaConf.is_config(overrides) else overrides
+    parts = list(names)
+    for override in OverridesParser.create().parse_overrides([str(line) for line in lines or ()]):
+        if not override.is_sweep_override():
+            continue
+        swept = override.input_line.split("=", 1)[1].replace(",", "+")  # a dir given back as hydra.sweep.dir=DIR:
+        # a `,` there would be a sweep
+        if override.key_or_group == "recipe":
+            return path_parts(swept)
+        parts = [swept if override.key_or_group in keys else part for keys, part in zip(NAME_KEYS, parts)]
+    return path_parts(*parts)
 
 
 def _alive(pid: int) -> bool:

@@ -108,7 +108,7 @@ class SweepSummaryCallback(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """A sweep into a dir that holds an earlier sweep's jobs: only this sweep's jobs make rows. The launcher's
         settings are checked first: submitit's failures on them are no one-line errors."""
-        from omegaconf.errors import InterpolationKeyError
+        from omegaconf.errors import InterpolationKeyError, InterpolationToMissingValueError
 
         from framework.core.errors import ConfigError
         from framework.core.failure import fail
@@ -117,14 +117,16 @@ class SweepSummaryCallback(Callback):
         from framework.core.validation import import_target
 
         try:
-            sweep_dir = Path(config.hydra.sweep.dir)  # first: `~model.name` leaves it and what it names unresolved
+            sweep_dir = Path(config.hydra.sweep.dir)  # first: `~model.name` or `model.name=???` leaves it unresolved
             check_launcher(settings(config.hydra.launcher, "hydra.launcher"))
             check_sweeper(settings(config.hydra.sweeper, "hydra.sweeper"))
             check_task_node(config.task)  # key_metrics and sweep_plot are read as the sweep ends: a warning there
             if config.task.get("sweep_plot"):
                 import_target(config.task.sweep_plot, "task", "sweep_plot")
-        except (ConfigError, InterpolationKeyError) as exc:  # Hydra turns a callback's exception into a warning: exit
-            fail(exc)  # here, before any job
+        # Hydra turns a callback's exception into a warning: exit here, before any job (a missing key or value never
+        # resolves later)
+        except (ConfigError, InterpolationKeyError, InterpolationToMissingValueError) as exc:
+            fail(exc)
         self.before = snapshot(sweep_dir) if sweep_dir.is_dir() else {}
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

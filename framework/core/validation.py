@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.core.build import HYDRA_KEYS
 from framework.core.errors import ConfigError
-from framework.core.paths import CONF_DIR, path_part
+from framework.core.paths import CONF_DIR, path_parts
 from framework.core.ranges import range_of
 
 
@@ -212,15 +212,19 @@ def register_resolvers() -> None:
     """`${backend_name:<adapter _target_>}`: conf/backend/*.yaml derive `backend.name` from the adapter class;
     `${run_stamp:run}` / `${run_stamp:sweep}`: the unique part of a run or sweep dir's name; `${path_parts:a,b}`:
     names as flat parts of it, joined by `_` (Hydra makes the dir before any check runs: `model.name=Qwen/Qwen3-8B`
-    nested it)."""
+    nested it); `${sweep_parts:overrides,a,b}`: a sweep dir's, a swept name as the sweep's values."""
     if not OmegaConf.has_resolver("path_parts"):  # cached, as run_stamp: a sweep's jobs take the sweep's names
-        OmegaConf.register_new_resolver("path_parts", lambda *names: "_".join(map(path_part, names)), use_cache=True)
+        OmegaConf.register_new_resolver("path_parts", path_parts, use_cache=True)
     if not OmegaConf.has_resolver("backend_name"):
         OmegaConf.register_new_resolver("backend_name", lambda target: adapter_attribute(target, "name"))
     if not OmegaConf.has_resolver("run_stamp"):  # unique run and sweep dir names (framework/core/rundir.py)
         from framework.core.rundir import run_stamp
 
         OmegaConf.register_new_resolver("run_stamp", run_stamp, use_cache=True)
+    if not OmegaConf.has_resolver("sweep_parts"):  # a sweep dir's names, a swept one as its values; cached likewise
+        from framework.core.rundir import sweep_parts
+
+        OmegaConf.register_new_resolver("sweep_parts", sweep_parts, use_cache=True)
 
 
 def backend_tasks(conf_dir: Path = CONF_DIR) -> dict[str, list[str]]:

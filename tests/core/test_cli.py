@@ -184,6 +184,20 @@ def test_a_name_the_run_dir_reads_removed_is_one_line(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_a_name_the_run_dir_reads_left_missing_is_one_line(tmp_path):
+    """`model.name=???` was `error: MissingMandatoryValue while resolving interpolation: ... object_type=dict`, a sweep
+    after Hydra's 4-line callback warning."""
+    sim = ["backend=sim", "task=sim", "model=qwen3_8b", "hardware=h100"]
+    for args, key in (([*sim, "model.name=???"], "hydra.run.dir"), (["-m", *sim, "task.name=???"], "hydra.sweep.dir"),
+                      (["-m", *sim, "hydra/launcher=local", "model.name=???"], "hydra.sweep.dir")):
+        proc = run_cli(args, cwd=tmp_path)
+        name = args[-1].split("=")[0]
+        assert proc.returncode == 2 and proc.stderr.splitlines() == [
+            f"error: {name}: missing value (???); {key} names its folder after it (conf/config.yaml); valid: give "
+            f"{name}=NAME, or {key}=DIR"], proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
 def test_hydras_private_flag_parser_reads_the_flags_as_hydra_main_does(capsys):
     """framework/cli.py:_hydra_flags reads -cp/-cd/-cn with Hydra's private `hydra._internal.utils.get_args_parser`
     (Hydra 1.3.8 is pinned; no public API parses its flags before composing). If an upgrade renames, re-signs or
@@ -215,11 +229,27 @@ def test_hydras_private_flag_parser_reads_the_flags_as_hydra_main_does(capsys):
 def test_a_sweep_over_the_model_keeps_its_jobs_in_one_sweep_dir(tmp_path):
     """Each job resolved hydra.sweep.dir with its own model.name: `-m model=a,b` put job 0 under `..._qwen3_8b/0`
     and job 1 under `..._qwen3_30b_a3b/1`, and the summary (the sweep's own dir) listed job 1 alone, exit 0.
-    ${path_parts:...} is cached as ${run_stamp:...} is, and Hydra copies that cache into each job's config."""
-    proc = run_cli(["-m", "backend=sim", "task=sim", "hardware=h100", "model=qwen3_8b,qwen3_30b_a3b"], cwd=tmp_path)
+    ${sweep_parts:...} is cached as ${run_stamp:...} is, and Hydra copies that cache into each job's config; until
+    session 25's review the one dir was named after the default model, which no job of this sweep runs."""
+    proc = run_cli(["-m", "backend=sim", "task=sim", "hardware=h100", "model=qwen3_8b,llama3_1_8b"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     (day,) = (tmp_path / "outputs" / "sweeps").iterdir()
     (sweep,) = day.iterdir()
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1"]
     rows = (sweep / "sweep_summary.md").read_text().splitlines()[2:]
-    assert [row.split(" | ")[4] for row in rows] == ["qwen3_8b", "qwen3_30b_a3b"]  # job, backend, task, hardware, model
+    assert [row.split(" | ")[4] for row in rows] == ["qwen3_8b", "llama3_1_8b"]  # job, backend, task, hardware, model
+    # named after the sweep's models, not the default model (qwen3_30b_a3b) that the sweep's own config holds
+    assert sweep.name.endswith("_sim_sim_qwen3_8b+llama3_1_8b"), sweep.name
+
+
+def test_a_sweep_dirs_name_parts_show_what_the_sweep_sweeps():
+    """${sweep_parts:...}: a swept backend, task or model (or its name) as the values typed, a swept recipe for all
+    three; a name not swept, or another key swept, as path_parts has it."""
+    from framework.core.rundir import sweep_parts
+
+    names = ("sim", "sim", "qwen3_30b_a3b")
+    assert sweep_parts(["backend=sim", "hardware=h100", "parallel.tp=1,2"], *names) == "sim_sim_qwen3_30b_a3b"
+    assert sweep_parts(["model=qwen3_8b,llama3_1_8b"], *names) == "sim_sim_qwen3_8b+llama3_1_8b"
+    assert sweep_parts(["+model.name=Qwen/A,Qwen/B", "task=glob(s*)"], *names) == "sim_glob-s--_Qwen--A+Qwen--B"
+    assert sweep_parts(["recipe=sim_sweep,sim_search", "model=a,b"], *names) == "sim_sweep+sim_search"
+    assert sweep_parts([], "a/b", "", "c d") == "a--b__c-d"

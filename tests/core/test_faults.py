@@ -292,3 +292,22 @@ def test_a_name_becomes_one_flat_part_of_a_folder_name(monkeypatch):
     assert cut == "é" * (PART_BYTES // 2) and len(cut.encode()) <= PART_BYTES
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "team/job 7")
     assert run_stamp() == "torchrunteam--job-7"
+
+
+def test_three_long_names_and_a_long_torchrun_id_still_make_one_folder_name(monkeypatch):
+    """Each name was cut to PART_BYTES alone: backend.name, task.name and model.name of 300 characters made a 320-byte
+    folder name, exit 1 with `OSError: File name too long`; with a torchrun id of 300 the stamp takes PART_BYTES too."""
+    from pathlib import Path
+
+    from framework.core.paths import NAME_BYTES, PART_BYTES, path_parts
+
+    assert path_parts("Qwen/Qwen3-8B", "a b") == "Qwen--Qwen3-8B_a-b"
+    assert len(path_parts("x" * 300, "y" * 300, "z" * 300)) == NAME_BYTES
+    cut = path_parts("é" * 200, "é" * 200)  # 2 bytes each: cut on a character
+    assert cut == "é" * (PART_BYTES // 2) + "_" + "é" * ((NAME_BYTES - PART_BYTES - 1) // 2)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "r" * 300)
+    for kind in ("run", "sweep"):
+        cfg = compose_config(["backend=sim", "task=sim", "model=qwen3_8b", *(f"{key}.name={'n' * 300}" for key in (
+            "backend", "task", "model"))], return_hydra_config=True)
+        name = Path(cfg.hydra[kind].dir).name
+        assert len(name.encode()) <= 255 and name.endswith("_" + "n" * 100 + "_" + "n" * 49), (kind, len(name))
