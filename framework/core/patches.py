@@ -211,9 +211,6 @@ class PatchRunner:
         if unknown:
             valid = ", ".join(sorted(known)) or "none"
             raise ConfigError(f"patches.enable/disable: unknown patch id(s) {unknown} for backend {backend!r}; valid: {valid}")
-        both = sorted(self.enable & self.disable)  # disable won, silently
-        if both:
-            raise ConfigError(f"patches: {both[0]!r} is in both patches.enable and patches.disable; valid: one of them")
         self.outcomes: list[PatchOutcome] = []
         self._applied: set[str] = set()
         self.versions: Mapping[str, str | None] = {}

@@ -27,7 +27,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from framework.core import env_info
 from framework.core.adapter import BackendAdapter
-from framework.core.build import build
 from framework.core.context import RunContext
 from framework.core.distributed import detect
 from framework.core.errors import ConfigError, CrucibleError
@@ -43,7 +42,7 @@ from framework.core.result import TrainingResult
 from framework.core.resume import ResumePoint, check_resumable, check_same_kind, run_fingerprint
 from framework.core.rundir import RunLock
 from framework.core.stopping import RunInterrupted, StopSignals, disk_full, exit_code, signal_name
-from framework.core.schema import (HardwareConfig, LoggerConfig, ModelConfig, PatchesConfig, check_model_architecture,
+from framework.core.schema import (HardwareConfig, LoggerConfig, ModelConfig, check_model_architecture, check_patches,
                                    check_task_node)
 from framework.core.validation import (check_backend_runs_task, check_model_dir, check_path_exists, check_schema,
                                        check_targets, resolve_all, type_error)
@@ -60,7 +59,7 @@ def validate(cfg: DictConfig) -> BackendAdapter:
     check_schema(cfg, "model", ModelConfig)
     check_schema(cfg, "hardware", HardwareConfig)
     check_schema(cfg, "logger", LoggerConfig)
-    build(PatchesConfig, cfg.get("patches"), "patches")  # lists of ids: patches=3 was an AttributeError
+    check_patches(cfg.get("patches"))
     check_task_node(cfg.task)
     check_model_architecture(cfg.model.hf_config)
     check_path_exists(cfg.model.path, "model.path", "model directory")
@@ -185,7 +184,7 @@ class Runtime:
         self.env["backend"] = {"name": adapter.name, "libraries": self.versions}
         self.records.write_env(self.env)
         adapter.load_patches()
-        patches = build(PatchesConfig, self.cfg.get("patches"), "patches")  # checked in validate() already
+        patches = check_patches(self.cfg.get("patches"))  # refused in validate() already when wrong
         self.patches = PatchRunner(adapter.name, patches.enable, patches.disable)
         self._apply(Phase.PREPARE, adapter)
         adapter.prepare_backend(self.cfg)

@@ -86,6 +86,17 @@ TASK_NODE = {"name": str, "key_metrics": Optional[list[str]], "resume_may_change
              "sweep_plot": Optional[str], "objective": Optional[TaskObjective]}
 
 
+def check_patches(node: Any) -> PatchesConfig:
+    """The `patches` node as ids; an id in both lists is refused (the runner would let disable win, silently)."""
+    from framework.core.build import build
+
+    patches = build(PatchesConfig, node, "patches")  # lists of ids: patches=3 was an AttributeError
+    both = sorted(set(patches.enable) & set(patches.disable))
+    if both:
+        raise ConfigError(f"patches: {both[0]!r} is in both patches.enable and patches.disable; valid: one of them")
+    return patches
+
+
 def check_task_node(task: Any) -> None:
     from framework.core.build import build
     from framework.core.plain import to_plain
