@@ -228,6 +228,24 @@ def test_the_decode_probe_times_two_row_counts_and_tables_the_kernels(tmp_path):
     assert host["events"] > 0 and host["top"][0][2] > 0
 
 
+def test_the_decode_probe_samples_on_a_tensor_parallel_mesh():
+    # --tp 2 over two forced CPU devices: the sampler's mesh is the rollout's with parallel.rollout.tp=2
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    done = subprocess.run([sys.executable, "-m", "framework.backends.maxtext.benchmarks.decode_probe", "--tiny",
+                           "--tp", "2", "--steps", "1"], env=env, capture_output=True, text=True, cwd=REPO_ROOT,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    assert report["mesh"] == {"data": 1, "fsdp": 1, "expert": 1, "tensor": 2}
+    assert report["rows"]["4"]["ms_per_decode_step"] > 0
+
+
 def test_every_id_an_eos_stops_the_sampler_after_the_prefills_token():
     # decode_probe's prefill_s rests on this: the decode loop does not run, the program's shapes are the same
     import jax

@@ -3,6 +3,7 @@
     python -m framework.backends.maxtext.benchmarks.decode_probe                # Qwen2.5-0.5B shapes, GPU
     python -m framework.backends.maxtext.benchmarks.decode_probe --profile DIR  # + GPU time per kernel
     XLA_FLAGS=--xla_gpu_enable_command_buffer= python -m ...decode_probe       # an XLA setting's effect
+    python -m framework.backends.maxtext.benchmarks.decode_probe --tp 2         # tensor-parallel over 2 GPUs
     python -m framework.backends.maxtext.benchmarks.decode_probe --prefix-cache both  # shared prefix vs repeated
     python -m framework.backends.maxtext.benchmarks.decode_probe --tiny         # CPU check
 
@@ -43,6 +44,8 @@ PREFIX_CACHE = {"auto": ("auto",), "on": ("on",), "off": ("off",), "both": ("on"
 PREFIX_OPTION = {"--prefix-cache": {"default": "auto", "choices": list(PREFIX_CACHE),
                                     "help": "as a run decides (auto), shared per group (on), repeated per row (off), "
                                             "or on and off both timed"}}
+# --tp N: the sampler on a tensor-parallel mesh over N devices (the rest fsdp), as a rollout with parallel.rollout.tp=N
+TP_OPTION = {"--tp": {"type": int, "default": 1, "help": "tensor-parallel devices (default 1: every device fsdp)"}}
 _INSTRUCTION = re.compile(r'^\s*(?:ROOT )?%([\w.\-]+) = (.+?) (?:fusion|custom-call)\(.*?'
                           r'metadata=\{op_name="([^"]*)"(?: stack_frame_id=(\d+))?', re.M)
 
@@ -85,7 +88,7 @@ def kernel_table(trace_dir: str, top: int = 40, sources: dict[str, str] | None =
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(__doc__.splitlines()[0], argv, {**OPTIONS, "--profile": {"default": None, "help": "trace dir"},
-                                                      **PREFIX_OPTION})
+                                                      **PREFIX_OPTION, **TP_OPTION})
     import jax
     import numpy as np
 
@@ -93,7 +96,8 @@ def main(argv: list[str] | None = None) -> dict:
     from framework.backends.maxtext.sharding import build_mesh
 
     config = model_config(args)
-    model, _, _, params = random_model(config, build_mesh(ParallelConfig(dp=1, fsdp=-1, tp=1, pp=1, ep=1, cp=1)))
+    mesh = build_mesh(ParallelConfig(dp=1, fsdp=-1, tp=args.tp, pp=1, ep=1, cp=1))
+    model, _, _, params = random_model(config, mesh)
     # An EOS id the model cannot emit: every row decodes exactly new_tokens.
     def make_sampler(name: str, eos: list[int]) -> Sampler:
         return Sampler(model.clone(config=config.replace(shared_prefix=name)), eos_token_ids=eos, pad_token_id=0,
@@ -103,7 +107,8 @@ def main(argv: list[str] | None = None) -> dict:
     # Every id an EOS: the first token (the prefill's) ends every row, the decode loop does not run.
     prefill_only = {name: make_sampler(name, list(range(config.vocab_size))) for name in samplers}
     sampling = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, num_samples=args.generations)
-    report = {"device": jax.devices()[0].device_kind, "xla_flags": os.environ.get("XLA_FLAGS", ""), "rows": {}}
+    report = {"device": jax.devices()[0].device_kind, "mesh": dict(mesh.shape), "xla_flags": os.environ.get("XLA_FLAGS", ""),
+              "rows": {}}
     for prompts in dict.fromkeys((args.prompts, 2)):
         ids = np.random.default_rng(0).integers(1, config.vocab_size, (prompts, args.prompt_tokens)).tolist()
         runs = {(name, kind): sampler for kind, group in (("all", samplers), ("prefill", prefill_only))
