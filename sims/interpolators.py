@@ -1,9 +1,11 @@
 """The efficiency table's measured curves as interpolators, one per parsed hardware spec (each keeps
-its cache of interpolated shapes): GEMMs by (m, n, k), other ops by size (sims/calibration/interpolate.py)."""
+its cache of interpolated shapes): GEMMs by (m, n, k) (sims/calibration/gemm_interpolate.py), other ops by size
+(sims/calibration/interpolate.py)."""
 
 from __future__ import annotations
 
-from sims.calibration.interpolate import GemmInterpolator, OpInterpolator
+from sims.calibration.gemm_interpolate import GemmInterpolator
+from sims.calibration.interpolate import OpInterpolator
 from sims.hardware import HardwareSpec
 
 WEIGHT_BYTES = {"bf16": 2, "fp8": 1, "fp32": 4}  # GEMM weight bytes per workload dtype

@@ -6,7 +6,8 @@ import pytest
 from sims_helpers import hardware, model_config
 
 from sims import predict_op
-from sims.calibration.interpolate import GemmInterpolator, OpInterpolator
+from sims.calibration.gemm_interpolate import GemmInterpolator
+from sims.calibration.interpolate import OpInterpolator
 from sims.calibration.table import GemmMeasurement, OpMeasurement, load_table
 from sims.interpolators import gemm_interpolator
 from sims.hardware import hardware_spec
