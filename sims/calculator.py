@@ -16,7 +16,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sims.calibration.interpolate import GemmInterpolator, OpInterpolator
+from sims.calibration.gemm_interpolate import GemmInterpolator
+from sims.calibration.interpolate import OpInterpolator
 from sims.interpolators import WEIGHT_BYTES, gemm_interpolator, op_interpolator
 from sims.comm import collective_s
 from sims.hardware import HardwareSpec

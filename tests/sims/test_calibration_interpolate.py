@@ -1,12 +1,14 @@
 """Interpolating measured times: medians of repeats, monotone in size, decode attention as a surface."""
 
 import itertools
+import math
 
 import pytest
 from sims_helpers import hardware, model_config
 
 from sims import predict_op
-from sims.calibration.interpolate import GemmInterpolator, OpInterpolator
+from sims.calibration.gemm_interpolate import GemmInterpolator
+from sims.calibration.interpolate import OpInterpolator
 from sims.calibration.table import GemmMeasurement, OpMeasurement, load_table
 from sims.interpolators import gemm_interpolator
 from sims.hardware import hardware_spec
@@ -41,6 +43,53 @@ def test_gemm_time_never_falls_as_m_grows_even_with_noisy_measurements():
     # the dip at m=128 and the m=64 point above it meet in between (isotonic regression)
     pooled = interpolator.time_s(128, 4096, 4096, "bf16")
     assert 25e-6 < pooled < 30e-6 and interpolator.time_s(64, 4096, 4096, "bf16") == pytest.approx(pooled)
+
+
+def gemm_memory(m, n, k, dtype):
+    return 2.0 * (m * k + m * n + k * n) / 3e12
+
+
+def column(n, k, ms, fraction):
+    """Shapes of one (n, k) timed at `ms`, each at `fraction` of its roofline (no floor)."""
+    return [GemmMeasurement(m, n, k, "bf16", gemm_roofline(m, n, k, "bf16") / fraction * 1e6) for m in ms]
+
+
+def test_a_memory_bound_gemm_reads_the_nearest_measured_n_k_at_its_own_m():
+    # Llama-3.1-8B's down projection at 16 rows among Qwen3-8B's shapes: its own-shaped neighbour
+    # (4096 x 12288), a square one and a k/v node that runs as two GEMMs (a low fraction), each at 8 and 64 rows
+    columns = {(4096, 12288): (0.81, 0.72), (4096, 4096): (0.70, 0.70), (2048, 4096): (0.35, 0.35)}
+    points = [p for (n, k), (f8, f64) in columns.items() for p in column(n, k, (8,), f8) + column(n, k, (64,), f64)]
+    interpolator = GemmInterpolator(tuple(points), gemm_roofline, memory_s=gemm_memory)
+    # each (n, k)'s fraction at 16 rows, log-linear in m between its 8 and 64, then weighted by 1 / distance^2
+    at_16 = {nk: f8 * (f64 / f8) ** (1 / 3) for nk, (f8, f64) in columns.items()}
+    weights = {nk: 1.0 / ((math.log2(nk[0] / 4096)) ** 2 + (math.log2(nk[1] / 14336)) ** 2) for nk in columns}
+    fraction = sum(w * at_16[nk] for nk, w in weights.items()) / sum(weights.values())
+    assert fraction == pytest.approx(0.773, abs=1e-3)
+    roofline = gemm_roofline(16, 4096, 14336, "bf16")
+    assert interpolator.time_s(16, 4096, 14336, "bf16") == pytest.approx(roofline / fraction)
+    # without memory_s the blend over (m, n, k) takes the other shapes in as well: 0.72, 7% slower
+    blended = GemmInterpolator(tuple(points), gemm_roofline).time_s(16, 4096, 14336, "bf16")
+    assert blended > 1.05 * interpolator.time_s(16, 4096, 14336, "bf16")
+
+
+def test_a_measured_memory_bound_gemm_is_exact_whatever_other_shapes_were_timed_at():
+    # one shape timed at 16 and 64 rows only, a neighbour at 1-64 rows at a much higher fraction: the blend
+    # over (m, n, k) read the neighbour between 16 and 64 rows and pooled the measured 16 rows down (an xla
+    # table's 1152 x 896 at 16 rows: 3.3 us against the 5.8 timed)
+    points = column(1152, 896, (16, 64), 0.3) + column(896, 896, (1, 2, 8, 16, 64), 0.9)
+    interpolator = GemmInterpolator(tuple(points), gemm_roofline, memory_s=gemm_memory)
+    for p in points:
+        assert interpolator.time_s(p.m, p.n, p.k, "bf16") == pytest.approx(p.time_us * 1e-6)
+
+
+def test_a_shape_timed_only_compute_bound_does_not_serve_a_memory_bound_m():
+    # a vocabulary head timed at training rows only (compute-bound) and another timed at decode rows
+    points = column(128256, 2048, (2048, 8192), 0.7) + column(151936, 2048, (1, 8, 64), 0.88)
+    interpolator = GemmInterpolator(tuple(points), gemm_roofline, memory_s=gemm_memory)
+    assert gemm_memory(16, 128256, 2048, "bf16") > 2.0 * 16 * 128256 * 2048 / 1e15
+    roofline = gemm_roofline(16, 128256, 2048, "bf16")
+    assert interpolator.time_s(16, 128256, 2048, "bf16") == pytest.approx(roofline / 0.88)
+    assert interpolator.time_s(2048, 128256, 2048, "bf16") == pytest.approx(points[0].time_us * 1e-6)
 
 
 @pytest.mark.parametrize("table", ["h100", "h200"])

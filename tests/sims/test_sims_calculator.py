@@ -13,7 +13,7 @@ from sims.calculator import (
     all_to_all_s,
     op_cost,
 )
-from sims.calibration.interpolate import GemmInterpolator
+from sims.calibration.gemm_interpolate import GemmInterpolator
 from sims.calibration.table import GemmMeasurement
 from sims.hardware import hardware_spec
 from sims.step import estimate_step, pipeline_time_s
