@@ -1,5 +1,5 @@
-# The garbage collections inside each sweep's first pass (the benchmark's single first pass, speed.measure, in its order)
-# and their thread time. Usage: PYTHONPATH=TREE OPENBLAS_NUM_THREADS=1 python gc_first_pass.py
+# The garbage collections inside each sweep's first pass (the benchmark's single first pass, speed.measure, in its
+# order) and their thread time. Usage: PYTHONPATH=TREE OPENBLAS_NUM_THREADS=1 python gc_first_pass.py
 import gc, time, yaml
 from sims.benchmarks import speed
 from sims.benchmarks.speed import REPO, WORKLOADS

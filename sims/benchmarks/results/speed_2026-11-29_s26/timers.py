@@ -1,7 +1,7 @@
-# Thread-time timers around the named sims functions (every module binding of each patched) during each sweep's first pass,
-# in the benchmark's order (every cache cleared before each model); medians over REPS (code warm after the first), and
-# the first rep. Usage: PYTHONPATH=TREE OPENBLAS_NUM_THREADS=1 python timers.py REPS MODEL[,MODEL] NAME[,NAME...]
-# (a wrapper costs about 0.5-1 us a call: the figures are upper bounds, for shares, not for sums)
+# Thread-time timers around the named sims functions (every module binding of each patched) during each sweep's first
+# pass, in the benchmark's order (every cache cleared before each model); medians over REPS (code warm after the
+# first), and the first rep. Usage: PYTHONPATH=TREE OPENBLAS_NUM_THREADS=1 python timers.py REPS MODEL[,MODEL]
+# NAME[,NAME...] (a wrapper costs about 0.5-1 us a call: the figures are upper bounds, for shares, not for sums)
 import sys, time, statistics, yaml, functools, types
 from sims.benchmarks import speed
 from sims.benchmarks.speed import REPO, WORKLOADS
