@@ -40,9 +40,10 @@ def train_stage_rows(graph: ComputationalGraph, contexts: list[Context], costs: 
         if id(c.plan) not in per_plan:  # the plan's tp, ep and dtype with the key's pp and fsdp shards
             per_plan[id(c.plan)] = _accumulate_rows_of(graph, one), fsdp_rows(graph, one)
         accumulate, fsdp = per_plan[id(c.plan)]
-        loss = losses.get((id(c.plan), one.dims["logit_tokens"]))  # _loss_of's key: the plan fixes tp and dtype
+        key = (one.dims["logit_tokens"], one.layout.tp, one.workload.dtype)  # _loss_of's: bindings share few
+        loss = losses.get(key)
         if loss is None:
-            loss = losses[(id(c.plan), one.dims["logit_tokens"])] = _loss_of(graph, one, ratios)
+            loss = losses[key] = _loss_of(graph, one, ratios)
         stage_rows = [(loss, row) if head else (row,) for head, row in zip(heads, accumulate)]
         if saved is not None:
             stage_rows = [in_stage + scan for in_stage, scan in zip(stage_rows, scan_rows(graph, one, saved[b]))]

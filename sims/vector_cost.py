@@ -51,7 +51,9 @@ class Plan:
 
     def __post_init__(self):  # what every binding would otherwise look up again
         self.tokens = self.columns.column(TOKENS)
-        self.has_experts, self.has_comm = bool(self.expert_bytes.any()), bool(self.columns.comm.any())
+        # count_nonzero: any()'s answer (NaN counts) at a third of its cost (a sweep builds tens of plans)
+        self.has_experts = bool(np.count_nonzero(self.expert_bytes))
+        self.has_comm = bool(np.count_nonzero(self.columns.comm))
         self.comm_row = self.columns.comm[None]
 
     @cached_property
