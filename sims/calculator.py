@@ -327,4 +327,6 @@ def comm_cost(node: OpNode, ctx: Context) -> OpCost | None:
     else:  # all_to_all: each device sends the routed copies of its 1/tp share of the tokens
         nbytes /= ctx.tp
         time_s = all_to_all_s(nbytes, group, ctx.hw)
+    if ctx.workload.mode != "train":  # the stack's idle GPU around a forward's collective (sims/stacks.py)
+        time_s += node.attrs.get("forward_gap_us", 0.0) * 1e-6
     return OpCost(0.0, nbytes, time_s, "comm")

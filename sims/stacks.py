@@ -78,6 +78,16 @@ class ShardedForward:
 
 
 @dataclass(frozen=True)
+class CollectiveGap:
+    """The GPU time a stack's forward pass (prefill, decode) loses around each tp / ep collective call beyond the
+    collective's own time, as measured (sims/stacks.yaml `forward_collective_gap`): XLA runs a decode step as command
+    buffers that end at each collective, so the GPU idles while the next one launches (docs/simulator.md "Session 26")."""
+
+    us: float
+    measured: str
+
+
+@dataclass(frozen=True)
 class Stack:
     name: str
     description: str
@@ -91,6 +101,7 @@ class Stack:
     scanned_update: ScannedUpdate | None  # None: layers run unrolled (no stacked buffers to copy through)
     scanned_forward: ScannedForward | None  # None: its forward passes run their layers unrolled
     sharded_forward: ShardedForward | None  # None: the stack never decodes on fsdp-sharded weights
+    forward_collective_gap: CollectiveGap | None  # None: a forward's collectives cost their own time only
 
 
 @lru_cache(maxsize=1)
@@ -107,7 +118,8 @@ def stacks() -> dict[str, Stack]:
                              tuple(record["borrowed_ops"].items()),
                              *(_section(name, key, kind, record[key]) for key, kind in (
                                  ("host_dispatch", HostDispatch), ("scanned_update", ScannedUpdate),
-                                 ("scanned_forward", ScannedForward), ("sharded_forward", ShardedForward))))
+                                 ("scanned_forward", ScannedForward), ("sharded_forward", ShardedForward),
+                                 ("forward_collective_gap", CollectiveGap))))
     for spec in parsed.values():
         if spec.scanned_update is not None and not 0.0 <= spec.scanned_update.fsdp_exposed <= 1.0:
             raise ConfigError(f"{STACKS_FILE}: {spec.name}.scanned_update.fsdp_exposed is "
@@ -122,8 +134,8 @@ _CASTS = {"float": float, "int": int, "str": str}  # the section dataclasses' fi
 
 
 def _section(name: str, key: str, kind: type, record: dict | None) -> Any:
-    """A stack's optional `key` section (host_dispatch, scanned_update, scanned_forward, sharded_forward) as `kind`,
-    or None."""
+    """A stack's optional `key` section (host_dispatch, scanned_update, scanned_forward, sharded_forward,
+    forward_collective_gap) as `kind`, or None."""
     if record is None:
         return None
     fields = kind.__dataclass_fields__
@@ -169,6 +181,9 @@ def apply_stack(graph: ComputationalGraph, name: str) -> ComputationalGraph:
         nodes = _merge_column_gemms(nodes, new_name, parts)
     if spec.residual_add == "own_kernel":
         nodes = _split_residual_adds(nodes)
+    if spec.forward_collective_gap is not None:  # carried by the node: calculator.comm_cost, vector_cost read it
+        gap = {"forward_gap_us": spec.forward_collective_gap.us}
+        nodes = [replace(n, attrs={**n.attrs, **gap}) if n.is_comm else n for n in nodes]
     return replace(graph, nodes=nodes, meta={**graph.meta, "stack": name})
 
 

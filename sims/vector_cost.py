@@ -326,7 +326,7 @@ def _collectives(graph: ComputationalGraph, ctx: Context) -> tuple[np.ndarray, .
     """(latency s, bus factor, bus bytes/s, runs) of every node: calculator.comm_cost's link model."""
     n, cache, training = len(graph.nodes), _CACHES.of(ctx.hw), ctx.workload.mode == "train"
     latency, factor, bus, runs = np.zeros(n), np.zeros(n), np.ones(n), np.ones(n, dtype=bool)
-    for i, op_type, by_tp, when, inference_only in cache.get(graph, "collectives", lambda: _comm_nodes(graph)):
+    for i, op_type, by_tp, when, inference_only, gap_us in cache.get(graph, "collectives", lambda: _comm_nodes(graph)):
         group = ctx.tp if by_tp else ctx.ep
         skipped = (when == "ep_is_1" and ctx.ep > 1) or (when == "ep_gt_1" and ctx.ep == 1)
         if group <= 1 or skipped or (inference_only and training):
@@ -334,10 +334,13 @@ def _collectives(graph: ComputationalGraph, ctx: Context) -> tuple[np.ndarray, .
             continue
         latency[i], bus[i], factor[i] = cache.get(graph, ("link", op_type, group), lambda: (
             *link_model(op_type, group, group, ctx.hw), BUS_FACTOR[op_type](group)))
+        if not training:  # the stack's idle GPU around a forward's collective, as calculator.comm_cost adds it
+            latency[i] += gap_us * 1e-6
     return latency, factor, bus, runs
 
 
 def _comm_nodes(graph: ComputationalGraph) -> list[tuple]:
-    """(index, op type, whether its group is tp (else ep), when it runs, inference only) of each collective."""
-    return [(i, node.op_type, node.parallel.group == "tp", node.parallel.when, bool(node.attrs.get("inference_only")))
-            for i, node in enumerate(graph.nodes) if node.is_comm]
+    """(index, op type, whether its group is tp (else ep), when it runs, inference only, the stack's forward gap in
+    us) of each collective."""
+    return [(i, node.op_type, node.parallel.group == "tp", node.parallel.when, bool(node.attrs.get("inference_only")),
+             node.attrs.get("forward_gap_us", 0.0)) for i, node in enumerate(graph.nodes) if node.is_comm]

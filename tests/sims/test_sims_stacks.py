@@ -7,7 +7,13 @@ from sims_helpers import REPO, hardware, model_config
 
 from framework.core.errors import ConfigError
 from sims import build_graph, simulate
+from dataclasses import replace
+
+from sims.calculator import Context, comm_cost
+from sims.comm import collective_s
+from sims.hardware import hardware_spec
 from sims.partition import tp_split
+from sims.workload import parse_layout, parse_workload
 from sims.stacks import stack_for_backend, stacks
 
 DECODE = {"mode": "decode", "batch": 8, "context_len": 4096}
@@ -148,3 +154,27 @@ def test_a_stack_naming_an_unknown_table_or_donor_stack_is_a_config_error(tmp_pa
     finally:
         monkeypatch.undo()
         stacks.cache_clear()
+
+
+
+def test_xla_forward_collectives_pay_the_stacks_gap_and_training_ones_do_not():
+    """XLA's decode runs as command buffers that end at each collective: every tp collective of a forward pass costs
+    the stack's forward_collective_gap beyond the link model (sims/stacks.yaml); a training step's do not, nor those
+    of a stack without one."""
+    cfg, hw = model_config("qwen2_5_0_5b_instruct"), hardware("h200", devices_per_node=2)
+    gap = stacks()["xla"].forward_collective_gap.us * 1e-6
+    assert gap > 0 and stacks()["torch_fused"].forward_collective_gap is None
+    for stack, workload, added in (("xla", DECODE, gap), ("xla", {"mode": "prefill", "batch": 2, "seq_len": 512}, gap),
+                                   ("torch_fused", DECODE, 0.0)):
+        spec = hardware_spec(hw, stack)
+        comm = [r for r in simulate(cfg, hw, {"tp": 2}, workload, stack=stack).breakdown_rows() if r["bound"] == "comm"]
+        assert comm, (stack, workload)
+        for row in comm:
+            link = collective_s(row["op_type"], row["bytes"] / row["count"], 2, 2, spec)
+            assert row["time_s"] / row["count"] == pytest.approx(link + added), (stack, workload["mode"], row["name"])
+    graph, spec = build_graph(cfg, "train", "xla"), hardware_spec(hw, "xla")
+    train = parse_workload({"mode": "train", "batch": 4, "seq_len": 512})
+    ctx = Context.for_step(graph, spec, parse_layout({"tp": 2}), train)
+    forward = replace(ctx, workload=replace(ctx.workload, mode="prefill"))
+    for node in (n for n in graph.nodes if n.is_comm and not n.attrs.get("inference_only")):
+        assert comm_cost(node, forward).time_s - comm_cost(node, ctx).time_s == pytest.approx(gap), node.name
