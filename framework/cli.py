@@ -232,17 +232,27 @@ def run_guarded(app: Callable[[], object], argv: list[str] | None = None) -> Non
 
 
 def run_dir_error(exc: Exception, argv: list[str]):
-    """Hydra could not make the run or sweep dir the command line gives (a file in the way, no such place): a
-    ConfigError naming the key, or None for any other error."""
+    """Hydra could not make or write the run or sweep dir (a file in the way, no such place, a read-only or
+    unwritable folder, its run.log too: logging's ValueError wraps that OSError): a ConfigError naming the key, or
+    None for any other error."""
     from framework.core.errors import ConfigError
 
-    if not isinstance(exc, OSError) or exc.filename is None:
+    error = exc
+    while error is not None and not (isinstance(error, OSError) and error.filename is not None):
+        error = error.__cause__
+    if error is None:
         return None
+    filename = str(error.filename)
     for arg in argv:
         key, _, value = arg.partition("=")
-        if key in ("hydra.run.dir", "hydra.sweep.dir") and value and str(exc.filename).startswith(value.rstrip("/")):
-            return ConfigError(f"{key}: cannot make the folder {value!r} ({exc.strerror}: {exc.filename}); valid: a "
-                               f"path where a folder can be made")
+        if key in ("hydra.run.dir", "hydra.sweep.dir") and value and filename.startswith(value.rstrip("/")):
+            return ConfigError(f"{key}: cannot make or write the folder {value!r} ({error.strerror}: {filename}); valid: a "
+                               f"path where a folder can be made and written")
+    if Path(filename).absolute().is_relative_to(Path.cwd() / "outputs"):  # the default dirs, under the current folder
+        flags, _ = _hydra_flags(argv)
+        key = "hydra.sweep.dir" if flags is not None and flags.multirun else "hydra.run.dir"
+        return ConfigError(f"{key}: cannot make the default folder under outputs/ ({error.strerror}: {filename}); "
+                           f"valid: run from a folder you can write, or give {key}=DIR")
     return None
 
 

@@ -72,9 +72,29 @@ def test_a_run_or_sweep_dir_that_cannot_be_made_is_one_line(tmp_path):
                             (["-m", *sim], "hydra.sweep.dir", blocker)):
         proc = run_cli([*args, f"{key}={path}"])
         assert proc.returncode == 2, proc.stderr
-        assert proc.stderr.splitlines() == [f"error: {key}: cannot make the folder '{path}' ("
+        assert proc.stderr.splitlines() == [f"error: {key}: cannot make or write the folder '{path}' ("
                                             f"{'File exists' if path == blocker else 'Not a directory'}: {path}); "
-                                            "valid: a path where a folder can be made"]
+                                            "valid: a path where a folder can be made and written"]
+
+
+def test_a_run_dir_that_cannot_be_written_is_one_line(tmp_path):
+    """A read-only run dir (its run.log cannot be opened: a folder in its place stands in, as root ignores modes) was
+    exit 1 `ValueError: Unable to configure handler 'file'`; the default outputs/ where the current folder cannot hold
+    it was exit 1 `OSError: ... 'outputs'`."""
+    sim = ["backend=sim", "task=sim", "model=qwen3_8b", "hardware=h100"]
+    (tmp_path / "run" / "run.log").mkdir(parents=True)
+    proc = run_cli([*sim, f"hydra.run.dir={tmp_path / 'run'}"])
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [f"error: hydra.run.dir: cannot make or write the folder '{tmp_path / 'run'}' "
+                                        f"(Is a directory: {tmp_path / 'run' / 'run.log'}); valid: a path where a "
+                                        "folder can be made and written"]
+    (tmp_path / "outputs").write_text("")  # the default dirs' parent is a file
+    for flags, key in (([], "hydra.run.dir"), (["-m"], "hydra.sweep.dir")):
+        proc = run_cli([*flags, *sim], cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        [line] = proc.stderr.splitlines()
+        assert line.startswith(f"error: {key}: cannot make the default folder under outputs/ (Not a directory: outputs/")
+        assert line.endswith(f"; valid: run from a folder you can write, or give {key}=DIR")
 
 
 def test_a_hardware_file_of_a_config_dir_the_command_line_adds_runs(tmp_path):
