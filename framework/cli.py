@@ -246,8 +246,8 @@ def run_dir_error(exc: Exception, argv: list[str]):
     for arg in argv:
         key, _, value = arg.partition("=")
         if key in ("hydra.run.dir", "hydra.sweep.dir") and value and filename.startswith(value.rstrip("/")):
-            return ConfigError(f"{key}: cannot make or write the folder {value!r} ({error.strerror}: {filename}); valid: a "
-                               f"path where a folder can be made and written")
+            return ConfigError(f"{key}: cannot make or write the folder {value!r} ({error.strerror}: {filename}); "
+                               f"valid: a path where a folder can be made and written")
     if Path(filename).absolute().is_relative_to(Path.cwd() / "outputs"):  # the default dirs, under the current folder
         flags, _ = _hydra_flags(argv)
         key = "hydra.sweep.dir" if flags is not None and flags.multirun else "hydra.run.dir"

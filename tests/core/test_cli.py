@@ -93,7 +93,8 @@ def test_a_run_dir_that_cannot_be_written_is_one_line(tmp_path):
         proc = run_cli([*flags, *sim], cwd=tmp_path)
         assert proc.returncode == 2, proc.stderr
         [line] = proc.stderr.splitlines()
-        assert line.startswith(f"error: {key}: cannot make the default folder under outputs/ (Not a directory: outputs/")
+        assert line.startswith(f"error: {key}: cannot make the default folder under outputs/ (Not a directory: "
+                               "outputs/")
         assert line.endswith(f"; valid: run from a folder you can write, or give {key}=DIR")
 
 
