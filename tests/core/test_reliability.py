@@ -149,6 +149,18 @@ SESSION_25: list[tuple[list[str], str]] = [
      "patches: 'maxtext.compilation_cache' is in both patches.enable and patches.disable; valid: one of them"),
 ]
 
+# found in session 26 (exit 0: a top-k above the experts, a string read as true, a negative eps; a NaN named no key)
+MOE = ["backend=sim", "task=sim", "model=qwen3_30b_a3b", "hardware=h100"]
+SESSION_26: list[tuple[list[str], str]] = [
+    ([*MOE, "model.hf_config.num_experts_per_tok=200"], "model.hf_config.num_experts_per_tok: 200 is more than the "
+     "model's num_experts=128; valid: 1 to 128 (experts each token is routed to)"),
+    ([*SIM, "model.hf_config.tie_word_embeddings=maybe"],
+     "model.hf_config.tie_word_embeddings: expected true/false, got 'maybe'"),
+    ([*SIM, "model.hf_config.rms_norm_eps=-1"], "model.hf_config.rms_norm_eps: -1 is out of range; valid: > 0"),
+    ([*SIM, "model.hf_config.rope_theta=nan"],
+     "model.hf_config.rope_theta: nan is not a finite number; valid: a finite number"),
+]
+
 CASES: list[tuple[list[str], str]] = [
     # ---- groups: unknown, removed, null
     *[([f"{g}=nope"], f"unknown {g} option 'nope'; valid:") for g in ("backend", "task", "model", "hardware",
@@ -302,6 +314,7 @@ CASES: list[tuple[list[str], str]] = [
     *SESSION_23,
     *SESSION_24,
     *SESSION_25,
+    *SESSION_26,
 ]
 IDS = [" ".join(args[-1:]) + f" #{n}" for n, (args, _) in enumerate(CASES)]
 
@@ -349,6 +362,10 @@ def test_session_24s_refusals_are_one_line(tmp_path):
 
 def test_session_25s_refusals_are_one_line(tmp_path):
     assert not problems(SESSION_25, run_batch(SESSION_25, tmp_path))
+
+
+def test_session_26s_refusals_are_one_line(tmp_path):
+    assert not problems(SESSION_26, run_batch(SESSION_26, tmp_path))
 
 
 def test_an_adapters_own_check_is_its_line_not_hydras_wrapping(tmp_path):
