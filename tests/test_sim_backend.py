@@ -72,6 +72,18 @@ def test_sim_sweep_recipe_rows_plot_and_invalid_layouts(tmp_path):
     assert all(r["status"] == "ok" and float(r["tokens_per_s_per_device"]) > 0 for r in rows if r["parallel.tp"] != "3")
 
 
+def test_a_sweeping_recipe_without_m_runs_only_with_every_swept_key_given(tmp_path):
+    """`recipe=sim_sweep` without -m ran one job (tp=1, ep=1) of the 16, exit 0, no word; every swept key given is
+    one run of that layout (the refusal's line: docs/reliability.md table B)."""
+    proc = run_cli(["recipe=sim_sweep", "parallel.ep=4", f"hydra.run.dir={tmp_path}/refused"])
+    assert proc.returncode == 2 and "recipe=sim_sweep sweeps parallel.tp (hydra.sweeper.params)" in proc.stderr
+    assert not (tmp_path / "refused" / "summary.json").exists()
+    proc = run_cli(["recipe=sim_sweep", "parallel.tp=2", "parallel.ep=4", f"hydra.run.dir={tmp_path}/one"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    config = yaml.safe_load((tmp_path / "one" / "config.yaml").read_text())
+    assert (config["parallel"]["tp"], config["parallel"]["ep"]) == (2, 4)
+
+
 def test_sim_sweep_recipe_fills_the_node_with_valid_layouts():
     job = SimAdapter().convert_config(compose_config(["recipe=sim_sweep"]))
     assert job.parallel.as_dict() == ParallelConfig(dp=-1, fsdp=1, tp=1, pp=1, ep=1, cp=1).as_dict()

@@ -265,10 +265,16 @@ def run_from_hydra(cfg: DictConfig) -> TrainingResult:
     from hydra.types import RunMode
 
     from framework.core.hardware import detect as detect_hardware
+    from framework.core.launcher import check_unswept_run
 
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     overrides = OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)  # may hold literal ${...}
+    if not multirun:
+        try:
+            check_unswept_run(hydra_cfg.sweeper, overrides, hydra_cfg.runtime.choices.get("recipe"))
+        except ConfigError as exc:
+            fail(exc, debug=cfg.get("debug") is True)
     auto = hydra_cfg.runtime.choices.get("hardware") == "auto"
     runtime = Runtime(cfg, Path(hydra_cfg.runtime.output_dir), overrides, multirun,
                       hardware_note=detect_hardware().describe() if auto else None)

@@ -159,6 +159,10 @@ SESSION_26: list[tuple[list[str], str]] = [
     ([*SIM, "model.hf_config.rms_norm_eps=-1"], "model.hf_config.rms_norm_eps: -1 is out of range; valid: > 0"),
     ([*SIM, "model.hf_config.rope_theta=nan"],
      "model.hf_config.rope_theta: nan is not a finite number; valid: a finite number"),
+    (["recipe=sim_sweep", "parallel.tp=2"], "recipe=sim_sweep sweeps parallel.ep (hydra.sweeper.params), and this is "
+     "one run (no -m); valid: -m to run its jobs (python run.py -m recipe=sim_sweep ...), or a value for each of "
+     "parallel.ep for one run"),
+    (["recipe=sim_search"], "recipe=sim_search sweeps parallel.tp, parallel.ep, sim.batch (hydra.sweeper.params)"),
 ]
 
 CASES: list[tuple[list[str], str]] = [
