@@ -163,6 +163,14 @@ SESSION_26: list[tuple[list[str], str]] = [
      "one run (no -m); valid: -m to run its jobs (python run.py -m recipe=sim_sweep ...), or a value for each of "
      "parallel.ep for one run"),
     (["recipe=sim_search"], "recipe=sim_search sweeps parallel.tp, parallel.ep, sim.batch (hydra.sweeper.params)"),
+    *[([f"recipe={recipe}", "backend.adapter.cache_dir=run.py/cache"], "backend.adapter.cache_dir: cannot make the "
+       "folder 'run.py/cache' (Not a directory: run.py/cache); valid: a path where a folder can be made and written "
+       "(default outputs/cache, or CRUCIBLE_CACHE=DIR)")
+      for recipe in ("sft_torch_cpu", "sft_mlx_cpu", "grpo_arithmetic_cpu", "pretrain_megatron_cpu")],
+    ([*GRPO, "backend.adapter.cache_dir="], "backend.adapter.cache_dir: empty; valid: a path where a folder can be "
+     "made"),
+    ([*SFT, "backend.adapter.dataloader_num_workers=-1"],
+     "backend.adapter.dataloader_num_workers: -1 is out of range; valid: >= 0"),
 ]
 
 CASES: list[tuple[list[str], str]] = [

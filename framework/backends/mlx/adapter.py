@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 from framework.core.adapter import BackendAdapter, require_modules
 from framework.core.build import build
 from framework.core.errors import ConfigError
+from framework.core.paths import check_cache_dir
 from framework.core.plain import to_plain
 from framework.data import data_spec
 from framework.data.records import RecordSpec, load_records, source_name
@@ -47,7 +48,7 @@ class MLXAdapter(BackendAdapter):
     patch_modules = ("framework.backends.mlx.patches",)
 
     def __init__(self, cache_dir: str):
-        self.cache_dir = str(cache_dir)
+        self.cache_dir = check_cache_dir(cache_dir)
 
     def prepare_backend(self, cfg: DictConfig) -> None:
         require_modules("mlx", {"mlx": "mlx", "mlx_lm": "mlx-lm"}, "mlx")
