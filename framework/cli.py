@@ -223,8 +223,11 @@ def run_guarded(app: Callable[[], object], argv: list[str] | None = None) -> Non
     register_auto()
     try:
         app()
-    except KeyboardInterrupt:  # Ctrl-C before or after a run (during one, the runtime handles it)
-        sys.stderr.write("error: interrupted by SIGINT\n")
+    except KeyboardInterrupt:  # Ctrl-C before or after a run (during one, the runtime handles it), or between jobs
+        sweep = sys.modules.get("framework.core.sweep")
+        table = sweep.summarise_interrupted() if sweep is not None else None
+        so_far = f"; the sweep's jobs so far: {table}" if table else ""
+        sys.stderr.write(f"error: interrupted by SIGINT{so_far}\n")
         sys.exit(130)
     except Exception as exc:
         fail(run_dir_error(exc, argv) or exc, debug)

@@ -296,12 +296,16 @@ def stop_after_signal(runtime: Runtime, result: TrainingResult, multirun: bool) 
     """SIGINT/SIGTERM: the closing block, one line on stderr, exit 128 + the signal (a sweep stops too)."""
     import sys
 
+    from framework.core.sweep import summarise_interrupted
+
     signum = runtime.exception.signum
     if runtime.dist.is_main:
         print_outcome(runtime.summary(result), block=not multirun)
     saved = result.artifacts.get("last_checkpoint")
     then = (f"{saved} holds the last checkpoint; rerun the same command with hydra.run.dir={runtime.run_dir} to "
             f"resume" if saved else f"records in {runtime.run_dir}")
+    if multirun and (table := summarise_interrupted()) is not None:
+        then += f"; the sweep's jobs so far: {table}"
     sys.stderr.write(f"error: interrupted by {signal_name(signum)}; {then}\n")
     sys.stderr.flush()
     sys.exit(exit_code(signum))
