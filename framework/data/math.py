@@ -5,10 +5,10 @@ format `math` and its loaders. Backend-neutral: any backend's GRPO reads problem
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from framework.core.errors import ConfigError
-from framework.core.ranges import Count
+from framework.core.ranges import Count, Range
 from framework.data.arithmetic import generate_arithmetic
 from framework.data.gsm8k import MathExample, load_gsm8k
 from framework.data.prompts import SYSTEM_PROMPT
@@ -21,12 +21,16 @@ _TEST_SEED_OFFSET = 1  # the synthetic test split is drawn with seed + 1
 class ArithmeticSpec:
     """Settings of framework.data.arithmetic.generate_arithmetic (train and test drawn apart)."""
 
-    num_train: int
-    num_test: int
-    num_operands: int
-    max_value: int
-    ops: list[str]
+    num_train: Count
+    num_test: Count
+    num_operands: Annotated[int, Range(2)]  # one operand is no sum
+    max_value: Count
+    ops: list[Literal["+", "-", "*"]]  # framework.data.arithmetic.SUPPORTED_OPS
     seed: int
+
+    def __post_init__(self) -> None:
+        if not self.ops:  # a list's items are typed, not its length
+            raise ConfigError("data.arithmetic.ops: []; valid: a non-empty list of '+', '-', '*'")
 
 
 @dataclass

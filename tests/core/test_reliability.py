@@ -171,6 +171,9 @@ SESSION_26: list[tuple[list[str], str]] = [
      "made"),
     ([*SFT, "backend.adapter.dataloader_num_workers=-1"],
      "backend.adapter.dataloader_num_workers: -1 is out of range; valid: >= 0"),
+    ([*GRPO, "data.arithmetic.num_test=0"], "data.arithmetic.num_test: 0 is out of range; valid: >= 1"),
+    ([*GRPO, "data.arithmetic.num_operands=1"], "data.arithmetic.num_operands: 1 is out of range; valid: >= 2"),
+    ([*GRPO, "data.arithmetic.ops=[]"], "data.arithmetic.ops: []; valid: a non-empty list of '+', '-', '*'"),
 ]
 
 CASES: list[tuple[list[str], str]] = [
