@@ -5,6 +5,7 @@ format `math` and its loaders. Backend-neutral: any backend's GRPO reads problem
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Literal, Optional
 
 from framework.core.errors import ConfigError
@@ -50,6 +51,12 @@ class MathSpec:
             raise ConfigError(f"data.path: source={self.source} needs a path (a hub dataset id or a local folder)")
         if (self.source == "synthetic") != (self.arithmetic is not None):
             raise ConfigError("data.arithmetic: set it (a mapping) exactly when data.source=synthetic, else null")
+        path = Path(str(self.path)).expanduser()
+        if self.source == "local" and not path.exists():  # was '<path>: no such GSM8K jsonl file', naming no key
+            where = "" if path.is_absolute() else f", relative to {Path.cwd()}"
+            raise ConfigError(f"data.path: {self.path}: no such file or folder (data.source=local{where}); valid: a "
+                              f"jsonl file, or a folder holding train.jsonl and test.jsonl (data=gsm8k_local reads "
+                              f"the environment's CRUCIBLE_GSM8K_DIR)")
 
 
 def check_arithmetic_node(data: dict) -> None:

@@ -174,6 +174,8 @@ SESSION_26: list[tuple[list[str], str]] = [
     ([*GRPO, "data.arithmetic.num_test=0"], "data.arithmetic.num_test: 0 is out of range; valid: >= 1"),
     ([*GRPO, "data.arithmetic.num_operands=1"], "data.arithmetic.num_operands: 1 is out of range; valid: >= 2"),
     ([*GRPO, "data.arithmetic.ops=[]"], "data.arithmetic.ops: []; valid: a non-empty list of '+', '-', '*'"),
+    (["recipe=grpo_gsm8k_cpu", "data=gsm8k_local", "data.path=nope/gsm8k"], "data.path: nope/gsm8k: no such file or "
+     "folder (data.source=local, relative to "),
 ]
 
 CASES: list[tuple[list[str], str]] = [
