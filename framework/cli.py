@@ -130,6 +130,8 @@ def check_group_options(argv: list[str]) -> str | None:
         if override.key_or_group in ("hydra.run.dir", "hydra.sweep.dir") and override.value() == "":
             return (f"{override.key_or_group}: empty; valid: a folder path (`.` for the current folder, where an empty "
                     f"one put the records)")
+    if problem := _empty_sweep(overrides):
+        return problem
     if problem := _config_dir_problem(flags, overrides):
         return problem
     dirs = _config_dirs(flags, overrides)
@@ -151,6 +153,21 @@ def check_group_options(argv: list[str]) -> str | None:
             problem = _option_problem(group, value, options)
             if problem:
                 return problem
+    return None
+
+
+def _empty_sweep(overrides: list) -> str | None:
+    """`-m sim.batch=range(1,0)`: a sweep over no values ran no job and exited 0 with an empty table."""
+    from hydra.errors import HydraException
+
+    for override in (o for o in overrides if o.is_sweep_override()):
+        try:
+            values = list(override.sweep_iterator())
+        except HydraException:  # interval(...), glob(...): only the sweeper can enumerate them
+            continue
+        if not values:
+            return (f"{override.input_line}: sweeps over no values; valid: at least one, e.g. range(start, stop[, "
+                    f"step]) with start < stop for a positive step, or a,b,c")
     return None
 
 

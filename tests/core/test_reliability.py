@@ -176,6 +176,8 @@ SESSION_26: list[tuple[list[str], str]] = [
     ([*GRPO, "data.arithmetic.ops=[]"], "data.arithmetic.ops: []; valid: a non-empty list of '+', '-', '*'"),
     (["recipe=grpo_gsm8k_cpu", "data=gsm8k_local", "data.path=nope/gsm8k"], "data.path: nope/gsm8k: no such file or "
      "folder (data.source=local, relative to "),
+    (["-m", *SIM, "sim.batch=range(1,0)"], "sim.batch=range(1,0): sweeps over no values; valid: at least one, e.g. "
+     "range(start, stop[, step]) with start < stop for a positive step, or a,b,c"),
 ]
 
 CASES: list[tuple[list[str], str]] = [
