@@ -247,7 +247,7 @@ def run_guarded(app: Callable[[], object], argv: list[str] | None = None) -> Non
         sys.stderr.write(f"error: interrupted by SIGINT{so_far}\n")
         sys.exit(130)
     except Exception as exc:
-        fail(run_dir_error(exc, argv) or exc, debug)
+        fail(run_dir_error(exc, argv) or shell_completion_error(exc, argv) or exc, debug)
     _fail_if_a_sweep_failed()
 
 
@@ -274,6 +274,19 @@ def run_dir_error(exc: Exception, argv: list[str]):
         return ConfigError(f"{key}: cannot make the default folder under outputs/ ({error.strerror}: {filename}); "
                            f"valid: run from a folder you can write, or give {key}=DIR")
     return None
+
+
+def shell_completion_error(exc: Exception, argv: list[str]):
+    """Hydra's --shell-completion without one subcommand, or with a shell it has no plugin for: a ValueError of
+    several lines (or query's KeyError outside a shell), exit 1; a ConfigError naming the flag, or None."""
+    from framework.core.errors import ConfigError
+
+    flags, _ = _hydra_flags(argv)
+    if flags is None or not flags.shell_completion or not isinstance(exc, (ValueError, KeyError)):
+        return None
+    said = " ".join(str(exc).replace(":", "").split()) if isinstance(exc, ValueError) else f"{exc} is not set"
+    return ConfigError(f"--shell-completion: {said}; valid: install=SHELL or uninstall=SHELL with SHELL one of bash, "
+                       f"fish, zsh (query=SHELL is for the shell itself: it reads COMP_LINE)")
 
 
 def _fail_if_a_sweep_failed() -> None:

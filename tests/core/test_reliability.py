@@ -178,6 +178,11 @@ SESSION_26: list[tuple[list[str], str]] = [
      "folder (data.source=local, relative to "),
     (["-m", *SIM, "sim.batch=range(1,0)"], "sim.batch=range(1,0): sweeps over no values; valid: at least one, e.g. "
      "range(start, stop[, step]) with start < stop for a positive step, or a,b,c"),
+    (["--shell-completion"], "--shell-completion: Expecting one subcommand from ['install', 'uninstall', 'query'] to "
+     "be set; valid: install=SHELL or uninstall=SHELL with SHELL one of bash, fish, zsh (query=SHELL is for the shell "
+     "itself: it reads COMP_LINE)"),
+    (["--shell-completion", "install=nope"], "--shell-completion: No completion plugin for 'nope' found, available "
+     "bash fish zsh; valid: install=SHELL"),
 ]
 
 CASES: list[tuple[list[str], str]] = [
