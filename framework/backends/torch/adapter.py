@@ -53,6 +53,9 @@ class TorchAdapter(BackendAdapter):
             raise ConfigError(f"hardware.accelerator: {cfg.hardware.accelerator!r} has no torch device here; "
                               f"backend=torch runs on {', '.join(DEVICES)}")
         require_accelerator(cfg.hardware)
+        if self.attn_implementation == "flex_attention" and cfg.hardware.accelerator == "cpu":  # was exit 1 at step 1
+            raise ConfigError("backend.adapter.attn_implementation: flex_attention has no backward pass on a CPU "
+                              "(torch); valid here: sdpa (the default) or eager")
         export_dist_env(detect())
 
     def convert_config(self, cfg: DictConfig) -> TorchConfig:
