@@ -274,7 +274,7 @@ def run_from_hydra(cfg: DictConfig) -> TrainingResult:
         try:
             check_unswept_run(hydra_cfg.sweeper, overrides, hydra_cfg.runtime.choices.get("recipe"))
         except ConfigError as exc:
-            fail(exc, debug=cfg.get("debug") is True)
+            fail(exc, debug=cfg.get("debug") is True or None)
     auto = hydra_cfg.runtime.choices.get("hardware") == "auto"
     runtime = Runtime(cfg, Path(hydra_cfg.runtime.output_dir), overrides, multirun,
                       hardware_note=detect_hardware().describe() if auto else None)
@@ -283,8 +283,8 @@ def run_from_hydra(cfg: DictConfig) -> TrainingResult:
         stop_after_signal(runtime, result, multirun)
     if not multirun and (runtime.exception is not None or result.status == "invalid"):
         # one line on stderr and a non-zero exit; in a sweep the same job is a failed or invalid row instead
-        fail(runtime.exception or ConfigError(result.error or "invalid configuration"), debug=cfg.get("debug") is True,
-             run_dir=runtime.run_dir)
+        fail(runtime.exception or ConfigError(result.error or "invalid configuration"),
+             debug=cfg.get("debug") is True or None, run_dir=runtime.run_dir)  # None: CRUCIBLE_DEBUG decides
     if runtime.dist.is_main:
         print_outcome(runtime.summary(result), block=not multirun)
     if not result.success:
