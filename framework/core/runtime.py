@@ -61,6 +61,10 @@ def validate(cfg: DictConfig) -> BackendAdapter:
     check_schema(cfg, "logger", LoggerConfig)
     check_patches(cfg.get("patches"))
     check_task_node(cfg.task)
+    name = cfg.task.get("name")
+    if name not in cfg:  # `~sim`: the adapter read it as `Key 'sim' is not in struct`
+        raise ConfigError(f"{name}: missing; task={name} reads its settings there (conf/task/{name}.yaml); valid: "
+                          f"keep it, and set its keys one at a time, {name}.KEY=VALUE")
     check_model_architecture(cfg.model.hf_config)
     check_path_exists(cfg.model.path, "model.path", "model directory")
     check_model_dir(cfg.model.path)

@@ -183,6 +183,9 @@ SESSION_26: list[tuple[list[str], str]] = [
      "itself: it reads COMP_LINE)"),
     (["--shell-completion", "install=nope"], "--shell-completion: No completion plugin for 'nope' found, available "
      "bash fish zsh; valid: install=SHELL"),
+    ([*SIM, "~sim"], "sim: missing; task=sim reads its settings there (conf/task/sim.yaml); valid: keep it, and set "
+     "its keys one at a time, sim.KEY=VALUE"),
+    ([*GRPO, "~grpo"], "grpo: missing; task=grpo reads its settings there (conf/task/grpo.yaml)"),
 ]
 
 CASES: list[tuple[list[str], str]] = [
