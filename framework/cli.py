@@ -130,6 +130,9 @@ def check_group_options(argv: list[str]) -> str | None:
         if override.key_or_group in ("hydra.run.dir", "hydra.sweep.dir") and override.value() == "":
             return (f"{override.key_or_group}: empty; valid: a folder path (`.` for the current folder, where an empty "
                     f"one put the records)")
+        if override.key_or_group == "hydra.job.name" and "/" in str(override.value()):  # was blamed on the run dir
+            return (f"hydra.job.name: {override.value()!r} holds a /; it names the run's log file, <run dir>/"
+                    f"<name>.log; valid: a name without /")
     if problem := _empty_sweep(overrides):
         return problem
     if problem := _config_dir_problem(flags, overrides):

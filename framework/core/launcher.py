@@ -119,7 +119,7 @@ def check_unswept_run(sweeper: Any, overrides: list[str], recipe: Optional[str])
     given = {override.split("=", 1)[0].lstrip("+~") for override in overrides}
     unset = [str(key) for key in (params or {}) if str(key) not in given]
     if unset:
-        what = f"recipe={recipe}" if recipe else "hydra.sweeper.params"
+        what = f"recipe={recipe}" if isinstance(recipe, str) else "the config"
+        command = f"python run.py -m {what + ' ' if isinstance(recipe, str) else ''}..."
         raise ConfigError(f"{what} sweeps {', '.join(unset)} (hydra.sweeper.params), and this is one run (no -m); "
-                          f"valid: -m to run its jobs (python run.py -m {what} ...), or a value for each of "
-                          f"{', '.join(unset)} for one run")
+                          f"valid: -m to run its jobs ({command}), or a value for each of {', '.join(unset)} for one run")

@@ -186,6 +186,10 @@ SESSION_26: list[tuple[list[str], str]] = [
     ([*SIM, "~sim"], "sim: missing; task=sim reads its settings there (conf/task/sim.yaml); valid: keep it, and set "
      "its keys one at a time, sim.KEY=VALUE"),
     ([*GRPO, "~grpo"], "grpo: missing; task=grpo reads its settings there (conf/task/grpo.yaml)"),
+    ([*SIM, "hydra.job.name=x/y"], "hydra.job.name: 'x/y' holds a /; it names the run's log file, <run dir>/"
+     "<name>.log; valid: a name without /"),
+    ([*SIM, "recipe=[sim_sweep]"], "the config sweeps parallel.tp, parallel.ep (hydra.sweeper.params), and this is one "
+     "run (no -m); valid: -m to run its jobs (python run.py -m ...)"),
 ]
 
 CASES: list[tuple[list[str], str]] = [
