@@ -122,4 +122,5 @@ def check_unswept_run(sweeper: Any, overrides: list[str], recipe: Optional[str])
         what = f"recipe={recipe}" if isinstance(recipe, str) else "the config"
         command = f"python run.py -m {what + ' ' if isinstance(recipe, str) else ''}..."
         raise ConfigError(f"{what} sweeps {', '.join(unset)} (hydra.sweeper.params), and this is one run (no -m); "
-                          f"valid: -m to run its jobs ({command}), or a value for each of {', '.join(unset)} for one run")
+                          f"valid: -m to run its jobs ({command}), or a value for each of {', '.join(unset)} for one "
+                          f"run")
