@@ -58,6 +58,21 @@ def test_calibrate_rejects_unknown_benchmarks_in_one_line(tmp_path):
     ]
 
 
+def test_calibrate_on_cuda_without_a_cuda_device_is_bad_input(tmp_path):
+    """calibrate.device=cuda, or a gpu hardware file, on a machine without CUDA was exit 1 (a BackendError), and
+    device=cuda said `use hardware=cpu` where hardware=cpu was given."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    proc = run_cli([*TINY_CALIBRATION, "calibrate.device=cuda", f"hydra.run.dir={tmp_path}/a"])
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
+        "error: calibrate.device: cuda, and this machine has no CUDA device; valid: cpu, or auto (cuda for a gpu "
+        "hardware file, else cpu)")
+    proc = run_cli([*TINY_CALIBRATION, "hardware=h100", f"hydra.run.dir={tmp_path}/b"])
+    assert proc.returncode == 2 and "calibrate on hardware=h100 needs a CUDA device" in proc.stderr
+
+
 def test_sim_sweep_recipe_rows_plot_and_invalid_layouts(tmp_path):
     # tp=3 cannot split the node's 8 devices: those 4 jobs are invalid rows, not failed jobs
     proc = run_cli(["-m", "recipe=sim_sweep", "parallel.tp=1,2,3,8", f"hydra.sweep.dir={tmp_path}"])

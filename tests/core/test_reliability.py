@@ -190,6 +190,11 @@ SESSION_26: list[tuple[list[str], str]] = [
      "<name>.log; valid: a name without /"),
     ([*SIM, "recipe=[sim_sweep]"], "the config sweeps parallel.tp, parallel.ep (hydra.sweeper.params), and this is one "
      "run (no -m); valid: -m to run its jobs (python run.py -m ...)"),
+    (["task=calibrate", "hardware=cpu", "calibrate.output=run.py/t.json"], "calibrate.output: cannot make the folder "
+     "of run.py/t.json (File exists: run.py); valid: a file path whose folder can be made (null: <run "
+     "dir>/efficiency_table.json)"),
+    (["task=calibrate", "hardware=cpu", "calibrate.output=conf"],
+     "calibrate.output: conf is a folder; valid: a file path"),
 ]
 
 CASES: list[tuple[list[str], str]] = [
