@@ -142,6 +142,8 @@ class SweepSummaryCallback(Callback):
             return None
         key_metrics = list(config.task.get("key_metrics") or [])
         rows = collect_rows(sweep_dir, key_metrics, self.before)
+        if not rows and not plot:  # interrupted before any job made its folder: no table of nothing
+            return None
         csv_path, md_path = write_tables(rows, sweep_dir)
         plot = plot and config.task.get("sweep_plot")
         if plot:

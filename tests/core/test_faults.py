@@ -128,6 +128,19 @@ def test_a_sweep_stopped_by_a_signal_writes_the_table_of_the_jobs_it_ran(tmp_pat
     assert [(row["job"], row["status"]) for row in rows] == [("0", "ok"), ("1", "interrupted")]
 
 
+def test_a_sweep_interrupted_before_any_job_writes_no_empty_table(tmp_path):
+    """Stopped before a job made its folder (submitit still starting its processes): no one-column table of nothing,
+    and the interrupt's line names none."""
+    from omegaconf import OmegaConf
+
+    from framework.core import sweep
+
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}, "task": {"key_metrics": ["loss"]}})
+    sweep.UNDER_WAY[:] = [(sweep.SweepSummaryCallback(), config)]
+    assert sweep.summarise_interrupted() is None and not sweep.UNDER_WAY
+    assert not (tmp_path / "sweep_summary.md").exists()
+
+
 # ---- non-finite loss ----------------------------------------------------------------------------
 
 def test_a_nan_loss_fails_the_run_and_keeps_the_last_good_checkpoint(tmp_path):
