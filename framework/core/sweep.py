@@ -119,6 +119,9 @@ class SweepSummaryCallback(Callback):
 
         try:
             sweep_dir = Path(config.hydra.sweep.dir)  # first: `~model.name` or `model.name=???` leaves it unresolved
+            if (sweep_dir / "config.yaml").is_file():  # a run's dir: its records and the sweep's tables would mix
+                raise ConfigError(f"hydra.sweep.dir: {sweep_dir} holds a run's records (config.yaml), not a sweep's; "
+                                  f"valid: a new folder, or a sweep dir (multirun.yaml)")
             check_launcher(settings(config.hydra.launcher, "hydra.launcher"))
             check_sweeper(settings(config.hydra.sweeper, "hydra.sweeper"))
             check_task_node(config.task)  # key_metrics and sweep_plot are read as the sweep ends: a warning there

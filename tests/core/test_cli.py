@@ -98,6 +98,27 @@ def test_a_run_dir_that_cannot_be_written_is_one_line(tmp_path):
         assert line.endswith(f"; valid: run from a folder you can write, or give {key}=DIR")
 
 
+def test_a_run_into_a_sweep_dir_or_a_sweep_into_a_run_dir_is_refused(tmp_path):
+    """Both wrote their records beside the other's (config.yaml and summary.json beside sweep_summary.md, or
+    multirun.yaml, job 0/ and the tables in a run's folder), exit 0; a job's own dir still resumes."""
+    sim = ["backend=sim", "task=sim", "model=qwen3_8b", "hardware=h100"]
+    sweep, run = tmp_path / "sweep", tmp_path / "run"
+    assert run_cli(["-m", *sim, "sim.batch=1,2", f"hydra.sweep.dir={sweep}"]).returncode == 0
+    assert run_cli([*sim, f"hydra.run.dir={run}"]).returncode == 0
+    proc = run_cli([*sim, f"hydra.run.dir={sweep}"])
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
+        f"error: hydra.run.dir: {sweep} is a sweep dir (multirun.yaml): this run's records would mix with the sweep's "
+        f"tables; start in a new run dir, or give one of its jobs' dirs ({sweep}/0, ...) to resume that job")
+    assert not (sweep / "config.yaml").exists()
+    proc = run_cli(["-m", *sim, f"hydra.sweep.dir={run}"])
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        f"error: hydra.sweep.dir: {run} holds a run's records (config.yaml), not a sweep's; valid: a new folder, or a "
+        "sweep dir (multirun.yaml)"]
+    assert not (run / "multirun.yaml").exists() and not (run / "0").exists()
+    assert run_cli([*sim, f"hydra.run.dir={sweep}/0"]).returncode == 0
+    assert run_cli(["-m", *sim, "sim.batch=4", f"hydra.sweep.dir={sweep}"]).returncode == 0
+
+
 def test_a_hardware_file_of_a_config_dir_the_command_line_adds_runs(tmp_path):
     """Hydra reads options from --config-dir and hydra.searchpath; the fast option check refused them as unknown
     (`unknown hardware option 'mine'; valid: auto, a100, ...`), so a cluster's own hardware file outside the repo
