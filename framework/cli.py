@@ -242,7 +242,7 @@ def run_guarded(app: Callable[[], object], argv: list[str] | None = None) -> Non
 
     register_auto()
     try:
-        app()
+        _print_or_run(app, argv)
     except KeyboardInterrupt:  # Ctrl-C before or after a run (during one, the runtime handles it), or between jobs
         sweep = sys.modules.get("framework.core.sweep")
         table = sweep.summarise_interrupted() if sweep is not None else None
@@ -252,6 +252,31 @@ def run_guarded(app: Callable[[], object], argv: list[str] | None = None) -> Non
     except Exception as exc:
         fail(run_dir_error(exc, argv) or shell_completion_error(exc, argv) or exc, debug)
     _fail_if_a_sweep_failed()
+
+
+def _print_or_run(app: Callable[[], object], argv: list[str]) -> None:
+    """app(); under `--cfg ... --package P` Hydra writes `package 'P' not found in config` itself and exits 1, so its
+    stderr is held and that line becomes ours (exit 2); anything else it wrote passes through."""
+    flags, _ = _hydra_flags(argv)
+    if flags is None or not (flags.cfg and flags.package):
+        app()
+        return
+    import contextlib
+    import io
+
+    held = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(held):
+            app()
+    except SystemExit as exc:
+        if exc.code == 1 and held.getvalue().startswith(f"package '{flags.package}' not found"):
+            sys.stderr.write(f"error: --package: {flags.package!r} is no key of the composed config; valid: a key or "
+                             f"dotted path in it (python run.py --cfg job shows them), e.g. parallel, "
+                             f"model.hf_config\n")
+            sys.exit(EXIT_BAD_INPUT)
+        raise
+    finally:
+        sys.stderr.write(held.getvalue() if not held.getvalue().startswith("package '") else "")
 
 
 def run_dir_error(exc: Exception, argv: list[str]):

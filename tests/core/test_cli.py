@@ -38,6 +38,9 @@ def test_cfg_job_prints_the_composed_config():
     proc = run_cli(["--cfg", "job", "model=qwen3_8b", "parallel.tp=4"])
     assert proc.returncode == 0, proc.stderr
     assert "hub_id: Qwen/Qwen3-8B" in proc.stdout and "tp: 4" in proc.stdout
+    proc = run_cli(["--cfg", "job", "-p", "parallel", "parallel.tp=4"])  # a package: only that node, stderr empty
+    assert proc.returncode == 0 and proc.stdout.startswith("# @package parallel\n") and "tp: 4" in proc.stdout
+    assert proc.stderr == ""
 
 
 def test_a_run_ends_with_a_summary_block_and_a_layout_that_does_not_fit_is_a_visible_warning(tmp_path):

@@ -195,6 +195,8 @@ SESSION_26: list[tuple[list[str], str]] = [
      "dir>/efficiency_table.json)"),
     (["task=calibrate", "hardware=cpu", "calibrate.output=conf"],
      "calibrate.output: conf is a folder; valid: a file path"),
+    (["--cfg", "job", "-p", "nope"], "--package: 'nope' is no key of the composed config; valid: a key or dotted path "
+     "in it (python run.py --cfg job shows them), e.g. parallel, model.hf_config"),
 ]
 
 CASES: list[tuple[list[str], str]] = [
