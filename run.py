@@ -17,7 +17,7 @@ def app(cfg: DictConfig):
     try:
         return objective_value(cfg.task.get("objective"), result)  # a search's sweeper reads it (recipe=sim_search)
     except CrucibleError as exc:  # its one line; raised, Hydra would print "Error executing job ..." before it
-        fail(exc, debug=cfg.get("debug") is True)
+        fail(exc, debug=cfg.get("debug") is True or None)
 
 
 def main() -> None:

@@ -130,6 +130,11 @@ def check_group_options(argv: list[str]) -> str | None:
         if override.key_or_group in ("hydra.run.dir", "hydra.sweep.dir") and override.value() == "":
             return (f"{override.key_or_group}: empty; valid: a folder path (`.` for the current folder, where an empty "
                     f"one put the records)")
+        if override.key_or_group == "hydra.job.name" and "/" in str(override.value()):  # was blamed on the run dir
+            return (f"hydra.job.name: {override.value()!r} holds a /; it names the run's log file, <run dir>/"
+                    f"<name>.log; valid: a name without /")
+    if problem := _empty_sweep(overrides):
+        return problem
     if problem := _config_dir_problem(flags, overrides):
         return problem
     dirs = _config_dirs(flags, overrides)
@@ -151,6 +156,21 @@ def check_group_options(argv: list[str]) -> str | None:
             problem = _option_problem(group, value, options)
             if problem:
                 return problem
+    return None
+
+
+def _empty_sweep(overrides: list) -> str | None:
+    """`-m sim.batch=range(1,0)`: a sweep over no values ran no job and exited 0 with an empty table."""
+    from hydra.errors import HydraException
+
+    for override in (o for o in overrides if o.is_sweep_override()):
+        try:
+            values = list(override.sweep_iterator())
+        except HydraException:  # interval(...), glob(...): only the sweeper can enumerate them
+            continue
+        if not values:
+            return (f"{override.input_line}: sweeps over no values; valid: at least one, e.g. range(start, stop[, "
+                    f"step]) with start < stop for a positive step, or a,b,c")
     return None
 
 
@@ -222,28 +242,79 @@ def run_guarded(app: Callable[[], object], argv: list[str] | None = None) -> Non
 
     register_auto()
     try:
-        app()
-    except KeyboardInterrupt:  # Ctrl-C before or after a run (during one, the runtime handles it)
-        sys.stderr.write("error: interrupted by SIGINT\n")
+        _print_or_run(app, argv)
+    except KeyboardInterrupt:  # Ctrl-C before or after a run (during one, the runtime handles it), or between jobs
+        sweep = sys.modules.get("framework.core.sweep")
+        table = sweep.summarise_interrupted() if sweep is not None else None
+        so_far = f"; the sweep's jobs so far: {table}" if table else ""
+        sys.stderr.write(f"error: interrupted by SIGINT{so_far}\n")
         sys.exit(130)
     except Exception as exc:
-        fail(run_dir_error(exc, argv) or exc, debug)
+        fail(run_dir_error(exc, argv) or shell_completion_error(exc, argv) or exc, debug)
     _fail_if_a_sweep_failed()
 
 
+def _print_or_run(app: Callable[[], object], argv: list[str]) -> None:
+    """app(); under `--cfg ... --package P` Hydra writes `package 'P' not found in config` itself and exits 1, so its
+    stderr is held and that line becomes ours (exit 2); anything else it wrote passes through."""
+    flags, _ = _hydra_flags(argv)
+    if flags is None or not (flags.cfg and flags.package):
+        app()
+        return
+    import contextlib
+    import io
+
+    held = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(held):
+            app()
+    except SystemExit as exc:
+        if exc.code == 1 and held.getvalue().startswith(f"package '{flags.package}' not found"):
+            sys.stderr.write(f"error: --package: {flags.package!r} is no key of the composed config; valid: a key or "
+                             f"dotted path in it (python run.py --cfg job shows them), e.g. parallel, "
+                             f"model.hf_config\n")
+            sys.exit(EXIT_BAD_INPUT)
+        raise
+    finally:
+        sys.stderr.write(held.getvalue() if not held.getvalue().startswith("package '") else "")
+
+
 def run_dir_error(exc: Exception, argv: list[str]):
-    """Hydra could not make the run or sweep dir the command line gives (a file in the way, no such place): a
-    ConfigError naming the key, or None for any other error."""
+    """Hydra could not make or write the run or sweep dir (a file in the way, no such place, a read-only or
+    unwritable folder, its run.log too: logging's ValueError wraps that OSError): a ConfigError naming the key, or
+    None for any other error."""
     from framework.core.errors import ConfigError
 
-    if not isinstance(exc, OSError) or exc.filename is None:
+    error = exc
+    while error is not None and not (isinstance(error, OSError) and error.filename is not None):
+        error = error.__cause__
+    if error is None:
         return None
+    filename = str(error.filename)
     for arg in argv:
         key, _, value = arg.partition("=")
-        if key in ("hydra.run.dir", "hydra.sweep.dir") and value and str(exc.filename).startswith(value.rstrip("/")):
-            return ConfigError(f"{key}: cannot make the folder {value!r} ({exc.strerror}: {exc.filename}); valid: a "
-                               f"path where a folder can be made")
+        if key in ("hydra.run.dir", "hydra.sweep.dir") and value and filename.startswith(value.rstrip("/")):
+            return ConfigError(f"{key}: cannot make or write the folder {value!r} ({error.strerror}: {filename}); "
+                               f"valid: a path where a folder can be made and written")
+    if Path(filename).absolute().is_relative_to(Path.cwd() / "outputs"):  # the default dirs, under the current folder
+        flags, _ = _hydra_flags(argv)
+        key = "hydra.sweep.dir" if flags is not None and flags.multirun else "hydra.run.dir"
+        return ConfigError(f"{key}: cannot make the default folder under outputs/ ({error.strerror}: {filename}); "
+                           f"valid: run from a folder you can write, or give {key}=DIR")
     return None
+
+
+def shell_completion_error(exc: Exception, argv: list[str]):
+    """Hydra's --shell-completion without one subcommand, or with a shell it has no plugin for: a ValueError of
+    several lines (or query's KeyError outside a shell), exit 1; a ConfigError naming the flag, or None."""
+    from framework.core.errors import ConfigError
+
+    flags, _ = _hydra_flags(argv)
+    if flags is None or not flags.shell_completion or not isinstance(exc, (ValueError, KeyError)):
+        return None
+    said = " ".join(str(exc).replace(":", "").split()) if isinstance(exc, ValueError) else f"{exc} is not set"
+    return ConfigError(f"--shell-completion: {said}; valid: install=SHELL or uninstall=SHELL with SHELL one of bash, "
+                       f"fish, zsh (query=SHELL is for the shell itself: it reads COMP_LINE)")
 
 
 def _fail_if_a_sweep_failed() -> None:

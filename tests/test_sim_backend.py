@@ -58,6 +58,21 @@ def test_calibrate_rejects_unknown_benchmarks_in_one_line(tmp_path):
     ]
 
 
+def test_calibrate_on_cuda_without_a_cuda_device_is_bad_input(tmp_path):
+    """calibrate.device=cuda, or a gpu hardware file, on a machine without CUDA was exit 1 (a BackendError), and
+    device=cuda said `use hardware=cpu` where hardware=cpu was given."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    proc = run_cli([*TINY_CALIBRATION, "calibrate.device=cuda", f"hydra.run.dir={tmp_path}/a"])
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
+        "error: calibrate.device: cuda, and this machine has no CUDA device; valid: cpu, or auto (cuda for a gpu "
+        "hardware file, else cpu)")
+    proc = run_cli([*TINY_CALIBRATION, "hardware=h100", f"hydra.run.dir={tmp_path}/b"])
+    assert proc.returncode == 2 and "calibrate on hardware=h100 needs a CUDA device" in proc.stderr
+
+
 def test_sim_sweep_recipe_rows_plot_and_invalid_layouts(tmp_path):
     # tp=3 cannot split the node's 8 devices: those 4 jobs are invalid rows, not failed jobs
     proc = run_cli(["-m", "recipe=sim_sweep", "parallel.tp=1,2,3,8", f"hydra.sweep.dir={tmp_path}"])
@@ -70,6 +85,18 @@ def test_sim_sweep_recipe_rows_plot_and_invalid_layouts(tmp_path):
     assert sorted(r["parallel.tp"] for r in invalid) == ["3"] * 4
     assert all("8 devices do not split into the fixed axes' product 3" in r["error"] for r in invalid)
     assert all(r["status"] == "ok" and float(r["tokens_per_s_per_device"]) > 0 for r in rows if r["parallel.tp"] != "3")
+
+
+def test_a_sweeping_recipe_without_m_runs_only_with_every_swept_key_given(tmp_path):
+    """`recipe=sim_sweep` without -m ran one job (tp=1, ep=1) of the 16, exit 0, no word; every swept key given is
+    one run of that layout (the refusal's line: docs/reliability.md table B)."""
+    proc = run_cli(["recipe=sim_sweep", "parallel.ep=4", f"hydra.run.dir={tmp_path}/refused"])
+    assert proc.returncode == 2 and "recipe=sim_sweep sweeps parallel.tp (hydra.sweeper.params)" in proc.stderr
+    assert not (tmp_path / "refused" / "summary.json").exists()
+    proc = run_cli(["recipe=sim_sweep", "parallel.tp=2", "parallel.ep=4", f"hydra.run.dir={tmp_path}/one"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    config = yaml.safe_load((tmp_path / "one" / "config.yaml").read_text())
+    assert (config["parallel"]["tp"], config["parallel"]["ep"]) == (2, 4)
 
 
 def test_sim_sweep_recipe_fills_the_node_with_valid_layouts():

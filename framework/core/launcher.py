@@ -110,3 +110,17 @@ def check_sweeper(sweeper: Mapping[str, Any]) -> None:
     for key, annotation in OPTUNA_SETTINGS.items():
         if key in sweeper and (reason := type_error(sweeper[key], annotation)):
             raise ConfigError(f"hydra.sweeper.{key}: {reason}")
+
+
+def check_unswept_run(sweeper: Any, overrides: list[str], recipe: Optional[str]) -> None:
+    """A run without -m of a recipe that sweeps (`recipe=sim_sweep`): one job of the swept keys' config values, the
+    sweep silently not run (exit 0), unless the command line gives each swept key its value."""
+    params = sweeper.get("params") if sweeper is not None else None
+    given = {override.split("=", 1)[0].lstrip("+~") for override in overrides}
+    unset = [str(key) for key in (params or {}) if str(key) not in given]
+    if unset:
+        what = f"recipe={recipe}" if isinstance(recipe, str) else "the config"
+        command = f"python run.py -m {what + ' ' if isinstance(recipe, str) else ''}..."
+        raise ConfigError(f"{what} sweeps {', '.join(unset)} (hydra.sweeper.params), and this is one run (no -m); "
+                          f"valid: -m to run its jobs ({command}), or a value for each of {', '.join(unset)} for one "
+                          f"run")

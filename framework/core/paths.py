@@ -35,3 +35,19 @@ def load_conf(group: str, name: str) -> dict:
     from omegaconf import OmegaConf
 
     return OmegaConf.to_container(OmegaConf.load(CONF_DIR / group / f"{name}.yaml"), resolve=True)
+
+
+def check_cache_dir(value: str, key: str = "backend.adapter.cache_dir") -> str:
+    """A backend's cache folder (models, data, compiled programs), made now: one that cannot be made was an
+    OSError after the run had started (exit 1), an empty one put the cache in the current folder."""
+    from framework.core.errors import ConfigError
+
+    valid = "valid: a path where a folder can be made and written (default outputs/cache, or CRUCIBLE_CACHE=DIR)"
+    if not str(value).strip():
+        raise ConfigError(f"{key}: empty; {valid}")
+    try:
+        Path(value).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot make the folder {value!r} ({exc.strerror}: {exc.filename}); {valid}"
+                          ) from None
+    return str(value)

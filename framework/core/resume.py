@@ -176,6 +176,10 @@ def check_same_kind(run_dir: Path, cfg: DictConfig) -> None:
     this run's metrics rows, segments and summary would mix with them (with no checkpoint nothing else compares)."""
     import yaml
 
+    if (Path(run_dir) / "multirun.yaml").is_file():  # a sweep's root: its tables and this run's records would mix
+        raise CheckpointError(f"hydra.run.dir: {run_dir} is a sweep dir (multirun.yaml): this run's records would mix "
+                              f"with the sweep's tables; start in a new run dir, or give one of its jobs' dirs "
+                              f"({run_dir}/0, ...) to resume that job")
     try:
         saved = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):  # none (a fresh dir) or unreadable: nothing to compare

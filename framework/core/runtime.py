@@ -61,6 +61,10 @@ def validate(cfg: DictConfig) -> BackendAdapter:
     check_schema(cfg, "logger", LoggerConfig)
     check_patches(cfg.get("patches"))
     check_task_node(cfg.task)
+    name = cfg.task.get("name")
+    if name not in cfg:  # `~sim`: the adapter read it as `Key 'sim' is not in struct`
+        raise ConfigError(f"{name}: missing; task={name} reads its settings there (conf/task/{name}.yaml); valid: "
+                          f"keep it, and set its keys one at a time, {name}.KEY=VALUE")
     check_model_architecture(cfg.model.hf_config)
     check_path_exists(cfg.model.path, "model.path", "model directory")
     check_model_dir(cfg.model.path)
@@ -265,10 +269,16 @@ def run_from_hydra(cfg: DictConfig) -> TrainingResult:
     from hydra.types import RunMode
 
     from framework.core.hardware import detect as detect_hardware
+    from framework.core.launcher import check_unswept_run
 
     hydra_cfg = HydraConfig.get()
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     overrides = OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)  # may hold literal ${...}
+    if not multirun:
+        try:
+            check_unswept_run(hydra_cfg.sweeper, overrides, hydra_cfg.runtime.choices.get("recipe"))
+        except ConfigError as exc:
+            fail(exc, debug=cfg.get("debug") is True or None)
     auto = hydra_cfg.runtime.choices.get("hardware") == "auto"
     runtime = Runtime(cfg, Path(hydra_cfg.runtime.output_dir), overrides, multirun,
                       hardware_note=detect_hardware().describe() if auto else None)
@@ -277,8 +287,8 @@ def run_from_hydra(cfg: DictConfig) -> TrainingResult:
         stop_after_signal(runtime, result, multirun)
     if not multirun and (runtime.exception is not None or result.status == "invalid"):
         # one line on stderr and a non-zero exit; in a sweep the same job is a failed or invalid row instead
-        fail(runtime.exception or ConfigError(result.error or "invalid configuration"), debug=cfg.get("debug") is True,
-             run_dir=runtime.run_dir)
+        fail(runtime.exception or ConfigError(result.error or "invalid configuration"),
+             debug=cfg.get("debug") is True or None, run_dir=runtime.run_dir)  # None: CRUCIBLE_DEBUG decides
     if runtime.dist.is_main:
         print_outcome(runtime.summary(result), block=not multirun)
     if not result.success:
@@ -290,12 +300,16 @@ def stop_after_signal(runtime: Runtime, result: TrainingResult, multirun: bool) 
     """SIGINT/SIGTERM: the closing block, one line on stderr, exit 128 + the signal (a sweep stops too)."""
     import sys
 
+    from framework.core.sweep import summarise_interrupted
+
     signum = runtime.exception.signum
     if runtime.dist.is_main:
         print_outcome(runtime.summary(result), block=not multirun)
     saved = result.artifacts.get("last_checkpoint")
     then = (f"{saved} holds the last checkpoint; rerun the same command with hydra.run.dir={runtime.run_dir} to "
             f"resume" if saved else f"records in {runtime.run_dir}")
+    if multirun and (table := summarise_interrupted()) is not None:
+        then += f"; the sweep's jobs so far: {table}"
     sys.stderr.write(f"error: interrupted by {signal_name(signum)}; {then}\n")
     sys.stderr.flush()
     sys.exit(exit_code(signum))

@@ -119,15 +119,45 @@ ARCHITECTURE_COUNTS = ("hidden_size", "num_hidden_layers", "num_attention_heads"
                        "moe_intermediate_size", "num_experts", "n_routed_experts", "num_experts_per_tok")
 
 
+# hf_config fields read as true/false (bool('maybe') is True) and as positive rates (a negative eps, a NaN theta).
+ARCHITECTURE_FLAGS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window")
+ARCHITECTURE_RATES = ("rms_norm_eps", "rope_theta")
+
+
+def _non_finite(node: Any, path: str = "") -> str | None:
+    """The dotted key of the first NaN or inf number under `node` (a plain mapping or list), or None."""
+    import math
+
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        where = f"{path}{key}"
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{where}: {value} is not a finite number; valid: a finite number"
+        if (found := _non_finite(value, f"{where}.")) is not None:
+            return found
+    return None
+
+
 def check_model_architecture(hf_config: Any, where: str = "model.hf_config.") -> None:
     """ConfigError naming the key (after `where`: the model group's hf_config, or a folder's config.json) whose count
-    is not an integer >= 1, or whose head split is off."""
+    is not an integer >= 1, whose head split is off, which is no finite number, no true/false where one is read, or
+    routes a token to more experts than there are."""
+    from framework.core.plain import to_plain
     from framework.core.validation import type_error
 
-    for name in ARCHITECTURE_COUNTS:
-        value = hf_config.get(name)
-        if value is not None and (reason := type_error(value, Count)):
-            raise ConfigError(f"{where}{name}: {reason}")
+    if (reason := _non_finite(to_plain(hf_config))) is not None:
+        raise ConfigError(f"{where}{reason}")
+    for names, tp in ((ARCHITECTURE_COUNTS, Count), (ARCHITECTURE_FLAGS, bool), (ARCHITECTURE_RATES, PositiveFloat)):
+        for name in names:
+            value = hf_config.get(name)
+            if value is not None and (reason := type_error(value, tp)):
+                raise ConfigError(f"{where}{name}: {reason}")
     heads, kv_heads = hf_config.get("num_attention_heads"), hf_config.get("num_key_value_heads")
     if heads and kv_heads and heads % kv_heads:
         raise ConfigError(f"{where}num_key_value_heads: {kv_heads} must divide num_attention_heads={heads}")
+    top_k = hf_config.get("num_experts_per_tok")
+    experts_key = next((k for k in ("num_experts", "n_routed_experts") if hf_config.get(k)), None)
+    if top_k and experts_key and top_k > hf_config.get(experts_key):
+        raise ConfigError(f"{where}num_experts_per_tok: {top_k} is more than the model's {experts_key}="
+                          f"{hf_config.get(experts_key)}; valid: 1 to {hf_config.get(experts_key)} (experts each token "
+                          f"is routed to)")

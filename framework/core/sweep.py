@@ -22,6 +22,7 @@ from framework.core.records import read_summary
 
 log = logging.getLogger(__name__)
 FAILED_SWEEPS: list[str] = []  # one message per sweep of this process that had failed jobs
+UNDER_WAY: list = []  # (callback, config) of the sweep this process runs: an interrupt writes its table
 
 
 def _job_dirs(sweep_dir: Path) -> list[Path]:
@@ -118,6 +119,9 @@ class SweepSummaryCallback(Callback):
 
         try:
             sweep_dir = Path(config.hydra.sweep.dir)  # first: `~model.name` or `model.name=???` leaves it unresolved
+            if (sweep_dir / "config.yaml").is_file():  # a run's dir: its records and the sweep's tables would mix
+                raise ConfigError(f"hydra.sweep.dir: {sweep_dir} holds a run's records (config.yaml), not a sweep's; "
+                                  f"valid: a new folder, or a sweep dir (multirun.yaml)")
             check_launcher(settings(config.hydra.launcher, "hydra.launcher"))
             check_sweeper(settings(config.hydra.sweeper, "hydra.sweeper"))
             check_task_node(config.task)  # key_metrics and sweep_plot are read as the sweep ends: a warning there
@@ -128,15 +132,23 @@ class SweepSummaryCallback(Callback):
         except (ConfigError, InterpolationKeyError, InterpolationToMissingValueError) as exc:
             fail(exc)
         self.before = snapshot(sweep_dir) if sweep_dir.is_dir() else {}
+        UNDER_WAY[:] = [(self, config)]
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        UNDER_WAY.clear()
+        self.summarise(config, plot=True)
+
+    def summarise(self, config: DictConfig, plot: bool) -> Path | None:
+        """The sweep's tables (and plot) of the jobs this sweep ran; the markdown table's path (None: no sweep dir)."""
         sweep_dir = Path(config.hydra.sweep.dir)
         if not sweep_dir.is_dir():
-            return
+            return None
         key_metrics = list(config.task.get("key_metrics") or [])
         rows = collect_rows(sweep_dir, key_metrics, self.before)
+        if not rows and not plot:  # interrupted before any job made its folder: no table of nothing
+            return None
         csv_path, md_path = write_tables(rows, sweep_dir)
-        plot = config.task.get("sweep_plot")
+        plot = plot and config.task.get("sweep_plot")
         if plot:
             from hydra.utils import get_method
 
@@ -147,6 +159,20 @@ class SweepSummaryCallback(Callback):
             message = f"{len(failed)} of {len(rows)} jobs failed (jobs {', '.join(failed)}); see {md_path}"
             log.error(message)
             FAILED_SWEEPS.append(message)
+        return md_path
+
+
+def summarise_interrupted() -> Path | None:
+    """A sweep stopped by SIGINT/SIGTERM (Hydra never calls on_multirun_end then): the table of the jobs it ran, the
+    interrupted one a row `interrupted`, and its path; None where no sweep is under way or no table could be written."""
+    if not UNDER_WAY:
+        return None
+    callback, config = UNDER_WAY.pop()
+    try:
+        return callback.summarise(config, plot=False)
+    except Exception as exc:  # the interrupt's own line comes next: a table that cannot be written is a log line
+        log.warning("sweep summary of the interrupted sweep not written: %s", exc)
+        return None
 
 
 def objective_value(objective: Any, result: Any) -> Any:

@@ -5,10 +5,11 @@ format `math` and its loaders. Backend-neutral: any backend's GRPO reads problem
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from pathlib import Path
+from typing import Annotated, Literal, Optional
 
 from framework.core.errors import ConfigError
-from framework.core.ranges import Count
+from framework.core.ranges import Count, Range
 from framework.data.arithmetic import generate_arithmetic
 from framework.data.gsm8k import MathExample, load_gsm8k
 from framework.data.prompts import SYSTEM_PROMPT
@@ -21,12 +22,16 @@ _TEST_SEED_OFFSET = 1  # the synthetic test split is drawn with seed + 1
 class ArithmeticSpec:
     """Settings of framework.data.arithmetic.generate_arithmetic (train and test drawn apart)."""
 
-    num_train: int
-    num_test: int
-    num_operands: int
-    max_value: int
-    ops: list[str]
+    num_train: Count
+    num_test: Count
+    num_operands: Annotated[int, Range(2)]  # one operand is no sum
+    max_value: Count
+    ops: list[Literal["+", "-", "*"]]  # framework.data.arithmetic.SUPPORTED_OPS
     seed: int
+
+    def __post_init__(self) -> None:
+        if not self.ops:  # a list's items are typed, not its length
+            raise ConfigError("data.arithmetic.ops: []; valid: a non-empty list of '+', '-', '*'")
 
 
 @dataclass
@@ -46,6 +51,12 @@ class MathSpec:
             raise ConfigError(f"data.path: source={self.source} needs a path (a hub dataset id or a local folder)")
         if (self.source == "synthetic") != (self.arithmetic is not None):
             raise ConfigError("data.arithmetic: set it (a mapping) exactly when data.source=synthetic, else null")
+        path = Path(str(self.path)).expanduser()
+        if self.source == "local" and not path.exists():  # was '<path>: no such GSM8K jsonl file', naming no key
+            where = "" if path.is_absolute() else f", relative to {Path.cwd()}"
+            raise ConfigError(f"data.path: {self.path}: no such file or folder (data.source=local{where}); valid: a "
+                              f"jsonl file, or a folder holding train.jsonl and test.jsonl (data=gsm8k_local reads "
+                              f"the environment's CRUCIBLE_GSM8K_DIR)")
 
 
 def check_arithmetic_node(data: dict) -> None:

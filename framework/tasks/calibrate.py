@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Optional
 
 from framework.core.errors import ConfigError
@@ -39,3 +40,19 @@ def check_calibrate_values(task: CalibrateTask, benchmarks: tuple[str, ...], key
     for name in ("warmup", "repeats", "copy_mb"):
         if getattr(task, name) < (0 if name == "warmup" else 1):
             raise ConfigError(f"{key}.{name}: {getattr(task, name)} is too small")
+    check_output(task.output, f"{key}.output")
+
+
+def check_output(output: Optional[str], key: str) -> None:
+    """The table's path, its folder made now: a folder or a place no folder can be made was an OSError (exit 1)
+    after every kernel had been timed."""
+    if not output:
+        return
+    valid = "valid: a file path whose folder can be made (null: <run dir>/efficiency_table.json)"
+    if Path(output).is_dir():
+        raise ConfigError(f"{key}: {output} is a folder; {valid}")
+    try:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot make the folder of {output} ({exc.strerror}: {exc.filename}); {valid}"
+                          ) from None

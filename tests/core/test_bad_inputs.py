@@ -63,6 +63,17 @@ def test_debug_flag_shows_the_traceback(tmp_path):
     assert proc.returncode == 2 and "Traceback" in proc.stderr
 
 
+def test_crucible_debug_shows_the_traceback_of_an_error_the_run_finds(tmp_path):
+    """CRUCIBLE_DEBUG=1 was ignored for errors found once the run started (the runtime passed debug=false on), so
+    it showed no traceback where debug=true did; without either, the one line alone."""
+    args = [*SIM, "sim.batch=0", f"hydra.run.dir={tmp_path}"]
+    proc = run_cli(args, env={"CRUCIBLE_DEBUG": "1"})
+    assert proc.returncode == 2 and "Traceback" in proc.stderr, proc.stderr
+    assert proc.stderr.splitlines()[-1] == "error: sim.batch: 0 is out of range; valid: >= 1"
+    proc = run_cli(args, env={"CRUCIBLE_DEBUG": "0"})
+    assert proc.returncode == 2 and proc.stderr.splitlines() == ["error: sim.batch: 0 is out of range; valid: >= 1"]
+
+
 def test_a_bad_data_line_names_the_file_and_line_before_any_model(tmp_path):
     folder = tmp_path / "gsm8k"
     folder.mkdir()

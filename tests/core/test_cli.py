@@ -38,6 +38,9 @@ def test_cfg_job_prints_the_composed_config():
     proc = run_cli(["--cfg", "job", "model=qwen3_8b", "parallel.tp=4"])
     assert proc.returncode == 0, proc.stderr
     assert "hub_id: Qwen/Qwen3-8B" in proc.stdout and "tp: 4" in proc.stdout
+    proc = run_cli(["--cfg", "job", "-p", "parallel", "parallel.tp=4"])  # a package: only that node, stderr empty
+    assert proc.returncode == 0 and proc.stdout.startswith("# @package parallel\n") and "tp: 4" in proc.stdout
+    assert proc.stderr == ""
 
 
 def test_a_run_ends_with_a_summary_block_and_a_layout_that_does_not_fit_is_a_visible_warning(tmp_path):
@@ -72,9 +75,51 @@ def test_a_run_or_sweep_dir_that_cannot_be_made_is_one_line(tmp_path):
                             (["-m", *sim], "hydra.sweep.dir", blocker)):
         proc = run_cli([*args, f"{key}={path}"])
         assert proc.returncode == 2, proc.stderr
-        assert proc.stderr.splitlines() == [f"error: {key}: cannot make the folder '{path}' ("
+        assert proc.stderr.splitlines() == [f"error: {key}: cannot make or write the folder '{path}' ("
                                             f"{'File exists' if path == blocker else 'Not a directory'}: {path}); "
-                                            "valid: a path where a folder can be made"]
+                                            "valid: a path where a folder can be made and written"]
+
+
+def test_a_run_dir_that_cannot_be_written_is_one_line(tmp_path):
+    """A read-only run dir (its run.log cannot be opened: a folder in its place stands in, as root ignores modes) was
+    exit 1 `ValueError: Unable to configure handler 'file'`; the default outputs/ where the current folder cannot hold
+    it was exit 1 `OSError: ... 'outputs'`."""
+    sim = ["backend=sim", "task=sim", "model=qwen3_8b", "hardware=h100"]
+    (tmp_path / "run" / "run.log").mkdir(parents=True)
+    proc = run_cli([*sim, f"hydra.run.dir={tmp_path / 'run'}"])
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [f"error: hydra.run.dir: cannot make or write the folder '{tmp_path / 'run'}' "
+                                        f"(Is a directory: {tmp_path / 'run' / 'run.log'}); valid: a path where a "
+                                        "folder can be made and written"]
+    (tmp_path / "outputs").write_text("")  # the default dirs' parent is a file
+    for flags, key in (([], "hydra.run.dir"), (["-m"], "hydra.sweep.dir")):
+        proc = run_cli([*flags, *sim], cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        [line] = proc.stderr.splitlines()
+        assert line.startswith(f"error: {key}: cannot make the default folder under outputs/ (Not a directory: "
+                               "outputs/")
+        assert line.endswith(f"; valid: run from a folder you can write, or give {key}=DIR")
+
+
+def test_a_run_into_a_sweep_dir_or_a_sweep_into_a_run_dir_is_refused(tmp_path):
+    """Both wrote their records beside the other's (config.yaml and summary.json beside sweep_summary.md, or
+    multirun.yaml, job 0/ and the tables in a run's folder), exit 0; a job's own dir still resumes."""
+    sim = ["backend=sim", "task=sim", "model=qwen3_8b", "hardware=h100"]
+    sweep, run = tmp_path / "sweep", tmp_path / "run"
+    assert run_cli(["-m", *sim, "sim.batch=1,2", f"hydra.sweep.dir={sweep}"]).returncode == 0
+    assert run_cli([*sim, f"hydra.run.dir={run}"]).returncode == 0
+    proc = run_cli([*sim, f"hydra.run.dir={sweep}"])
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
+        f"error: hydra.run.dir: {sweep} is a sweep dir (multirun.yaml): this run's records would mix with the sweep's "
+        f"tables; start in a new run dir, or give one of its jobs' dirs ({sweep}/0, ...) to resume that job")
+    assert not (sweep / "config.yaml").exists()
+    proc = run_cli(["-m", *sim, f"hydra.sweep.dir={run}"])
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        f"error: hydra.sweep.dir: {run} holds a run's records (config.yaml), not a sweep's; valid: a new folder, or a "
+        "sweep dir (multirun.yaml)"]
+    assert not (run / "multirun.yaml").exists() and not (run / "0").exists()
+    assert run_cli([*sim, f"hydra.run.dir={sweep}/0"]).returncode == 0
+    assert run_cli(["-m", *sim, "sim.batch=4", f"hydra.sweep.dir={sweep}"]).returncode == 0
 
 
 def test_a_hardware_file_of_a_config_dir_the_command_line_adds_runs(tmp_path):

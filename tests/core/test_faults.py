@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import csv
 import errno
 import json
 import os
@@ -110,6 +111,34 @@ def test_cli_exit_status_and_one_line_after_a_signal(tmp_path, name, code):
     assert error_lines(proc) == [f"error: interrupted by {name}; {tmp_path}/checkpoints/step_2 holds the last "
                                  f"checkpoint; rerun the same command with hydra.run.dir={tmp_path} to resume"]
     assert "Traceback" not in proc.stderr and summary(tmp_path)["status"] == "interrupted"
+
+
+def test_a_sweep_stopped_by_a_signal_writes_the_table_of_the_jobs_it_ran(tmp_path):
+    """Hydra calls no on_multirun_end after an interrupt: a Ctrl-C'd sweep left no sweep_summary.md of the jobs it
+    had run (exit 130, 'error: interrupted by SIGINT' alone). Job 1 signals itself in its step 2; job 2 never starts."""
+    proc = run_cli(["-m", *RECORDING, "task.name=record_steps", "task.objective=null",
+                    "+backend.adapter.fail_in=none:0,SIGINT:2,none:1",
+                    "+record_steps.checkpoint={every: 1, keep: 10, resume: true}", f"hydra.sweep.dir={tmp_path}"])
+    assert proc.returncode == 130, proc.stderr
+    [line] = error_lines(proc)
+    assert line.startswith(f"error: interrupted by SIGINT; {tmp_path}/1/checkpoints/step_2 holds the last checkpoint")
+    assert line.endswith(f"; the sweep's jobs so far: {tmp_path}/sweep_summary.md")
+    with (tmp_path / "sweep_summary.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(row["job"], row["status"]) for row in rows] == [("0", "ok"), ("1", "interrupted")]
+
+
+def test_a_sweep_interrupted_before_any_job_writes_no_empty_table(tmp_path):
+    """Stopped before a job made its folder (submitit still starting its processes): no one-column table of nothing,
+    and the interrupt's line names none."""
+    from omegaconf import OmegaConf
+
+    from framework.core import sweep
+
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}, "task": {"key_metrics": ["loss"]}})
+    sweep.UNDER_WAY[:] = [(sweep.SweepSummaryCallback(), config)]
+    assert sweep.summarise_interrupted() is None and not sweep.UNDER_WAY
+    assert not (tmp_path / "sweep_summary.md").exists()
 
 
 # ---- non-finite loss ----------------------------------------------------------------------------

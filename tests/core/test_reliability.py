@@ -149,6 +149,56 @@ SESSION_25: list[tuple[list[str], str]] = [
      "patches: 'maxtext.compilation_cache' is in both patches.enable and patches.disable; valid: one of them"),
 ]
 
+# found in session 26 (exit 0: a top-k above the experts, a string read as true, a negative eps; a NaN named no key)
+MOE = ["backend=sim", "task=sim", "model=qwen3_30b_a3b", "hardware=h100"]
+SESSION_26: list[tuple[list[str], str]] = [
+    ([*MOE, "model.hf_config.num_experts_per_tok=200"], "model.hf_config.num_experts_per_tok: 200 is more than the "
+     "model's num_experts=128; valid: 1 to 128 (experts each token is routed to)"),
+    ([*SIM, "model.hf_config.tie_word_embeddings=maybe"],
+     "model.hf_config.tie_word_embeddings: expected true/false, got 'maybe'"),
+    ([*SIM, "model.hf_config.rms_norm_eps=-1"], "model.hf_config.rms_norm_eps: -1 is out of range; valid: > 0"),
+    ([*SIM, "model.hf_config.rope_theta=nan"],
+     "model.hf_config.rope_theta: nan is not a finite number; valid: a finite number"),
+    (["recipe=sim_sweep", "parallel.tp=2"], "recipe=sim_sweep sweeps parallel.ep (hydra.sweeper.params), and this is "
+     "one run (no -m); valid: -m to run its jobs (python run.py -m recipe=sim_sweep ...), or a value for each of "
+     "parallel.ep for one run"),
+    (["recipe=sim_search"], "recipe=sim_search sweeps parallel.tp, parallel.ep, sim.batch (hydra.sweeper.params)"),
+    *[([f"recipe={recipe}", "backend.adapter.cache_dir=run.py/cache"], "backend.adapter.cache_dir: cannot make the "
+       "folder 'run.py/cache' (Not a directory: run.py/cache); valid: a path where a folder can be made and written "
+       "(default outputs/cache, or CRUCIBLE_CACHE=DIR)")
+      for recipe in ("sft_torch_cpu", "sft_mlx_cpu", "grpo_arithmetic_cpu", "pretrain_megatron_cpu")],
+    ([*GRPO, "backend.adapter.cache_dir="], "backend.adapter.cache_dir: empty; valid: a path where a folder can be "
+     "made"),
+    ([*SFT, "backend.adapter.dataloader_num_workers=-1"],
+     "backend.adapter.dataloader_num_workers: -1 is out of range; valid: >= 0"),
+    ([*GRPO, "data.arithmetic.num_test=0"], "data.arithmetic.num_test: 0 is out of range; valid: >= 1"),
+    ([*GRPO, "data.arithmetic.num_operands=1"], "data.arithmetic.num_operands: 1 is out of range; valid: >= 2"),
+    ([*GRPO, "data.arithmetic.ops=[]"], "data.arithmetic.ops: []; valid: a non-empty list of '+', '-', '*'"),
+    (["recipe=grpo_gsm8k_cpu", "data=gsm8k_local", "data.path=nope/gsm8k"], "data.path: nope/gsm8k: no such file or "
+     "folder (data.source=local, relative to "),
+    (["-m", *SIM, "sim.batch=range(1,0)"], "sim.batch=range(1,0): sweeps over no values; valid: at least one, e.g. "
+     "range(start, stop[, step]) with start < stop for a positive step, or a,b,c"),
+    (["--shell-completion"], "--shell-completion: Expecting one subcommand from ['install', 'uninstall', 'query'] to "
+     "be set; valid: install=SHELL or uninstall=SHELL with SHELL one of bash, fish, zsh (query=SHELL is for the shell "
+     "itself: it reads COMP_LINE)"),
+    (["--shell-completion", "install=nope"], "--shell-completion: No completion plugin for 'nope' found, available "
+     "bash fish zsh; valid: install=SHELL"),
+    ([*SIM, "~sim"], "sim: missing; task=sim reads its settings there (conf/task/sim.yaml); valid: keep it, and set "
+     "its keys one at a time, sim.KEY=VALUE"),
+    ([*GRPO, "~grpo"], "grpo: missing; task=grpo reads its settings there (conf/task/grpo.yaml)"),
+    ([*SIM, "hydra.job.name=x/y"], "hydra.job.name: 'x/y' holds a /; it names the run's log file, <run dir>/"
+     "<name>.log; valid: a name without /"),
+    ([*SIM, "recipe=[sim_sweep]"], "the config sweeps parallel.tp, parallel.ep (hydra.sweeper.params), and this is one "
+     "run (no -m); valid: -m to run its jobs (python run.py -m ...)"),
+    (["task=calibrate", "hardware=cpu", "calibrate.output=run.py/t.json"], "calibrate.output: cannot make the folder "
+     "of run.py/t.json (File exists: run.py); valid: a file path whose folder can be made (null: <run "
+     "dir>/efficiency_table.json)"),
+    (["task=calibrate", "hardware=cpu", "calibrate.output=conf"],
+     "calibrate.output: conf is a folder; valid: a file path"),
+    (["--cfg", "job", "-p", "nope"], "--package: 'nope' is no key of the composed config; valid: a key or dotted path "
+     "in it (python run.py --cfg job shows them), e.g. parallel, model.hf_config"),
+]
+
 CASES: list[tuple[list[str], str]] = [
     # ---- groups: unknown, removed, null
     *[([f"{g}=nope"], f"unknown {g} option 'nope'; valid:") for g in ("backend", "task", "model", "hardware",
@@ -302,6 +352,7 @@ CASES: list[tuple[list[str], str]] = [
     *SESSION_23,
     *SESSION_24,
     *SESSION_25,
+    *SESSION_26,
 ]
 IDS = [" ".join(args[-1:]) + f" #{n}" for n, (args, _) in enumerate(CASES)]
 
@@ -349,6 +400,10 @@ def test_session_24s_refusals_are_one_line(tmp_path):
 
 def test_session_25s_refusals_are_one_line(tmp_path):
     assert not problems(SESSION_25, run_batch(SESSION_25, tmp_path))
+
+
+def test_session_26s_refusals_are_one_line(tmp_path):
+    assert not problems(SESSION_26, run_batch(SESSION_26, tmp_path))
 
 
 def test_an_adapters_own_check_is_its_line_not_hydras_wrapping(tmp_path):

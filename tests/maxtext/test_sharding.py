@@ -62,6 +62,11 @@ def test_rules_overrides_and_specs():
     assert dict(rules)["embed"] is None and dict(rules)["mlp"] == ("fsdp", "tensor")
     with pytest.raises(ConfigError, match=r"logical_axis_rules.heads: \['model'\] are not mesh axes"):
         logical_axis_rules({"heads": "model"})
+    # a logical name no array carries (a typo) was a rule nothing read, silently; the scanned layers' axis is one
+    with pytest.raises(ConfigError, match=r"logical_axis_rules.embd: not a logical axis of the models; valid: vocab, "
+                                          r"embed, .*, layers$"):
+        logical_axis_rules({"embd": "fsdp"})
+    assert dict(logical_axis_rules({"layers": None}))["layers"] is None
 
     assert logical_to_spec(("embed", "heads", "head_dim"), DEFAULT_RULES) == PartitionSpec("fsdp", "tensor", None)
     mesh = AbstractMesh((2, 4, 1, 4), ("data", "fsdp", "expert", "tensor"))

@@ -112,3 +112,14 @@ def test_a_global_batch_beyond_the_training_records(tmp_path, mlx_cache):
                            f"data.path={data}"], tmp_path, mlx_cache)
     assert line == (f"error: sft.global_batch_size: 8 is more than the 3 training records of {data}; lower it (and "
                     f"sft.micro_batch_size), or add records")
+
+
+@pytest.mark.parametrize(("layout", "expected"), [
+    ("parallel.dp=2", "parallel: 1 devices do not split into the fixed axes' product 2"),
+    ("parallel.fsdp=2", "parallel: dp=1 x fsdp=2 x tp=1 x pp=1 x cp=1 uses 2 devices, but 1 are there")])
+def test_a_layout_of_more_than_one_device_is_refused(layout, expected, tmp_path, mlx_cache):
+    """backend=mlx trains on one device; any parallel layout was ignored (exit 0)."""
+    line = one_line_error([*DPO, layout], tmp_path, mlx_cache)
+    assert line.startswith(f"error: {expected}") and line.endswith("; backend=mlx trains on one device (each axis 1, "
+                                                                    "or -1)")
+

@@ -117,3 +117,22 @@ def test_a_global_batch_beyond_the_training_records(tmp_path):
     line = one_line_error(run(tmp_path, [*SFT, "data.train_limit=4", "sft.steps=1"]))
     assert line == (f"error: sft.global_batch_size: 8 is more than the 4 training records of {REPO_ROOT}/framework/"
                     f"data/samples/chat/train.jsonl; lower it (and sft.micro_batch_size), or raise data.train_limit")
+
+
+KERNEL = "backend.adapter.attn_implementation"
+
+
+@pytest.mark.parametrize(("kernel", "expected"), [
+    ("flash", f"{KERNEL}: 'flash' does not load here: Specified `attn_implementation=\"flash\"` is not supported."),
+    ("flash_attention_2", f"{KERNEL}: 'flash_attention_2' does not load here: FlashAttention2"),
+    ("flex_attention", f"{KERNEL}: flex_attention has no backward pass on a CPU (torch); valid here: sdpa (the "
+                       "default) or eager")])
+def test_an_attention_kernel_that_cannot_run_names_the_key(kernel, expected, tmp_path):
+    """An unknown kernel said `model: cannot load a causal LM ...`; flash_attention_2 without its package and
+    flex_attention on a CPU (no backward) were exit 1 with transformers' ImportError / torch's NotImplementedError."""
+    import importlib.util
+
+    if kernel == "flash_attention_2" and importlib.util.find_spec("flash_attn") is not None:
+        pytest.skip("flash-attn is installed here")
+    proc = run(tmp_path, [*SFT, "sft.steps=1", "sft.max_seq_length=1024", f"{KERNEL}={kernel}"])
+    assert one_line_error(proc).startswith(f"error: {expected}")

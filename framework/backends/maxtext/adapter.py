@@ -19,6 +19,7 @@ from framework.core.distributed import DistEnv, detect
 from framework.core.errors import ConfigError
 from framework.core.hardware import require_accelerator
 from framework.core.parallel import ParallelConfig
+from framework.core.paths import check_cache_dir
 from framework.core.plain import to_plain
 from framework.models.hf_config import max_positions
 from framework.tasks.grpo import GRPOTask, check_grpo_values, check_sequence_fits
@@ -39,7 +40,7 @@ class MaxTextAdapter(BackendAdapter):
     def __init__(self, logical_axis_rules: dict, cache_dir: str, remat: str, attention: str, decode_attention: str,
                  shared_prefix: str, aot_compile: bool):
         self.logical_axis_rules = to_plain(logical_axis_rules)
-        self.cache_dir = str(cache_dir)
+        self.cache_dir = check_cache_dir(cache_dir)
         self.remat = check_choice(remat, (*REMAT_NAMES, "auto"), "backend.adapter.remat")
         self.attention = check_choice(attention, ("auto", *ATTENTION_KERNELS), "backend.adapter.attention")
         self.decode_attention = check_choice(decode_attention, ("auto", *DECODE_KERNELS),

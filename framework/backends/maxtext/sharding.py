@@ -212,7 +212,10 @@ def logical_axis_rules(overrides: Mapping[str, Any] | Iterable[Sequence[Any]] | 
         return DEFAULT_RULES
     items = overrides.items() if isinstance(overrides, Mapping) else (tuple(pair) for pair in overrides)
     replaced = dict(DEFAULT_RULES)
+    known = [*replaced, "layers"]  # the scanned layers' axis has no default rule: replicated
     for logical, target in items:
+        if str(logical) not in known:  # a typo (`embd`) was a rule no array names: ignored, silently
+            raise ConfigError(f"{config_key}.{logical}: not a logical axis of the models; valid: {', '.join(known)}")
         replaced[str(logical)] = _mesh_axes(target, f"{config_key}.{logical}")
     return tuple(replaced.items())
 

@@ -16,6 +16,7 @@ from framework.core.build import build
 from framework.core.errors import ConfigError
 from framework.core.hardware import require_accelerator
 from framework.core.parallel import ParallelConfig
+from framework.core.paths import check_cache_dir
 from framework.data import check_data, data_spec
 from framework.tasks.pretrain import PretrainTask, check_pretrain
 
@@ -31,7 +32,7 @@ class MegatronAdapter(BackendAdapter):
 
     def __init__(self, layer_spec: str, cache_dir: str, preflight: bool):
         self.layer_spec = str(layer_spec)
-        self.cache_dir = str(cache_dir)
+        self.cache_dir = check_cache_dir(cache_dir)
         self.preflight = bool(preflight)
 
     def prepare_backend(self, cfg: DictConfig) -> None:

@@ -15,6 +15,8 @@ from omegaconf import DictConfig
 from framework.core.adapter import BackendAdapter, require_modules
 from framework.core.build import build
 from framework.core.errors import ConfigError
+from framework.core.parallel import ParallelConfig
+from framework.core.paths import check_cache_dir
 from framework.core.plain import to_plain
 from framework.data import data_spec
 from framework.data.records import RecordSpec, load_records, source_name
@@ -47,7 +49,7 @@ class MLXAdapter(BackendAdapter):
     patch_modules = ("framework.backends.mlx.patches",)
 
     def __init__(self, cache_dir: str):
-        self.cache_dir = str(cache_dir)
+        self.cache_dir = check_cache_dir(cache_dir)
 
     def prepare_backend(self, cfg: DictConfig) -> None:
         require_modules("mlx", {"mlx": "mlx", "mlx_lm": "mlx-lm"}, "mlx")
@@ -63,6 +65,10 @@ class MLXAdapter(BackendAdapter):
         task = build(cls, cfg[task_name], task_name)
         check(task, task_name)
         _check_mlx_support(task, task_name)
+        try:  # one device: a layout of more was ignored (exit 0)
+            build(ParallelConfig, cfg.parallel, "parallel").resolve(1)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}; backend=mlx trains on one device (each axis 1, or -1)") from None
         data = data_spec(cfg.data, task_name)  # the format the task reads, or one line naming the options
         train = load_records(data, "train")
         check_batch_fits_data(task.global_batch_size, len(train), source_name(data), task_name, data.train_limit)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from framework.backends.sim.config import CalibrateJob, SimJob
 from framework.core.dtypes import SHORT
-from framework.core.errors import BackendError, ConfigError
+from framework.core.errors import ConfigError
 from framework.core.paths import REPO_ROOT
 from framework.core.result import TrainingResult
 from framework.core.trainer import BaseTrainer
@@ -78,14 +78,14 @@ class CalibrateTrainer(BaseTrainer):
     def _device(self) -> str:
         import torch
 
-        wanted = self.config.task.device
-        if wanted == "auto":
-            wanted = "cuda" if self.config.hardware["accelerator"] == "gpu" else "cpu"
-        if wanted == "cuda" and not torch.cuda.is_available():
-            raise BackendError(
-                f"calibrate on hardware={self.config.hardware['name']} needs a CUDA device and this machine has none; "
-                "run it on that machine, or use hardware=cpu to calibrate this CPU"
-            )
+        asked = self.config.task.device
+        wanted = asked if asked != "auto" else "cuda" if self.config.hardware["accelerator"] == "gpu" else "cpu"
+        if wanted == "cuda" and not torch.cuda.is_available():  # bad input (exit 2), as a GPU file elsewhere is
+            if asked == "cuda":
+                raise ConfigError("calibrate.device: cuda, and this machine has no CUDA device; valid: cpu, or auto "
+                                  "(cuda for a gpu hardware file, else cpu)")
+            raise ConfigError(f"calibrate on hardware={self.config.hardware['name']} needs a CUDA device and this "
+                              f"machine has none; run it on that machine, or use hardware=cpu to calibrate this CPU")
         return wanted
 
     def run_train(self) -> TrainingResult:

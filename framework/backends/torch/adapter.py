@@ -19,7 +19,9 @@ from framework.core.dtypes import SHORT
 from framework.core.errors import ConfigError
 from framework.core.hardware import require_accelerator
 from framework.core.parallel import ParallelConfig
+from framework.core.paths import check_cache_dir
 from framework.core.plain import to_plain
+from framework.core.ranges import NonNegativeInt
 from framework.tasks.dpo import DPOTask, check_dpo
 from framework.tasks.sft import SFTTask, check_sft
 
@@ -39,8 +41,8 @@ class TorchAdapter(BackendAdapter):
     libraries = ("trl", "transformers", "peft", "accelerate", "torch", "datasets", "safetensors")
     patch_modules = ("framework.backends.torch.patches",)
 
-    def __init__(self, cache_dir: str, attn_implementation: str, dataloader_num_workers: int):
-        self.cache_dir = str(cache_dir)
+    def __init__(self, cache_dir: str, attn_implementation: str, dataloader_num_workers: NonNegativeInt):
+        self.cache_dir = check_cache_dir(cache_dir)
         self.attn_implementation = str(attn_implementation)
         self.dataloader_num_workers = int(dataloader_num_workers)
 
@@ -51,6 +53,9 @@ class TorchAdapter(BackendAdapter):
             raise ConfigError(f"hardware.accelerator: {cfg.hardware.accelerator!r} has no torch device here; "
                               f"backend=torch runs on {', '.join(DEVICES)}")
         require_accelerator(cfg.hardware)
+        if self.attn_implementation == "flex_attention" and cfg.hardware.accelerator == "cpu":  # was exit 1 at step 1
+            raise ConfigError("backend.adapter.attn_implementation: flex_attention has no backward pass on a CPU "
+                              "(torch); valid here: sdpa (the default) or eager")
         export_dist_env(detect())
 
     def convert_config(self, cfg: DictConfig) -> TorchConfig:

@@ -42,8 +42,15 @@ def load_model(source: str, param_dtype: str, attn_implementation: str, key: str
     try:
         return AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype(param_dtype),
                                                     attn_implementation=attn_implementation)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, ImportError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        # an unknown kernel (ValueError) or one whose package is absent (ImportError, was exit 1): the key, not model
+        if "attn_implementation" in first or (isinstance(error, ImportError) and "attention" in first.lower()):
+            raise ConfigError(f"backend.adapter.attn_implementation: {attn_implementation!r} does not load here: "
+                              f"{first}; valid: sdpa (the default) or eager, a flash kernel where its package is "
+                              f"installed") from None
+        if isinstance(error, ImportError):
+            raise
         raise ConfigError(f"{key}: cannot load a causal LM from {source}: {first}") from None
 
 
