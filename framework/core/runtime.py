@@ -21,6 +21,7 @@ import traceback
 from collections.abc import Mapping
 from pathlib import Path
 
+import yaml
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -35,7 +36,7 @@ from framework.core.loggers import MetricLogger
 from framework.core.outcome import print_outcome
 from framework.core.patches import PatchContext, PatchRunner, Phase
 from framework.core.plain import to_plain
-from framework.core.paths import REPO_ROOT
+from framework.core.paths import CONF_DIR, REPO_ROOT
 from framework.core.ranges import Seed
 from framework.core.records import RunRecords
 from framework.core.result import TrainingResult
@@ -50,6 +51,16 @@ from framework.core.validation import (check_backend_runs_task, check_model_dir,
 log = logging.getLogger(__name__)
 
 
+def check_task_settings(cfg: DictConfig) -> None:
+    """`~sim`: a shipped task's settings node (conf/task/NAME.yaml's NAME) removed; the adapter read it as `Key 'sim'
+    is not in struct`. A task without such a file (a test's or a plugin's) keeps its settings where it likes."""
+    name = cfg.task.get("name")
+    shipped = CONF_DIR / "task" / f"{name}.yaml"
+    if name not in cfg and shipped.is_file() and name in (yaml.safe_load(shipped.read_text()) or {}):
+        raise ConfigError(f"{name}: missing; task={name} reads its settings there (conf/task/{name}.yaml); valid: "
+                          f"keep it, and set its keys one at a time, {name}.KEY=VALUE")
+
+
 def validate(cfg: DictConfig) -> BackendAdapter:
     """All checks that need no heavy library; returns the instantiated adapter."""
     resolve_all(cfg)
@@ -61,10 +72,6 @@ def validate(cfg: DictConfig) -> BackendAdapter:
     check_schema(cfg, "logger", LoggerConfig)
     check_patches(cfg.get("patches"))
     check_task_node(cfg.task)
-    name = cfg.task.get("name")
-    if name not in cfg:  # `~sim`: the adapter read it as `Key 'sim' is not in struct`
-        raise ConfigError(f"{name}: missing; task={name} reads its settings there (conf/task/{name}.yaml); valid: "
-                          f"keep it, and set its keys one at a time, {name}.KEY=VALUE")
     check_model_architecture(cfg.model.hf_config)
     check_path_exists(cfg.model.path, "model.path", "model directory")
     check_model_dir(cfg.model.path)
@@ -80,6 +87,7 @@ def validate(cfg: DictConfig) -> BackendAdapter:
             raise error.__cause__ from None
         raise
     check_backend_runs_task(adapter, cfg.backend.name, cfg.task.name)
+    check_task_settings(cfg)
     return adapter
 
 
