@@ -21,7 +21,6 @@ import traceback
 from collections.abc import Mapping
 from pathlib import Path
 
-import yaml
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -36,7 +35,7 @@ from framework.core.loggers import MetricLogger
 from framework.core.outcome import print_outcome
 from framework.core.patches import PatchContext, PatchRunner, Phase
 from framework.core.plain import to_plain
-from framework.core.paths import CONF_DIR, REPO_ROOT
+from framework.core.paths import REPO_ROOT
 from framework.core.ranges import Seed
 from framework.core.records import RunRecords
 from framework.core.result import TrainingResult
@@ -46,19 +45,9 @@ from framework.core.stopping import RunInterrupted, StopSignals, disk_full, exit
 from framework.core.schema import (HardwareConfig, LoggerConfig, ModelConfig, check_model_architecture, check_patches,
                                    check_task_node)
 from framework.core.validation import (check_backend_runs_task, check_model_dir, check_path_exists, check_schema,
-                                       check_targets, resolve_all, type_error)
+                                       check_targets, check_task_settings, resolve_all, type_error)
 
 log = logging.getLogger(__name__)
-
-
-def check_task_settings(cfg: DictConfig) -> None:
-    """`~sim`: a shipped task's settings node (conf/task/NAME.yaml's NAME) removed; the adapter read it as `Key 'sim'
-    is not in struct`. A task without such a file (a test's or a plugin's) keeps its settings where it likes."""
-    name = cfg.task.get("name")
-    shipped = CONF_DIR / "task" / f"{name}.yaml"
-    if name not in cfg and shipped.is_file() and name in (yaml.safe_load(shipped.read_text()) or {}):
-        raise ConfigError(f"{name}: missing; task={name} reads its settings there (conf/task/{name}.yaml); valid: "
-                          f"keep it, and set its keys one at a time, {name}.KEY=VALUE")
 
 
 def validate(cfg: DictConfig) -> BackendAdapter:

@@ -238,6 +238,16 @@ def backend_tasks(conf_dir: Path = CONF_DIR) -> dict[str, list[str]]:
     return found
 
 
+def check_task_settings(cfg: DictConfig) -> None:
+    """`~sim`: a shipped task's settings node (conf/task/NAME.yaml's NAME) removed; the adapter read it as `Key 'sim'
+    is not in struct`. A task without such a file (a test's or a plugin's) keeps its settings where it likes."""
+    name = cfg.task.get("name")
+    shipped = CONF_DIR / "task" / f"{name}.yaml"
+    if name not in cfg and shipped.is_file() and name in (OmegaConf.to_container(OmegaConf.load(shipped)) or {}):
+        raise ConfigError(f"{name}: missing; task={name} reads its settings there (conf/task/{name}.yaml); valid: "
+                          f"keep it, and set its keys one at a time, {name}.KEY=VALUE")
+
+
 def check_backend_runs_task(adapter: Any, backend_name: str, task: str) -> None:
     """The one check that a backend runs a task; the error names the backends that do."""
     if backend_name != adapter.name:
